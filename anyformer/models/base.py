@@ -1,0 +1,129 @@
+"""What every model shares: a config dataclass, the preset table, save and load."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import nn
+
+from .presets import PRESETS, presets_of
+
+M = TypeVar("M", bound="Model")
+REGISTRY: dict[str, type["Model"]] = {}
+FORMAT_VERSION = 1
+
+
+def config_from_dict(config_class: type, values: dict[str, Any]):
+    """Build a config dataclass, rejecting unknown options by name with the valid ones listed."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ValueError(f"unknown {config_class.__name__} option(s) {unknown}; valid options: {sorted(fields)}")
+    return config_class(**values)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()}
+
+
+class Model(nn.Module):
+    """Base of ViT, GPT and TextEncoder: `preset`, `save`, `num_params`, and a `config`."""
+
+    family: ClassVar[str]
+    config_class: ClassVar[type]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        REGISTRY[cls.family] = cls
+
+    @classmethod
+    def from_config(cls: type[M], config: Any | dict[str, Any]) -> M:
+        if isinstance(config, dict):
+            config = config_from_dict(cls.config_class, config)
+        return cls(config)
+
+    @classmethod
+    def preset(cls: type[M], name: str, **overrides: Any) -> M:
+        """Build a preset, e.g. `ViT.preset("vit-b/16", num_classes=10)`."""
+        valid = presets_of(cls.family)
+        if name not in valid:
+            raise ValueError(f"unknown {cls.__name__} preset {name!r}; valid presets: {valid}")
+        return cls.from_config({**PRESETS[name][1], **overrides})
+
+    def num_params(self, trainable_only: bool = False) -> int:
+        """Parameters counted once each (a tied LM head is not counted twice)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def save(self, directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
+        """Write `config.json` and `model.safetensors` into `directory`, each atomically."""
+        from safetensors.torch import save_model
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        meta = {"format_version": FORMAT_VERSION, "family": self.family,
+                "config": config_to_dict(self.config), **(extra or {})}
+        with _atomic(out / "model.safetensors") as tmp:
+            save_model(self, tmp, metadata={"family": self.family})  # drops tied duplicates
+        with _atomic(out / "config.json") as tmp:
+            Path(tmp).write_text(json.dumps(meta, indent=2) + "\n")
+        return out
+
+
+class _atomic:
+    """A temporary path in the target's folder, renamed onto the target only if the write succeeded."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __enter__(self) -> str:
+        fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.")
+        os.close(fd)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            with open(self.tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(self.tmp, self.target)
+        else:
+            os.unlink(self.tmp)
+
+
+def read_config(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no model in {directory}: expected {path} (written by model.save or anyformer train)")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); the run directory is damaged") from None
+    if not isinstance(meta, dict) or meta.get("family") not in REGISTRY or not isinstance(meta.get("config"), dict):
+        raise ValueError(f"{path} does not describe an anyformer model: expected 'family' in "
+                         f"{sorted(REGISTRY)} and a 'config' object")
+    return meta
+
+
+def load(directory: str | os.PathLike, device: str | torch.device = "cpu") -> Model:
+    """Load a model saved by `model.save(directory)` or by `anyformer train` (no code is run)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model
+    meta = read_config(directory)
+    model = REGISTRY[meta["family"]].from_config(meta["config"])
+    weights = Path(directory) / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"no weights in {directory}: expected {weights}")
+    try:
+        missing, unexpected = load_model(model, weights, strict=False, device=str(device))
+    except SafetensorError as e:
+        raise ValueError(f"{weights} is not a readable safetensors file ({e})") from None
+    except RuntimeError as e:  # shape mismatch
+        raise ValueError(f"{weights} does not fit the model in config.json: {str(e).splitlines()[0]}"
+                         f" {' '.join(l.strip() for l in str(e).splitlines()[1:4])}") from None
+    if missing or unexpected:
+        raise ValueError(f"{weights} does not fit the model in config.json: missing keys {sorted(missing)[:8]}, "
+                         f"unexpected keys {sorted(unexpected)[:8]}")
+    return model.to(device).eval()

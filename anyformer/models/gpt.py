@@ -1,0 +1,146 @@
+"""GPT: token lookup + positions -> causal backbone -> LM head (seed 002's text model)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
+from .base import Model
+
+GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+    context: int = 1024
+    width: int = 768
+    depth: int = 12
+    heads: int = 12
+    mlp_hidden: int | None = None    # default 4 * width
+    activation: str = "gelu_tanh"
+    position: str = "learned"        # learned | sinusoidal | rotary | none
+    norm_eps: float = 1e-5
+    bias: bool = True
+    tie_weights: bool = True
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    attn_impl: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.position not in GPT_POSITIONS:
+            raise ValueError(f"unknown GPT position {self.position!r}; expected one of {GPT_POSITIONS}")
+        for name in ("vocab_size", "context", "width", "depth", "heads"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.width % self.heads:
+            raise ValueError(f"width must be divisible by heads: got width={self.width}, heads={self.heads}")
+
+
+class GPT(Model):
+    """`gpt(idx)` with idx (B, T) token ids -> next-token logits (B, T, vocab)."""
+
+    family = "gpt"
+    config_class = GPTConfig
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.tok_embed = TokenEmbedding(c.vocab_size, c.width)
+        # Rotary positions live inside attention; the input head then adds none.
+        self.pos = {"learned": lambda: LearnedPosition(c.context, c.width),
+                    "sinusoidal": lambda: SinusoidalPosition(c.context, c.width)}.get(c.position, lambda: None)()
+        self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm_eps=c.norm_eps,
+                                    activation=c.activation, bias=c.bias, dropout=c.dropout,
+                                    attn_dropout=c.attn_dropout, rotary=c.position == "rotary",
+                                    max_len=c.context, impl=c.attn_impl)
+        self.lm_head = LMHead(c.width, c.vocab_size, tie_to=self.tok_embed if c.tie_weights else None)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * depth) so the stream's variance does not grow.
+        for name, p in self.backbone.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
+                nn.init.trunc_normal_(p, std=0.02 / math.sqrt(2 * c.depth), a=-0.04, b=0.04)
+
+    def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None,
+                return_attention: bool | Sequence[int] = False, last_only: bool = False):
+        """idx (B, T) -> logits (B, T, V); `last_only` computes the last position's logits only."""
+        offset = cache[0].length if cache else 0
+        T = idx.shape[-1] if idx.dim() == 2 else 0
+        if offset + T > self.config.context:
+            raise ValueError(f"sequence of {offset + T} tokens is longer than the model's context "
+                             f"({self.config.context})")
+        x = self.tok_embed(idx)
+        x = self.drop(x if self.pos is None else self.pos(x, offset))
+        out = self.backbone(x, causal=True, cache=cache, return_attention=return_attention)
+        h, attn = (out, None) if return_attention is False or return_attention is None else out
+        logits = self.lm_head(h[:, -1:] if last_only else h)
+        return logits if attn is None else (logits, attn)
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> list[KVCache]:
+        """One empty key/value cache per layer, for `max_len` positions (default: the context)."""
+        c, p = self.config, next(self.parameters())
+        return [KVCache(batch, c.heads, c.width // c.heads, max_len or c.context, p.dtype, p.device)
+                for _ in range(c.depth)]
+
+    @torch.no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, generator: torch.Generator | None = None,
+                 use_cache: bool = True) -> Tensor:
+        """Continue (B, T) prompts by `max_new_tokens` tokens; returns (B, T + max_new_tokens).
+
+        temperature=0 is greedy. With the cache each new token costs one position, not the prefix.
+        The total may not exceed the context: a longer request is refused up front with the numbers.
+        """
+        return torch.cat([idx, *self.stream(idx, max_new_tokens, temperature=temperature, top_k=top_k,
+                                            top_p=top_p, generator=generator, use_cache=use_cache)], dim=1)
+
+    @torch.no_grad()
+    def stream(self, idx: Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
+               top_p: float | None = None, generator: torch.Generator | None = None,
+               use_cache: bool = True) -> Iterator[Tensor]:
+        """Yield each new (B, 1) token as soon as it is sampled (for streaming to a terminal)."""
+        if idx.dim() != 2 or idx.shape[1] < 1:
+            raise ValueError(f"prompt ids must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
+        if max_new_tokens < 0 or temperature < 0:
+            raise ValueError(f"max_new_tokens and temperature must be >= 0, got {max_new_tokens}, {temperature}")
+        if top_k is not None and top_k < 1 or top_p is not None and not 0 < top_p <= 1:
+            raise ValueError(f"top_k must be >= 1 and top_p in (0, 1]; got top_k={top_k}, top_p={top_p}")
+        total = idx.shape[1] + max_new_tokens
+        if total > self.config.context:
+            raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) = {total} "
+                             f"exceeds the model's context of {self.config.context} tokens")
+        was_training = self.training
+        self.eval()
+        try:
+            cache = self.new_cache(idx.shape[0], total) if use_cache else None
+            seq, step_in = idx, idx
+            for _ in range(max_new_tokens):
+                logits = self(step_in if use_cache else seq, cache=cache, last_only=True)[:, -1].float()
+                nxt = sample(logits, temperature, top_k, top_p, generator)
+                seq = torch.cat([seq, nxt], dim=1) if not use_cache else seq
+                step_in = nxt
+                yield nxt
+        finally:
+            self.train(was_training)
+
+
+def sample(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+           generator: torch.Generator | None = None) -> Tensor:
+    """(B, V) logits -> (B, 1) ids: greedy at temperature 0, else top-k / nucleus sampling."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        drop = cum - sorted_logits.softmax(dim=-1) >= top_p  # keep the smallest set reaching top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    probs = logits.softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)

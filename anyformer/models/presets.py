@@ -1,0 +1,41 @@
+"""One preset table for every model family (big_vision style: a name -> the few numbers that differ).
+
+Standard shapes: ViT from Dosovitskiy et al. (Ti/S from DeiT), GPT-2 from Radford et al.,
+BERT-base from Devlin et al.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_VIT_224 = dict(image_size=224, in_chans=3, num_classes=1000)
+_GPT2 = dict(vocab_size=50257, context=1024)
+
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    # Vision Transformers: width, depth, heads, MLP hidden, patch.
+    "vit-ti/16": ("vit", dict(_VIT_224, patch_size=16, width=192, depth=12, heads=3, mlp_hidden=768)),
+    "vit-s/16": ("vit", dict(_VIT_224, patch_size=16, width=384, depth=12, heads=6, mlp_hidden=1536)),
+    "vit-b/16": ("vit", dict(_VIT_224, patch_size=16, width=768, depth=12, heads=12, mlp_hidden=3072)),
+    "vit-b/32": ("vit", dict(_VIT_224, patch_size=32, width=768, depth=12, heads=12, mlp_hidden=3072)),
+    "vit-l/16": ("vit", dict(_VIT_224, patch_size=16, width=1024, depth=24, heads=16, mlp_hidden=4096)),
+    "vit-h/14": ("vit", dict(_VIT_224, patch_size=14, width=1280, depth=32, heads=16, mlp_hidden=5120)),
+    # Seed 000's tiny ViT, as written: patch 4, width 128, 8 blocks of 8 heads, MLP hidden 128,
+    # no final norm, a one-hidden-layer GELU MLP on the class token, Keras' LayerNorm epsilon.
+    "vit-mnist": ("vit", dict(image_size=28, in_chans=1, num_classes=10, patch_size=4, width=128, depth=8,
+                              heads=8, mlp_hidden=128, head_hidden=128, head_activation="gelu",
+                              final_norm=False, norm_eps=1e-3)),
+    # GPT-2 family: width, depth, heads (MLP 4x, tanh GELU, tied head).
+    "gpt2": ("gpt", dict(_GPT2, width=768, depth=12, heads=12)),
+    "gpt2-medium": ("gpt", dict(_GPT2, width=1024, depth=24, heads=16)),
+    "gpt2-large": ("gpt", dict(_GPT2, width=1280, depth=36, heads=20)),
+    "gpt2-xl": ("gpt", dict(_GPT2, width=1600, depth=48, heads=25)),
+    # nanoGPT's shakespeare_char model: characters, 6 layers of 6 heads, width 384, context 256.
+    "shakespeare-char": ("gpt", dict(vocab_size=65, context=256, width=384, depth=6, heads=6,
+                                     dropout=0.2, bias=False, activation="gelu")),
+    # BERT-style encoders (post-norm).
+    "bert-base": ("text-encoder", dict(width=768, depth=12, heads=12, mlp_hidden=3072)),
+    "minilm-l6": ("text-encoder", dict(width=384, depth=6, heads=12, mlp_hidden=1536)),
+}
+
+
+def presets_of(family: str) -> list[str]:
+    return [name for name, (fam, _) in PRESETS.items() if fam == family]

@@ -1,0 +1,87 @@
+"""BERT-style text encoder: token + position + segment embeddings, LayerNorm, post-norm blocks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn import LearnedPosition, TokenEmbedding, Transformer
+from .base import Model
+
+
+@dataclass
+class TextEncoderConfig:
+    vocab_size: int = 30522
+    max_positions: int = 512
+    type_vocab_size: int = 2
+    width: int = 768
+    depth: int = 12
+    heads: int = 12
+    mlp_hidden: int = 3072
+    activation: str = "gelu"
+    norm_eps: float = 1e-12
+    dropout: float = 0.1
+    attn_dropout: float = 0.1
+    pooler: bool = True              # BERT's tanh layer on the first token
+    attn_impl: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_positions", "type_vocab_size", "width", "depth", "heads", "mlp_hidden"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.width % self.heads:
+            raise ValueError(f"width must be divisible by heads: got width={self.width}, heads={self.heads}")
+
+
+class TextEncoder(Model):
+    """`enc(input_ids, attention_mask)` -> hidden states (B, N, D)."""
+
+    family = "text-encoder"
+    config_class = TextEncoderConfig
+
+    def __init__(self, config: TextEncoderConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.tok_embed = TokenEmbedding(c.vocab_size, c.width)
+        self.pos = LearnedPosition(c.max_positions, c.width)
+        self.type_embed = TokenEmbedding(c.type_vocab_size, c.width)
+        self.embed_norm = nn.LayerNorm(c.width, eps=c.norm_eps)
+        self.embed_drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm="post",
+                                    final_norm=False, norm_eps=c.norm_eps, activation=c.activation,
+                                    dropout=c.dropout, attn_dropout=c.attn_dropout, impl=c.attn_impl)
+        self.pooler = nn.Linear(c.width, c.width) if c.pooler else None
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, return_attention: bool | Sequence[int] = False):
+        """input_ids (B, N); attention_mask (B, N), 1 for real tokens and 0 for padding."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.pos(self.tok_embed(input_ids)) + self.type_embed(token_type_ids)
+        x = self.embed_drop(self.embed_norm(x))
+        mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != input_ids.shape:
+                raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+                                 f"got {tuple(attention_mask.shape)}")
+            mask = attention_mask.bool()
+        return self.backbone(x, mask=mask, return_attention=return_attention)
+
+    def pool(self, hidden: Tensor) -> Tensor:
+        """BERT's pooled output: tanh(W h_[CLS] + b)."""
+        if self.pooler is None:
+            raise ValueError("this encoder was built with pooler=False")
+        return torch.tanh(self.pooler(hidden[:, 0]))
+
+    @torch.no_grad()
+    def sentence_embedding(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Mean of the real tokens' hidden states, L2-normalised (sentence-transformers' recipe)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self(input_ids, attention_mask)
+        m = attention_mask.to(hidden.dtype)[..., None]
+        mean = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+        return F.normalize(mean, dim=-1)

@@ -1,0 +1,117 @@
+"""Vision Transformer: patches -> [class; patch tokens] + positions -> backbone -> classifier.
+
+z0 = [x_class; x_p E] + E_pos;  z_l = blocks(z_{l-1});  y = head(LN(z_L)[class])   (seed 001)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, PatchEmbedding,
+                  SinusoidalPosition, Transformer, init_weights)
+from ..nn.embeddings import pair
+from .base import Model
+
+VIT_POSITIONS = ("learned", "concat", "sinusoidal", "none")
+
+
+@dataclass
+class ViTConfig:
+    image_size: int | tuple[int, int] = 224
+    patch_size: int | tuple[int, int] = 16
+    in_chans: int = 3
+    num_classes: int = 1000
+    width: int = 768
+    depth: int = 12
+    heads: int = 12
+    mlp_hidden: int = 3072
+    mlp_layers: int = 1
+    activation: str = "gelu"
+    position: str = "learned"        # learned | concat | sinusoidal (2-D) | none
+    pos_width: int = 0               # channels of concatenated positions (position="concat")
+    class_token: bool = True
+    num_registers: int = 0
+    pool: str = "cls"                # cls | mean
+    head_hidden: int | None = None   # pre-logits layer (seed 004: tanh; seed 000: GELU)
+    head_activation: str = "tanh"
+    final_norm: bool = True
+    norm_eps: float = 1e-6
+    bias: bool = True
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    drop_path: float = 0.0
+    layer_scale: float | None = None
+    attn_impl: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.position not in VIT_POSITIONS:
+            raise ValueError(f"unknown ViT position {self.position!r}; expected one of {VIT_POSITIONS}")
+        if self.position == "concat" and not 0 < self.pos_width < self.width:
+            raise ValueError(f"position='concat' needs 0 < pos_width < width, got pos_width={self.pos_width}")
+        for name in ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.width % self.heads:
+            raise ValueError(f"width must be divisible by heads: got width={self.width}, heads={self.heads}")
+        h, w = pair(self.image_size)
+        ph, pw = pair(self.patch_size)
+        if h % ph or w % pw:
+            raise ValueError(f"image size {h}x{w} is not divisible by the patch size {ph}x{pw}")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        (h, w), (ph, pw) = pair(self.image_size), pair(self.patch_size)
+        return h // ph, w // pw
+
+
+class ViT(Model):
+    """A ViT classifier. `vit(images)` -> logits (B, classes); images are (B, C, H, W) floats."""
+
+    family = "vit"
+    config_class = ViTConfig
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        token_width = c.width - (c.pos_width if c.position == "concat" else 0)
+        self.patch_embed = PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias)
+        self.prefix = ClassToken(token_width, c.num_registers, c.class_token)
+        n = c.grid[0] * c.grid[1] + self.prefix.num_prefix
+        self.pos = {"learned": lambda: LearnedPosition(n, c.width),
+                    "concat": lambda: ConcatPosition(n, c.pos_width),
+                    "sinusoidal": lambda: SinusoidalPosition(n, c.width, grid=c.grid, prefix=self.prefix.num_prefix),
+                    "none": lambda: nn.Identity()}[c.position]()
+        self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, mlp_layers=c.mlp_layers,
+                                    final_norm=c.final_norm, norm_eps=c.norm_eps, activation=c.activation,
+                                    bias=c.bias, dropout=c.dropout, attn_dropout=c.attn_dropout,
+                                    drop_path=c.drop_path, layer_scale=c.layer_scale, impl=c.attn_impl)
+        self.pos_drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.head = ClassifierHead(c.width, c.num_classes, pool=c.pool, hidden=c.head_hidden,
+                                   activation=c.head_activation, num_prefix=self.prefix.num_prefix)
+        self.head.apply(init_weights)
+        with torch.no_grad():  # tiny random prefix tokens, as timm, so they are not a symmetric zero
+            for t in (self.prefix.cls_token, self.prefix.reg_token):
+                if t is not None:
+                    nn.init.normal_(t, std=1e-6)
+
+    def tokens(self, images: Tensor) -> Tensor:
+        """Input head: (B, C, H, W) -> (B, prefix + H/p * W/p, D) with positions."""
+        expected = pair(self.config.image_size)
+        if images.dim() == 4 and tuple(images.shape[-2:]) != expected and self.config.position != "none":
+            raise ValueError(f"expected images of size {expected[0]}x{expected[1]} (the model's image_size), "
+                             f"got {images.shape[-2]}x{images.shape[-1]}")
+        return self.pos_drop(self.pos(self.prefix(self.patch_embed(images))))
+
+    def forward_features(self, images: Tensor, return_attention: bool | Sequence[int] = False):
+        """Backbone output tokens (B, N, D), after the final norm."""
+        return self.backbone(self.tokens(images), return_attention=return_attention)
+
+    def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False):
+        out = self.forward_features(images, return_attention)
+        if return_attention is False or return_attention is None:
+            return self.head(out)
+        tokens, attn = out
+        return self.head(tokens), attn

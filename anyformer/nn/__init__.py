@@ -1,0 +1,17 @@
+"""Floor 1: the building blocks, pure torch.nn modules."""
+from .attention import ATTENTION_IMPLS, KVCache, MultiHeadAttention, attention_explicit
+from .embeddings import ClassToken, LinearEmbedding, PatchEmbedding, TokenEmbedding
+from .heads import ClassifierHead, LMHead, PatchOutput
+from .mlp import MLP
+from .positions import (POSITION_KINDS, ConcatPosition, LearnedPosition, RotaryEmbedding,
+                        SinusoidalPosition, sinusoidal_1d, sinusoidal_2d)
+from .transformer import LayerScale, Transformer, TransformerBlock, drop_path, init_weights
+
+__all__ = [
+    "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
+    "ClassToken", "LinearEmbedding", "PatchEmbedding", "TokenEmbedding",
+    "ClassifierHead", "LMHead", "PatchOutput", "MLP",
+    "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
+    "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "drop_path",
+    "init_weights",
+]

@@ -1,0 +1,170 @@
+"""Multi-head attention: softmax(Q K^T / sqrt(D_h)) V, per head, heads concatenated, then U_msa.
+
+Two paths compute the same thing. The fused path calls
+`torch.nn.functional.scaled_dot_product_attention`; the explicit path builds the attention
+matrix with a softmax and can return it. A layer takes the explicit path only when its weights
+are asked for, or when `impl="explicit"`, or when `impl="auto"` judges plain matmuls faster for
+the shape (CPU, short sequences: SDPA's fused kernel loses there, see benchmarks/).
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .positions import RotaryEmbedding
+
+AttentionImpl = Literal["auto", "fused", "explicit"]
+ATTENTION_IMPLS = ("auto", "fused", "explicit")
+
+# On CPU, SDPA's flash kernel beats plain matmuls only for longer sequences; below this many
+# keys the explicit path trains faster (measured in benchmarks/bench_attention.py).
+_CPU_EXPLICIT_MAX_KEYS = 128
+
+
+class KVCache:
+    """Keys and values of one attention layer kept between generation steps.
+
+    Preallocated to `max_len` so that appending a token is a copy into place, not a concat
+    of the whole prefix.
+    """
+
+    def __init__(self, batch: int, heads: int, head_dim: int, max_len: int,
+                 dtype: torch.dtype, device: torch.device | str) -> None:
+        self.k = torch.empty(batch, heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.length = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store (B, H, T, D_h) new keys/values; return all keys/values so far."""
+        t = k.shape[2]
+        if self.length + t > self.max_len:
+            raise ValueError(f"KV cache holds at most {self.max_len} positions; "
+                             f"got {self.length} cached + {t} new")
+        self.k[:, :, self.length:self.length + t] = k
+        self.v[:, :, self.length:self.length + t] = v
+        self.length += t
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+
+
+def _as_attn_mask(mask: Tensor | None, batch: int, nq: int, nk: int) -> Tensor | None:
+    """Normalise a boolean mask (True = may attend) to a shape SDPA broadcasts: (B|1, 1|H, Nq|1, Nk)."""
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = attend), got dtype {mask.dtype}")
+    if mask.dim() == 2:  # key-padding mask (B, Nk)
+        if mask.shape != (batch, nk):
+            raise ValueError(f"key-padding mask must have shape (B, Nk) = ({batch}, {nk}), "
+                             f"got {tuple(mask.shape)}")
+        return mask[:, None, None, :]
+    if mask.dim() == 3:  # (B, Nq, Nk)
+        return mask[:, None]
+    if mask.dim() == 4:
+        return mask
+    raise ValueError(f"mask must be (B, Nk), (B, Nq, Nk) or (B, H, Nq, Nk); got shape {tuple(mask.shape)}")
+
+
+def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+                       mask: Tensor | None = None, dropout: float = 0.0,
+                       training: bool = False) -> tuple[Tensor, Tensor]:
+    """The maths spelled out: returns (output (B,H,Nq,D_h), weights (B,H,Nq,Nk))."""
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+    allowed = _causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    # Softmax in at least float32 so that half-precision inputs do not lose the small weights.
+    low = scores.dtype in (torch.float16, torch.bfloat16)
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) if low else scores.softmax(dim=-1)
+    if allowed is not None:  # a fully masked row would be NaN; it attends to nothing instead
+        weights = weights.nan_to_num(0.0)
+    dropped = F.dropout(weights, dropout, training) if dropout > 0 else weights
+    return dropped @ v, weights
+
+
+def _causal_mask(nq: int, nk: int, device: torch.device) -> Tensor:
+    """Bottom-right aligned: with a cache the nq queries are the last nq of nk positions."""
+    return torch.ones(nq, nk, dtype=torch.bool, device=device).tril(diagonal=nk - nq)
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention over x, or cross-attention from x to `context` when `cross=True`.
+
+    Weights: `qkv` (D -> 3D) for self-attention, `q` and `kv` for cross-attention, `proj` (U_msa).
+    """
+
+    def __init__(self, width: int, heads: int, *, cross: bool = False, context_width: int | None = None,
+                 bias: bool = True, attn_dropout: float = 0.0, proj_dropout: float = 0.0,
+                 rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto") -> None:
+        super().__init__()
+        if width % heads != 0:
+            raise ValueError(f"width must be divisible by heads: got width={width}, heads={heads}")
+        if impl not in ATTENTION_IMPLS:
+            raise ValueError(f"unknown attention impl {impl!r}; expected one of {ATTENTION_IMPLS}")
+        self.width, self.heads, self.head_dim = width, heads, width // heads
+        self.cross = cross
+        if cross:
+            self.q = nn.Linear(width, width, bias=bias)
+            self.kv = nn.Linear(context_width or width, 2 * width, bias=bias)
+        else:
+            self.qkv = nn.Linear(width, 3 * width, bias=bias)  # fused: one matmul for Q, K, V
+        self.proj = nn.Linear(width, width, bias=bias)
+        self.attn_dropout = attn_dropout
+        self.proj_drop = nn.Dropout(proj_dropout) if proj_dropout > 0 else nn.Identity()
+        self.rotary = rotary
+        self.impl = impl
+
+    def _heads(self, t: Tensor, n: int) -> Tensor:
+        """(B, N, k*D) -> k tensors of (B, H, N, D_h)."""
+        return t.unflatten(-1, (n, self.heads, self.head_dim)).permute(2, 0, 3, 1, 4)
+
+    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                mask: Tensor | None = None, need_weights: bool = False,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+        """x: (B, N, D); context: (B, M, D_c) for cross-attention. Returns (y, weights or None)."""
+        B, N, _ = x.shape
+        if self.cross:
+            if context is None:
+                raise ValueError("cross-attention needs a context tensor (B, M, D_c)")
+            q = self._heads(self.q(x), 1)[0]
+            k, v = self._heads(self.kv(context), 2)
+        else:
+            if context is not None:
+                raise ValueError("this attention layer is self-attention; it takes no context")
+            q, k, v = self._heads(self.qkv(x), 3)
+        offset = cache.length if cache is not None else 0
+        if self.rotary is not None:
+            q, k = self.rotary(q, offset), self.rotary(k, offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        nk = k.shape[2]
+        attn_mask = _as_attn_mask(mask, B, N, nk)
+        drop = self.attn_dropout if self.training else 0.0
+        weights = None
+        if need_weights or self._explicit(nk, x):
+            out, weights = attention_explicit(q, k, v, causal=causal, mask=attn_mask,
+                                              dropout=drop, training=self.training)
+        else:
+            if causal and attn_mask is None and N == nk:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+            else:
+                if causal and N > 1:
+                    cm = _causal_mask(N, nk, x.device)
+                    attn_mask = cm if attn_mask is None else attn_mask & cm
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
+        y = self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, N, self.width)))
+        return y, (weights if need_weights else None)
+
+    def _explicit(self, nk: int, x: Tensor) -> bool:
+        if self.impl == "auto":
+            return x.device.type == "cpu" and nk <= _CPU_EXPLICIT_MAX_KEYS
+        return self.impl == "explicit"

@@ -1,0 +1,95 @@
+"""Input heads: turn raw data into (B, N, D) tokens.
+
+Discrete symbols go through a lookup table, continuous vectors through a linear map, images
+through patches (a strided convolution is a linear map of each non-overlapping patch).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class TokenEmbedding(nn.Module):
+    """Lookup table: (B, T) integer ids -> (B, T, D)."""
+
+    def __init__(self, vocab_size: int, width: int) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.weight = nn.Parameter(torch.randn(vocab_size, width) * 0.02)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got values in "
+                             f"[{int(ids.min())}, {int(ids.max())}]")
+        return nn.functional.embedding(ids, self.weight)
+
+
+class LinearEmbedding(nn.Module):
+    """Continuous vectors: (B, N, F) -> (B, N, D) by one shared linear map."""
+
+    def __init__(self, in_features: int, width: int, bias: bool = True) -> None:
+        super().__init__()
+        self.proj = nn.Linear(in_features, width, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.proj.in_features:
+            raise ValueError(f"expected vectors of shape (B, N, {self.proj.in_features}), got {tuple(x.shape)}")
+        return self.proj(x)
+
+
+def pair(v: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+class PatchEmbedding(nn.Module):
+    """Images (B, C, H, W) -> patch tokens (B, H/p * W/p, D), row-major over the patch grid.
+
+    Any H and W divisible by the patch (non-square too) and any channel count fixed at build.
+    """
+
+    def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int, bias: bool = True) -> None:
+        super().__init__()
+        self.patch_size = pair(patch_size)
+        self.in_chans = in_chans
+        self.proj = nn.Conv2d(in_chans, width, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
+
+    def grid(self, height: int, width: int) -> tuple[int, int]:
+        ph, pw = self.patch_size
+        if height % ph or width % pw:
+            raise ValueError(f"image size {height}x{width} is not divisible by the patch size {ph}x{pw}")
+        return height // ph, width // pw
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"expected images of shape (B, C, H, W), got a tensor of rank {x.dim()}: {tuple(x.shape)}")
+        if x.shape[1] != self.in_chans:
+            raise ValueError(f"expected {self.in_chans} image channels, got {x.shape[1]} (shape {tuple(x.shape)})")
+        if not x.is_floating_point():
+            raise TypeError(f"images must be a floating-point tensor, got dtype {x.dtype}")
+        self.grid(x.shape[2], x.shape[3])
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class ClassToken(nn.Module):
+    """Prepends a learned class token (and optional register tokens) to the sequence.
+
+    The class token starts independent of the input and gathers it by attending (seed 000).
+    Registers are extra learned tokens that give attention somewhere to park (Darcet et al.).
+    """
+
+    def __init__(self, width: int, num_registers: int = 0, class_token: bool = True) -> None:
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, width)) if class_token else None
+        self.reg_token = nn.Parameter(torch.zeros(1, num_registers, width)) if num_registers else None
+
+    @property
+    def num_prefix(self) -> int:
+        return (self.cls_token is not None) + (0 if self.reg_token is None else self.reg_token.shape[1])
+
+    def forward(self, x: Tensor) -> Tensor:
+        parts = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.reg_token) if t is not None]
+        return torch.cat([*parts, x], dim=1) if parts else x

@@ -1,0 +1,74 @@
+"""Output heads: turn tokens back into answers."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .embeddings import TokenEmbedding, pair
+from .mlp import make_activation
+
+POOLS = ("cls", "mean")
+
+
+class ClassifierHead(nn.Module):
+    """(B, N, D) tokens -> (B, classes) logits, pooling the class token or the mean of the rest.
+
+    `hidden` adds a pre-logits layer with an activation: tanh for pre-training in seed 004,
+    GELU for seed 000's final MLP.
+    """
+
+    def __init__(self, width: int, num_classes: int, *, pool: str = "cls", hidden: int | None = None,
+                 activation: str = "tanh", num_prefix: int = 1) -> None:
+        super().__init__()
+        if pool not in POOLS:
+            raise ValueError(f"unknown pooling {pool!r}; expected one of {POOLS}")
+        if pool == "cls" and num_prefix < 1:
+            raise ValueError("pool='cls' needs a class token; use pool='mean' without one")
+        self.pool, self.num_prefix = pool, num_prefix
+        self.pre_logits = nn.Sequential(nn.Linear(width, hidden), make_activation(activation)) if hidden else None
+        self.fc = nn.Linear(hidden or width, num_classes)
+
+    def pooled(self, tokens: Tensor) -> Tensor:
+        return tokens[:, 0] if self.pool == "cls" else tokens[:, self.num_prefix:].mean(dim=1)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.pooled(tokens)
+        if self.pre_logits is not None:
+            x = self.pre_logits(x)
+        return self.fc(x)
+
+
+class LMHead(nn.Module):
+    """(B, T, D) -> (B, T, vocab) next-token logits; with `tie_to` it reuses the input table."""
+
+    def __init__(self, width: int, vocab_size: int, *, tie_to: TokenEmbedding | None = None, bias: bool = False) -> None:
+        super().__init__()
+        if tie_to is not None:
+            if tie_to.weight.shape != (vocab_size, width):
+                raise ValueError(f"cannot tie LM head ({vocab_size}, {width}) to an embedding of shape "
+                                 f"{tuple(tie_to.weight.shape)}")
+            self.weight = tie_to.weight  # one Parameter, two uses
+        else:
+            self.weight = nn.Parameter(torch.randn(vocab_size, width) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.linear(x, self.weight, self.bias)
+
+
+class PatchOutput(nn.Module):
+    """(B, N, D) patch tokens -> (B, C, H, W) image: each token becomes its p x p x C patch (seed 002)."""
+
+    def __init__(self, width: int, patch_size: int | tuple[int, int], out_chans: int) -> None:
+        super().__init__()
+        self.patch_size, self.out_chans = pair(patch_size), out_chans
+        self.proj = nn.Linear(width, self.patch_size[0] * self.patch_size[1] * out_chans)
+
+    def forward(self, tokens: Tensor, grid: tuple[int, int]) -> Tensor:
+        gh, gw = grid
+        B, N, _ = tokens.shape
+        if N != gh * gw:
+            raise ValueError(f"expected {gh}*{gw}={gh * gw} patch tokens for grid {grid}, got {N}")
+        ph, pw = self.patch_size
+        x = self.proj(tokens).view(B, gh, gw, self.out_chans, ph, pw)
+        return x.permute(0, 3, 1, 4, 2, 5).reshape(B, self.out_chans, gh * ph, gw * pw)

@@ -1,0 +1,128 @@
+"""Model behaviour and clear errors for bad input."""
+import json
+
+import pytest
+import torch
+
+import anyformer as af
+
+
+@pytest.fixture
+def vit():
+    return af.ViT.preset("vit-mnist", depth=2).eval()
+
+
+def test_vit_non_square_images_and_channels():
+    vit = af.ViT.from_config(dict(image_size=(8, 12), patch_size=4, in_chans=5, num_classes=3,
+                                  width=16, depth=1, heads=2, mlp_hidden=32))
+    assert vit(torch.randn(2, 5, 8, 12)).shape == (2, 3)
+    assert vit.backbone(vit.tokens(torch.randn(1, 5, 8, 12))).shape == (1, 1 + 2 * 3, 16)
+
+
+@pytest.mark.parametrize("position", ["learned", "concat", "sinusoidal", "none"])
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_vit_position_kinds_and_pooling(position, pool):
+    vit = af.ViT.from_config(dict(image_size=16, patch_size=4, in_chans=1, num_classes=4, width=32, depth=1,
+                                  heads=4, mlp_hidden=32, position=position, pos_width=8, pool=pool,
+                                  num_registers=2, head_hidden=16))
+    logits, attn = vit(torch.randn(2, 1, 16, 16), return_attention=True)
+    assert logits.shape == (2, 4) and attn[0].shape == (2, 4, 16 + 3, 16 + 3)
+
+
+def test_vit_bad_inputs_are_named(vit):
+    with pytest.raises(ValueError, match=r"expected images of shape \(B, C, H, W\), got a tensor of rank 3"):
+        vit(torch.randn(1, 28, 28))
+    with pytest.raises(ValueError, match="expected 1 image channels, got 3"):
+        vit(torch.randn(1, 3, 28, 28))
+    with pytest.raises(ValueError, match="expected images of size 28x28.*got 32x32"):
+        vit(torch.randn(1, 1, 32, 32))
+    with pytest.raises(TypeError, match="floating-point"):
+        vit(torch.zeros(1, 1, 28, 28, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="image size 30x30 is not divisible by the patch size 4x4"):
+        af.ViT.preset("vit-mnist", image_size=30)
+    with pytest.raises(ValueError, match="width must be divisible by heads: got width=100, heads=8"):
+        af.ViT.preset("vit-mnist", width=100)
+    with pytest.raises(ValueError, match="unknown ViT position 'rotary'"):
+        af.ViT.preset("vit-mnist", position="rotary")
+
+
+def test_gpt_bad_inputs_are_named():
+    gpt = af.GPT.preset("shakespeare-char", depth=1)
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 65\); got values in \[0, 70\]"):
+        gpt(torch.tensor([[0, 70]]))
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        gpt(torch.zeros(1, 257, dtype=torch.long))
+    with pytest.raises(TypeError, match="integer tensor"):
+        gpt(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="exceeds the model's context of 256"):
+        gpt.generate(torch.zeros(1, 200, dtype=torch.long), max_new_tokens=100)
+
+
+@pytest.mark.parametrize("position", ["learned", "rotary", "sinusoidal"])
+def test_gpt_cached_generation_equals_uncached(position):
+    gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=2, heads=4, position=position)).eval()
+    prompt = torch.randint(0, 50, (2, 5))
+    a = gpt.generate(prompt, 20, temperature=0, use_cache=True)
+    b = gpt.generate(prompt, 20, temperature=0, use_cache=False)
+    assert torch.equal(a, b)
+    # and the logits of each cached step equal the full forward's
+    cache = gpt.new_cache(2)
+    step = gpt(a[:, :5], cache=cache)
+    logits = [step[:, -1]]
+    for t in range(5, a.shape[1] - 1):
+        logits.append(gpt(a[:, t:t + 1], cache=cache)[:, -1])
+    full = gpt(a[:, :-1])[:, 4:]
+    torch.testing.assert_close(torch.stack(logits, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_sampling_is_reproducible_with_a_generator():
+    gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=1, heads=4)).eval()
+    p = torch.zeros(1, 1, dtype=torch.long)
+    runs = [gpt.generate(p, 30, temperature=0.8, top_k=10, top_p=0.9,
+                         generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    assert torch.equal(*runs)
+
+
+def test_text_encoder_padding_does_not_change_real_tokens():
+    enc = af.TextEncoder.preset("minilm-l6", depth=2).eval()
+    ids = torch.randint(1, 1000, (1, 5))
+    alone = enc(ids)
+    padded = enc(torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], 1), torch.tensor([[1] * 5 + [0] * 3]))
+    torch.testing.assert_close(padded[:, :5], alone, atol=1e-5, rtol=1e-5)
+    e = enc.sentence_embedding(ids)
+    torch.testing.assert_close(e.norm(dim=-1), torch.ones(1))
+
+
+def test_heads_and_embeddings():
+    from anyformer.nn import LinearEmbedding, PatchEmbedding, PatchOutput
+    pe, po = PatchEmbedding(4, 3, 32), PatchOutput(32, 4, 3)
+    img = torch.randn(2, 3, 8, 12)
+    tokens = pe(img)
+    assert tokens.shape == (2, 6, 32) and po(tokens, pe.grid(8, 12)).shape == img.shape
+    # With PatchOutput set to the inverse of an identity patch projection, image -> tokens -> image is exact.
+    pe, po = PatchEmbedding(2, 1, 4, bias=False), PatchOutput(4, 2, 1)
+    with torch.no_grad():
+        pe.proj.weight.copy_(torch.eye(4).view(4, 1, 2, 2))
+        po.proj.weight.copy_(torch.eye(4))
+        po.proj.bias.zero_()
+    img = torch.randn(1, 1, 4, 6)
+    torch.testing.assert_close(po(pe(img), (2, 3)), img)
+    with pytest.raises(ValueError, match=r"expected vectors of shape \(B, N, 7\)"):
+        LinearEmbedding(7, 16)(torch.randn(2, 3, 5))
+
+
+def test_load_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="expected .*config.json"):
+        af.load(tmp_path)
+    vit = af.ViT.preset("vit-mnist", depth=1)
+    vit.save(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        af.load(tmp_path)
+    af.ViT.preset("vit-mnist", depth=2).save(tmp_path / "other")
+    (tmp_path / "other" / "model.safetensors").replace(tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="does not fit the model in config.json"):
+        af.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"family": "rnn", "config": {}}))
+    with pytest.raises(ValueError, match="does not describe an anyformer model"):
+        af.load(tmp_path)

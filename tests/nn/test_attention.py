@@ -1,0 +1,109 @@
+"""Attention: the seeds' maths as properties, and the two paths held equal."""
+import pytest
+import torch
+
+from anyformer.nn import MultiHeadAttention, Transformer, attention_explicit
+
+
+def _mha(impl, **kw):
+    torch.manual_seed(1)
+    return MultiHeadAttention(32, 4, impl=impl, **kw)
+
+
+def test_weights_are_a_distribution_over_keys():
+    m = _mha("explicit")
+    _, w = m(torch.randn(3, 7, 32), need_weights=True)
+    assert w.shape == (3, 4, 7, 7)
+    assert (w >= 0).all()
+    torch.testing.assert_close(w.sum(-1), torch.ones(3, 4, 7))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_and_explicit_agree_forward_and_backward(causal, masked):
+    x = torch.randn(2, 9, 32, requires_grad=True)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    outs, grads = [], []
+    for impl in ("fused", "explicit"):
+        m = _mha(impl)
+        y, _ = m(x, causal=causal, mask=mask if masked else None)
+        y.pow(2).sum().backward()
+        outs.append(y.detach())
+        grads.append((x.grad.clone(), m.qkv.weight.grad.clone()))
+        x.grad = None
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-5, rtol=1e-5)
+
+
+def test_gradcheck_float64():
+    q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    assert torch.autograd.gradcheck(lambda q, k, v: attention_explicit(q, k, v, causal=True)[0], (q, k, v))
+    m = MultiHeadAttention(8, 2, impl="fused").double()
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: m(x)[0], (x,))
+
+
+def test_causal_output_ignores_the_future():
+    m = _mha("auto")
+    x = torch.randn(1, 10, 32)
+    y, _ = m(x, causal=True)
+    for t in range(9):
+        x2 = x.clone()
+        x2[:, t + 1:] = torch.randn_like(x2[:, t + 1:])
+        y2, _ = m(x2, causal=True)
+        torch.testing.assert_close(y2[:, : t + 1], y[:, : t + 1])
+        assert not torch.allclose(y2[:, t + 1:], y[:, t + 1:])
+
+
+def test_key_padding_mask_hides_keys():
+    m = _mha("explicit")
+    x = torch.randn(1, 6, 32)
+    mask = torch.tensor([[True, True, True, True, False, False]])
+    y, w = m(x, mask=mask, need_weights=True)
+    assert (w[..., 4:] == 0).all()
+    x2 = x.clone()
+    x2[:, 4:] = 5 * torch.randn(1, 2, 32)
+    y2, _ = m(x2, mask=mask)
+    torch.testing.assert_close(y2[:, :4], y[:, :4])
+
+
+def test_cross_attention_attends_to_the_other_sequence_only():
+    m = MultiHeadAttention(32, 4, cross=True, context_width=16, impl="explicit")
+    x, ctx = torch.randn(2, 5, 32), torch.randn(2, 3, 16)
+    y, w = m(x, ctx, need_weights=True)
+    assert w.shape == (2, 4, 5, 3)  # queries from x, keys from the context alone
+    y_other, _ = m(x, torch.randn(2, 3, 16))
+    assert not torch.allclose(y, y_other)
+    # A query's output depends on the context and its own token only, not on the other queries.
+    x2 = x.clone()
+    x2[:, 1:] = torch.randn(2, 4, 32)
+    y2, _ = m(x2, ctx)
+    torch.testing.assert_close(y2[:, 0], y[:, 0])
+
+
+def test_return_attention_only_layers_asked():
+    torch.manual_seed(0)
+    trunk = Transformer(width=32, depth=4, heads=4, impl="fused").eval()
+    x = torch.randn(2, 6, 32)
+    y_all, attn_all = trunk(x, return_attention=True)
+    assert len(attn_all) == 4
+    y_some, attn_some = trunk(x, return_attention=[3, 1])
+    assert len(attn_some) == 2
+    torch.testing.assert_close(attn_some[0], attn_all[3])
+    torch.testing.assert_close(attn_some[1], attn_all[1])
+    torch.testing.assert_close(y_some, y_all, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(trunk(x), y_all, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="return_attention layers"):
+        trunk(x, return_attention=[4])
+
+
+def test_only_the_asked_layer_takes_the_explicit_path(monkeypatch):
+    import anyformer.nn.attention as att
+    calls = []
+    real = att.attention_explicit
+    monkeypatch.setattr(att, "attention_explicit", lambda *a, **k: calls.append(1) or real(*a, **k))
+    trunk = Transformer(width=32, depth=4, heads=4, impl="fused")
+    trunk(torch.randn(1, 5, 32), return_attention=[2])
+    assert len(calls) == 1

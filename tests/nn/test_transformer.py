@@ -1,0 +1,96 @@
+"""The backbone and its parts as the seeds define them."""
+import pytest
+import torch
+
+from anyformer.nn import (ConcatPosition, LearnedPosition, RotaryEmbedding, SinusoidalPosition, Transformer,
+                          TransformerBlock, sinusoidal_2d)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_backbone_without_positions_is_permutation_equivariant(norm):
+    trunk = Transformer(width=32, depth=3, heads=4, norm=norm).eval()
+    x = torch.randn(2, 8, 32)
+    perm = torch.randperm(8)
+    torch.testing.assert_close(trunk(x[:, perm]), trunk(x)[:, perm], atol=1e-5, rtol=1e-5)
+
+
+def test_positions_break_permutation_equivariance():
+    trunk, pos = Transformer(width=32, depth=2, heads=4).eval(), LearnedPosition(8, 32)
+    x = torch.randn(1, 8, 32)
+    perm = torch.arange(7, -1, -1)
+    assert not torch.allclose(trunk(pos(x[:, perm])), trunk(pos(x))[:, perm], atol=1e-4)
+
+
+def test_causal_backbone_ignores_the_future():
+    trunk = Transformer(width=32, depth=3, heads=4, rotary=True).eval()
+    x = torch.randn(1, 9, 32)
+    y = trunk(x, causal=True)
+    x2 = x.clone()
+    x2[:, 5:] = torch.randn(1, 4, 32)
+    torch.testing.assert_close(trunk(x2, causal=True)[:, :5], y[:, :5])
+
+
+def test_pre_and_post_norm_blocks_differ_as_written():
+    x = torch.randn(2, 4, 16)
+    post = TransformerBlock(16, 2, norm="post").eval()
+    y, _ = post(x)
+    # Post-norm ends with a LayerNorm: every token has zero mean and unit variance.
+    torch.testing.assert_close(y.mean(-1), torch.zeros(2, 4), atol=1e-5, rtol=0)
+    pre = TransformerBlock(16, 2, norm="pre").eval()
+    y_pre, _ = pre(x)
+    a, _ = pre.attn(pre.norm1(x))
+    h = x + a
+    torch.testing.assert_close(y_pre, h + pre.mlp(pre.norm2(h)))
+
+
+def test_drop_path_and_layer_scale():
+    block = TransformerBlock(16, 2, drop_path=0.5, layer_scale=1e-5)
+    assert block.ls1.gamma.shape == (16,)
+    x = torch.randn(64, 3, 16)
+    block.eval()
+    y, _ = block(x)
+    assert (y - x).abs().max() < 1e-3  # tiny layer scale: block is near identity at start
+    block.train()
+    y, _ = block(x)
+    dropped = ((y - x).abs().amax(dim=(1, 2)) == 0).float().mean()
+    assert 0.1 < dropped < 0.9  # whole samples' branches dropped
+
+
+def test_mlp_depth_and_activation():
+    from anyformer.nn import MLP
+    m = MLP(8, 32, layers=3, activation="gelu_tanh")
+    assert len(m.hidden) == 2 and m(torch.randn(2, 5, 8)).shape == (2, 5, 8)
+    with pytest.raises(ValueError, match="unknown activation 'swish'.*gelu"):
+        MLP(8, 32, activation="swish")
+
+
+def test_sinusoidal_and_concat_positions():
+    s = SinusoidalPosition(10, 16)
+    x = torch.zeros(1, 10, 16)
+    assert torch.allclose(s(x)[0, 0, 1::2], torch.ones(8))  # cos(0) = 1
+    t = sinusoidal_2d(3, 4, 16)
+    assert t.shape == (12, 16)
+    assert torch.equal(t[0, :8], t[1, :8])  # same row, same row half
+    assert not torch.equal(t[0, 8:], t[1, 8:])
+    c = ConcatPosition(5, 4)
+    assert c(torch.randn(2, 5, 12)).shape == (2, 5, 16)
+    with pytest.raises(ValueError, match="longer than the position table"):
+        LearnedPosition(4, 8)(torch.randn(1, 5, 8))
+
+
+def test_rotary_depends_on_relative_offset_only():
+    rope = RotaryEmbedding(8)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    d1 = (rope(q, 3) * rope(k, 1)).sum()
+    d2 = (rope(q, 10) * rope(k, 8)).sum()
+    torch.testing.assert_close(d1, d2)
+
+
+def test_bad_input_is_named():
+    trunk = Transformer(width=32, depth=1, heads=4)
+    with pytest.raises(ValueError, match=r"expected tokens of shape \(B, N, 32\), got \(2, 5, 16\)"):
+        trunk(torch.randn(2, 5, 16))
+    with pytest.raises(ValueError, match="width must be divisible by heads: got width=30, heads=4"):
+        Transformer(width=30, depth=1, heads=4)
+    with pytest.raises(TypeError, match="mask must be a bool"):
+        trunk(torch.randn(2, 5, 32), mask=torch.ones(2, 5))

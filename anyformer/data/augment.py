@@ -1,0 +1,113 @@
+"""Batched data augmentation on float tensors (B, C, H, W).
+
+Every op draws all its randomness for the whole batch in one call and
+transforms the batch with a few tensor ops (no Python loop over samples), so it
+is cheap enough for the training hot path and runs on whatever device `x` is on.
+Pass a seeded `torch.Generator` (on x's device) for reproducible augmentation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["random_affine", "random_crop_flip"]
+
+
+def _check_batch(x: torch.Tensor, fn: str, need_float: bool) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{fn}: expected a (B, C, H, W) tensor, got {shape}")
+    if need_float and not x.is_floating_point():
+        raise ValueError(f"{fn}: expected a floating point tensor, got {x.dtype}; convert with x.float() / 255 first")
+
+
+def random_affine(
+    x: torch.Tensor,
+    max_shift: float = 2 / 28,
+    max_rotate_deg: float = 10.0,
+    scale: tuple[float, float] = (0.9, 1.1),
+    generator: torch.Generator | None = None,
+    *,
+    fill: float = 0.0,
+) -> torch.Tensor:
+    """Random per-sample rotation, zoom and translation (for digits and the like).
+
+    max_shift: maximum translation as a FRACTION of the image size along each axis,
+      uniform in [-max_shift, max_shift]; the default 2/28 is +-2 pixels on 28x28.
+    max_rotate_deg: rotation angle uniform in [-max_rotate_deg, max_rotate_deg] degrees.
+    scale: zoom factor uniform in [scale[0], scale[1]]; > 1 enlarges the content.
+    fill: value for pixels sampled from outside the image (use the background
+      value, e.g. the normalised black level if `x` is already normalised).
+    Bilinear resampling; returns a new tensor of the same shape and dtype.
+    """
+    _check_batch(x, "random_affine", need_float=True)
+    if not 0 <= max_shift < 1:
+        raise ValueError(f"random_affine: max_shift is a fraction of the image size in [0, 1), got {max_shift}")
+    lo, hi = scale
+    if not 0 < lo <= hi:
+        raise ValueError(f"random_affine: scale must be (lo, hi) with 0 < lo <= hi, got {scale}")
+    b, _, h, w = x.shape
+    u = torch.rand(b, 4, generator=generator, device=x.device, dtype=x.dtype) * 2 - 1  # uniform [-1, 1)
+    angle = u[:, 0] * math.radians(max_rotate_deg)
+    s = lo + (u[:, 1] + 1) * 0.5 * (hi - lo)
+    # affine_grid maps output coords to input coords in [-1, 1] units on each axis; a
+    # shift of f*size pixels is 2f there, and rotation needs the H/W aspect correction
+    # to stay a true rotation on non-square images.
+    tx, ty = u[:, 2] * (2 * max_shift), u[:, 3] * (2 * max_shift)
+    cos, sin = torch.cos(angle) / s, torch.sin(angle) / s
+    a00, a01 = cos, -sin * (h / w)
+    a10, a11 = sin * (w / h), cos
+    theta = torch.stack(
+        [
+            torch.stack([a00, a01, -(a00 * tx + a01 * ty)], dim=1),
+            torch.stack([a10, a11, -(a10 * tx + a11 * ty)], dim=1),
+        ],
+        dim=1,
+    )  # (B, 2, 3): in = A (out - t), i.e. the content moves by +t
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    if fill == 0.0:
+        return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    # grid_sample can only pad with zeros, so shift the background to zero and back.
+    return F.grid_sample(x - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + fill
+
+
+def random_crop_flip(
+    x: torch.Tensor,
+    pad: int = 4,
+    flip: bool = True,
+    generator: torch.Generator | None = None,
+    *,
+    padding_mode: str = "reflect",
+) -> torch.Tensor:
+    """Pad by `pad` pixels, take a random same-size crop per sample, and mirror
+    half the samples left-right (the standard CIFAR augmentation).
+
+    padding_mode: "reflect" (needs pad < H and W) or "zeros". Pixels are moved,
+    never interpolated. Implemented as one gather over the padded batch.
+    """
+    _check_batch(x, "random_crop_flip", need_float=False)
+    if pad < 0:
+        raise ValueError(f"random_crop_flip: pad must be >= 0, got {pad}")
+    if padding_mode not in ("reflect", "zeros"):
+        raise ValueError(f"random_crop_flip: padding_mode must be 'reflect' or 'zeros', got {padding_mode!r}")
+    b, c, h, w = x.shape
+    if padding_mode == "reflect" and pad >= min(h, w):
+        raise ValueError(f"random_crop_flip: reflect padding needs pad < {min(h, w)}, got {pad}")
+    dev = x.device
+    if pad:
+        xp = F.pad(x, (pad, pad, pad, pad), mode="reflect" if padding_mode == "reflect" else "constant")
+        offs = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator, device=dev)
+    else:
+        xp = x
+        offs = torch.zeros(b, 2, dtype=torch.long, device=dev)
+    wp = w + 2 * pad
+    rows = offs[:, :1] + torch.arange(h, device=dev)  # (B, H)
+    cols = offs[:, 1:] + torch.arange(w, device=dev)  # (B, W)
+    if flip:
+        flipped = torch.rand(b, 1, generator=generator, device=dev) < 0.5
+        cols = torch.where(flipped, cols.flip(1), cols)  # mirror = read the crop's columns backwards
+    idx = (rows[:, :, None] * wp + cols[:, None, :]).reshape(b, 1, h * w).expand(b, c, h * w)
+    return xp.reshape(b, c, -1).gather(2, idx).reshape(b, c, h, w)

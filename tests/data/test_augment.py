@@ -1,0 +1,147 @@
+"""Batched augmentation: shapes, determinism, semantics and speed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from anyformer.data import random_affine, random_crop_flip, read_idx
+
+SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="module")
+def digits() -> torch.Tensor:
+    """256 real MNIST test digits as float (B, 1, 28, 28) in [0, 1]."""
+    x = torch.from_numpy(read_idx(SHARED / "mnist" / "t10k-images-idx3-ubyte.gz")[:256])
+    return x[:, None].float() / 255
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _center_of_mass(x: torch.Tensor) -> torch.Tensor:
+    """(B, 2) row/col centre of mass in pixels."""
+    b, _, h, w = x.shape
+    m = x.sum(1)
+    total = m.sum((1, 2))
+    rows = (m.sum(2) * torch.arange(h)).sum(1) / total
+    cols = (m.sum(1) * torch.arange(w)).sum(1) / total
+    return torch.stack([rows, cols], 1)
+
+
+# --------------------------------------------------------------------------- random_affine
+
+
+def test_affine_shape_dtype_determinism(digits: torch.Tensor) -> None:
+    a = random_affine(digits, generator=_gen(1))
+    b = random_affine(digits, generator=_gen(1))
+    c = random_affine(digits, generator=_gen(2))
+    assert a.shape == digits.shape and a.dtype == digits.dtype
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    # Every sample moves, and by a plausible amount (not wiped out).
+    diff = (a - digits).abs().flatten(1).mean(1)
+    assert (diff > 1e-3).all()
+    assert a.sum((1, 2, 3)).div(digits.sum((1, 2, 3))).sub(1).abs().max() < 0.35
+    h = random_affine(digits.double(), generator=_gen(1))
+    assert h.dtype == torch.float64
+
+
+def test_affine_identity_when_disabled(digits: torch.Tensor) -> None:
+    y = random_affine(digits, max_shift=0, max_rotate_deg=0, scale=(1, 1), generator=_gen(0))
+    torch.testing.assert_close(y, digits, atol=1e-5, rtol=0)
+
+
+def test_affine_shift_is_a_fraction_of_the_size(digits: torch.Tensor) -> None:
+    # Pure translation moves the centre of mass by at most max_shift * size pixels
+    # per axis (plus a little for content pushed past the border).
+    y = random_affine(digits, max_shift=0.1, max_rotate_deg=0, scale=(1, 1), generator=_gen(3))
+    delta = _center_of_mass(y) - _center_of_mass(digits)
+    assert delta.abs().max() <= 2.8 + 0.3
+    assert delta.abs().max() > 2.0  # the full range is actually used
+    assert (delta[:, 0] > 0).any() and (delta[:, 0] < 0).any()
+
+
+def test_affine_rotation_on_non_square_keeps_shape() -> None:
+    # A centred disc is rotation invariant; the aspect correction must keep it a disc.
+    h, w = 24, 48
+    yy, xx = torch.meshgrid(torch.arange(h) - (h - 1) / 2, torch.arange(w) - (w - 1) / 2, indexing="ij")
+    disc = ((yy**2 + xx**2) <= 8**2).float()[None, None].repeat(16, 1, 1, 1)
+    y = random_affine(disc, max_shift=0, max_rotate_deg=45, scale=(1, 1), generator=_gen(4))
+    assert (y - disc).abs().mean() < 0.02
+
+
+def test_affine_fill_value() -> None:
+    x = torch.full((8, 1, 10, 10), -0.5)
+    y = random_affine(x, max_shift=0.3, max_rotate_deg=30, scale=(0.7, 0.8), generator=_gen(5), fill=-0.5)
+    torch.testing.assert_close(y, x)  # background stays background
+
+
+def test_affine_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="floating"):
+        random_affine(torch.zeros(2, 1, 4, 4, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
+        random_affine(torch.zeros(1, 4, 4))
+    with pytest.raises(ValueError, match="fraction"):
+        random_affine(torch.zeros(2, 1, 4, 4), max_shift=2)
+
+
+# --------------------------------------------------------------------------- random_crop_flip
+
+
+def _reference_crop_flip(x: torch.Tensor, pad: int, gen_seed: int, mode: str) -> torch.Tensor:
+    """Loop version with the same random draws, to check the vectorised gather."""
+    g = _gen(gen_seed)
+    b, _, h, w = x.shape
+    xp = F.pad(x, (pad,) * 4, mode="reflect" if mode == "reflect" else "constant")
+    offs = torch.randint(0, 2 * pad + 1, (b, 2), generator=g)
+    flips = torch.rand(b, 1, generator=g) < 0.5
+    out = []
+    for i in range(b):
+        oy, ox = offs[i].tolist()
+        crop = xp[i, :, oy : oy + h, ox : ox + w]
+        out.append(crop.flip(-1) if flips[i] else crop)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "zeros"])
+def test_crop_flip_matches_loop_reference(mode: str) -> None:
+    x = torch.rand(32, 3, 32, 32, generator=_gen(0))
+    y = random_crop_flip(x, pad=4, generator=_gen(7), padding_mode=mode)
+    torch.testing.assert_close(y, _reference_crop_flip(x, 4, 7, mode), rtol=0, atol=0)
+
+
+def test_crop_flip_shape_dtype_determinism() -> None:
+    x = torch.rand(64, 3, 32, 32, generator=_gen(0))
+    a = random_crop_flip(x, generator=_gen(1))
+    assert a.shape == x.shape and a.dtype == x.dtype
+    assert torch.equal(a, random_crop_flip(x, generator=_gen(1)))
+    assert not torch.equal(a, random_crop_flip(x, generator=_gen(2)))
+    changed = (a != x).flatten(1).any(1)
+    assert changed.float().mean() > 0.9  # 1/81 * 1/2 chance per sample to be the identity
+
+
+def test_flip_only() -> None:
+    x = torch.rand(64, 3, 8, 8, generator=_gen(0))
+    y = random_crop_flip(x, pad=0, flip=True, generator=_gen(3))
+    same = (y == x).flatten(1).all(1)
+    mirrored = (y == x.flip(-1)).flatten(1).all(1)
+    assert (same | mirrored).all()
+    assert same.sum() > 10 and mirrored.sum() > 10
+    assert torch.equal(random_crop_flip(x, pad=0, flip=False), x)
+
+
+def test_crop_flip_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="reflect padding"):
+        random_crop_flip(torch.zeros(1, 1, 4, 4), pad=4)
+    with pytest.raises(ValueError, match="padding_mode"):
+        random_crop_flip(torch.zeros(1, 1, 8, 8), padding_mode="wrap")
+
+
+# --------------------------------------------------------------------------- speed

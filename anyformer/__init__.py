@@ -1,11 +1,34 @@
 """anyformer: one transformer backbone, input heads that turn any data into tokens, output heads
-that turn tokens into answers."""
-from .models import GPT, PRESETS, TextEncoder, ViT, load
-from .nn import (MLP, ClassifierHead, ClassToken, LinearEmbedding, LMHead, MultiHeadAttention,
-                 PatchEmbedding, PatchOutput, TokenEmbedding, Transformer, TransformerBlock)
+that turn tokens into answers.
+
+Names are imported on first use, so that `anyformer` on the command line can set process options
+(threads, allocator) before torch loads.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["GPT", "PRESETS", "TextEncoder", "ViT", "load", "MLP", "ClassifierHead", "ClassToken",
-           "LinearEmbedding", "LMHead", "MultiHeadAttention", "PatchEmbedding", "PatchOutput",
-           "TokenEmbedding", "Transformer", "TransformerBlock", "__version__"]
+_EXPORTS = {
+    "GPT": "models", "TextEncoder": "models", "ViT": "models", "load": "models", "PRESETS": "models",
+    "MLP": "nn", "ClassifierHead": "nn", "ClassToken": "nn", "LinearEmbedding": "nn", "LMHead": "nn",
+    "MultiHeadAttention": "nn", "PatchEmbedding": "nn", "PatchOutput": "nn", "TokenEmbedding": "nn",
+    "Transformer": "nn", "TransformerBlock": "nn", "train": "train",
+}
+__all__ = [*_EXPORTS, "__version__"]
+
+if TYPE_CHECKING:
+    from .models import GPT, PRESETS, TextEncoder, ViT, load
+    from .nn import (MLP, ClassifierHead, ClassToken, LinearEmbedding, LMHead, MultiHeadAttention,
+                     PatchEmbedding, PatchOutput, TokenEmbedding, Transformer, TransformerBlock)
+    from .train import train
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'anyformer' has no attribute {name!r}")

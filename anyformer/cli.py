@@ -1,0 +1,229 @@
+"""The `anyformer` command. User errors end with one line on stderr and exit code 2.
+
+Set ANYFORMER_DEBUG=1 to see the full traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import runtime
+
+
+def _kv(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="anyformer", description="Train, evaluate and inspect transformers.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("train", help="train a recipe (default: mnist) and write a run directory")
+    t.add_argument("recipe", nargs="?", default=None, help="a recipe name (see `anyformer recipes`)")
+    t.add_argument("--model", help="model preset, e.g. vit-mnist, vit-s/16, shakespeare-char")
+    t.add_argument("--set", dest="model_overrides", type=_kv, action="append", metavar="KEY=VALUE",
+                   help="override a model config field, e.g. --set depth=4 (repeatable)")
+    t.add_argument("--data", help="dataset name (mnist, fashion-mnist, cifar10) or a path")
+    t.add_argument("--out", help="run directory (default runs/RECIPE)")
+    g = t.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=float)
+    g.add_argument("--max-steps", type=int)
+    t.add_argument("--batch-size", type=int, help="the global batch size")
+    t.add_argument("--grad-accum", type=int, help="split each batch into this many accumulated chunks")
+    t.add_argument("--lr", type=float)
+    t.add_argument("--weight-decay", type=float)
+    t.add_argument("--warmup-steps", type=int)
+    t.add_argument("--schedule", choices=["cosine", "constant"])
+    t.add_argument("--label-smoothing", type=float)
+    t.add_argument("--grad-clip", type=float)
+    t.add_argument("--augment", choices=["none", "digits", "crop_flip"])
+    t.add_argument("--eval-every", type=int, help="steps between evaluations (default: each epoch)")
+    t.add_argument("--limit-train", type=int, help="train on the first N examples only")
+    t.add_argument("--limit-eval", type=int, help="evaluate on the first N examples only")
+    t.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    t.add_argument("--amp", choices=["none", "bf16", "fp16"], help="mixed precision (bf16 is fast on modern CPUs)")
+    t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    t.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (besides each evaluation)")
+    t.add_argument("--keep-checkpoints", type=int)
+    t.add_argument("--resume", action="store_true", default=None, help="continue from the run's last checkpoint")
+    t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+
+    sub.add_parser("recipes", help="list the training recipes")
+    e = sub.add_parser("eval", help="evaluate a run directory on its test set")
+    e.add_argument("dir")
+    pr = sub.add_parser("predict", help="classify image files with a trained image model")
+    pr.add_argument("dir")
+    pr.add_argument("images", nargs="+")
+    pr.add_argument("--top", type=int, default=3)
+    ge = sub.add_parser("generate", help="continue a prompt with a trained language model")
+    ge.add_argument("dir")
+    ge.add_argument("--prompt", required=True)
+    ge.add_argument("--max-new-tokens", type=int, default=200)
+    ge.add_argument("--temperature", type=float, default=0.8)
+    ge.add_argument("--top-k", type=int, default=None)
+    ge.add_argument("--top-p", type=float, default=None)
+    ge.add_argument("--seed", type=int, default=None)
+    at = sub.add_parser("attention", help="draw what a trained model attends to")
+    at.add_argument("dir")
+    at.add_argument("input", help="an image file (image models) or text (language models)")
+    at.add_argument("--out", required=True, help="PNG file to write")
+    at.add_argument("--layers", type=int, nargs="+")
+    at.add_argument("--heads", type=int, nargs="+")
+    return p
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import Trainer, recipe_config
+    values = {k: v for k, v in vars(args).items() if k not in ("command", "recipe")}
+    values["model_overrides"] = dict(args.model_overrides or [])
+    cfg = recipe_config(args.recipe, **values)
+    summary = Trainer(cfg).run()
+    run_dir = cfg.out or f"runs/{cfg.recipe}"
+    if "test_accuracy" in summary:
+        print(f"test accuracy {summary['test_accuracy']:.4f} after {summary['epochs']} epochs "
+              f"in {summary['train_seconds']:.0f}s of training ({summary['images_per_s']:.0f} images/s)")
+    elif "val_loss" in summary:
+        print(f"validation loss {summary['val_loss']:.4f} after {summary['steps']} steps "
+              f"in {summary['train_seconds']:.0f}s")
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from .train import RECIPES
+    width = max(map(len, RECIPES))
+    for name, r in RECIPES.items():
+        print(f"{name:<{width}}  {r['model']:<16} {r['data']:<14} {r['about']}")
+    return 0
+
+
+def _run_info(directory: str) -> tuple[Any, dict[str, Any]]:
+    from .models import load, read_config
+    meta = read_config(directory)
+    return load(directory), meta
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .train import TrainConfig
+    from .train.distributed import Distributed
+    from .train.tasks import make_task
+    import torch
+    model, meta = _run_info(args.dir)
+    if "train" not in meta:
+        raise ValueError(f"{args.dir} holds a model but no training settings; `anyformer eval` needs a run "
+                         f"directory written by `anyformer train`")
+    cfg = TrainConfig.from_dict({**meta["train"], "limit_train": 1})
+    task = make_task(cfg, torch.device("cpu"))
+    result = task.evaluate(model, Distributed())
+    shown = {k: round(v, 6) for k, v in result.items() if isinstance(v, float)}
+    print(json.dumps(shown))
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import torch
+    from .data import load_image
+    model, meta = _run_info(args.dir)
+    info = meta.get("data", {})
+    if info.get("kind") != "images":
+        raise ValueError(f"{args.dir} is not an image classifier run (its data kind is {info.get('kind')!r})")
+    mean = torch.tensor(info["mean"]).view(-1, 1, 1) * 255
+    std = torch.tensor(info["std"]).view(-1, 1, 1) * 255
+    for path in args.images:
+        x = load_image(path, info["channels"], tuple(info["image_size"]))
+        with torch.no_grad():
+            probs = model(((x.float() - mean) / std)[None]).softmax(-1)[0]
+        top = probs.topk(min(args.top, probs.numel()))
+        shown = ", ".join(f"{info['classes'][i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
+        print(f"{path}: {shown}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+    from .data.text import tokenizer_from_info
+    model, meta = _run_info(args.dir)
+    if model.family != "gpt":
+        raise ValueError(f"{args.dir} holds a {model.family} model; `generate` needs a language model run")
+    tok = tokenizer_from_info(meta.get("data", {}))
+    ids = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
+    gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    sys.stdout.write(args.prompt)
+    for nxt in model.stream(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, generator=gen):
+        sys.stdout.write(tok.decode(nxt[0].tolist()))
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_attention(args: argparse.Namespace) -> int:
+    import torch
+    from . import viz
+    model, meta = _run_info(args.dir)
+    info = meta.get("data", {})
+    if model.family == "vit":
+        from .data import load_image
+        x = load_image(args.input, info["channels"], tuple(info["image_size"]))
+        mean = torch.tensor(info["mean"]).view(-1, 1, 1) * 255
+        std = torch.tensor(info["std"]).view(-1, 1, 1) * 255
+        result = viz.image_attention(model, ((x.float() - mean) / std)[None], layers=args.layers,
+                                     class_names=info.get("classes"))
+        viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads)
+    elif model.family == "gpt":
+        from .data.text import tokenizer_from_info
+        tok = tokenizer_from_info(info)
+        ids = tok.encode(args.input)[-model.config.context:]
+        with torch.no_grad():
+            _, attn = model(torch.tensor([ids]), return_attention=args.layers or True)
+        viz.plot_token_attention([tok.decode([i]) for i in ids], attn, args.out, layers=args.layers, heads=args.heads)
+    else:
+        raise ValueError(f"`attention` supports image models and language models, not {model.family}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
+            "generate": cmd_generate, "attention": cmd_attention}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    runtime.configure()
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("anyformer: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - turned into one line below unless it is a bug
+        from .train import Interrupted
+        if isinstance(e, Interrupted):
+            print(f"anyformer: {e}", file=sys.stderr)
+            return 128 + e.signum
+        if os.environ.get("ANYFORMER_DEBUG") or not isinstance(e, (ValueError, TypeError, OSError, ImportError)):
+            raise
+        print(f"anyformer: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, FileNotFoundError) and e.filename and not e.args[1:]:
+        return f"no such file: {e.filename}"
+    text = str(e) if str(e) else type(e).__name__
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

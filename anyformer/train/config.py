@@ -1,0 +1,85 @@
+"""Training settings: one dataclass, filled from a recipe and then from command-line overrides."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+TASKS = ("classify", "lm")
+SCHEDULES = ("cosine", "constant")
+AUGMENTS = ("none", "digits", "crop_flip")
+NORMALIZE = ("dataset", "symmetric")
+AMP = ("none", "bf16", "fp16")
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "custom"
+    task: str = "classify"
+    model: str = "vit-mnist"                 # a preset name
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    data: str = "mnist"                      # a dataset name or a path
+    out: str | None = None                   # run directory (default runs/<recipe>)
+    epochs: float | None = 10
+    max_steps: int | None = None             # overrides epochs when given
+    batch_size: int = 128                    # the global batch, whatever the number of processes
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.0                # cosine ends at lr * min_lr_ratio
+    weight_decay: float = 0.05
+    decay_all: bool = False                  # seed 000's Adam decays every variable; we decay matrices only
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: str = "cosine"
+    warmup_steps: int = 0
+    label_smoothing: float = 0.0
+    grad_clip: float | None = None
+    augment: str = "none"
+    normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1]
+    eval_every: int = 0                      # steps between evaluations; 0 = each epoch
+    eval_batch_size: int = 1000
+    limit_train: int | None = None           # use only the first N training examples (tests, smoke runs)
+    limit_eval: int | None = None
+    seq_len: int | None = None               # language models: tokens per training sequence
+    eval_iters: int = 50                     # language models: validation batches per evaluation
+    tokenizer: str = "char"                  # language models: char | gpt2
+    device: str = "auto"
+    amp: str = "none"
+    compile: bool = False
+    seed: int = 0
+    threads: int | None = None
+    checkpoint_every: int = 0                # steps; 0 = only at evaluations
+    keep_checkpoints: int = 2
+    resume: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name, valid in (("task", TASKS), ("schedule", SCHEDULES),
+                            ("augment", AUGMENTS), ("normalize", NORMALIZE), ("amp", AMP),
+                            ("device", ("auto", "cpu", "cuda"))):
+            if getattr(self, name) not in valid:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {valid}")
+        if self.batch_size < 1 or self.grad_accum < 1:
+            raise ValueError(f"batch_size and grad_accum must be >= 1, got {self.batch_size}, {self.grad_accum}")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum})")
+        if self.max_steps is None and (self.epochs is None or self.epochs <= 0):
+            raise ValueError(f"give a positive --epochs or --max-steps (got epochs={self.epochs}, "
+                             f"max_steps={self.max_steps})")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if not self.lr > 0 or self.weight_decay < 0:
+            raise ValueError(f"lr must be > 0 and weight_decay >= 0, got lr={self.lr}, weight_decay={self.weight_decay}")
+        self.betas = tuple(self.betas)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown training option(s) {unknown}; valid options: {sorted(names)}")
+        return cls(**values)

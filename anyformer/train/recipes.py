@@ -1,0 +1,40 @@
+"""Recipes: a model preset, a dataset and the training settings that go together (like nanoGPT's
+config files). Every setting can be overridden on the command line."""
+from __future__ import annotations
+
+from typing import Any
+
+from .config import TrainConfig
+
+RECIPES: dict[str, dict[str, Any]] = {
+    "mnist": dict(
+        about="the default: a ViT tuned for MNIST accuracy per minute on a CPU",
+        task="classify", model="vit-mnist", data="mnist", epochs=5, batch_size=128, lr=2e-3,
+        weight_decay=0.05, warmup_steps=200, label_smoothing=0.1, augment="digits", grad_clip=1.0),
+    "mnist-seed": dict(
+        about="seed 000's recipe exactly: vit-mnist, batch 16, 10 epochs, Adam lr 1e-3, weight decay 1e-4, "
+              "pixels in [-1, 1], no augmentation",
+        task="classify", model="vit-mnist", data="mnist", epochs=10, batch_size=16, lr=1e-3,
+        weight_decay=1e-4, decay_all=True, schedule="constant", normalize="symmetric", augment="none"),
+    "fashion-mnist": dict(
+        about="the mnist recipe on Fashion-MNIST",
+        task="classify", model="vit-mnist", data="fashion-mnist", epochs=5, batch_size=128, lr=2e-3,
+        weight_decay=0.05, warmup_steps=200, label_smoothing=0.1, augment="digits", grad_clip=1.0),
+    "cifar10": dict(
+        about="a small ViT on CIFAR-10 (the JPEG tar or your folder), crops and flips",
+        task="classify", model="vit-mnist", data="cifar10", epochs=30, batch_size=256, lr=2e-3,
+        weight_decay=0.05, warmup_steps=500, label_smoothing=0.1, augment="crop_flip", grad_clip=1.0,
+        model_overrides=dict(patch_size=4, width=192, depth=6, heads=6, mlp_hidden=384, head_hidden=None,
+                             final_norm=True, norm_eps=1e-6)),
+}
+
+
+def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
+    """The recipe's settings with `overrides` (None values ignored) on top."""
+    name = name or "mnist"
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; valid recipes: {sorted(RECIPES)} (see `anyformer recipes`)")
+    values = {k: v for k, v in RECIPES[name].items() if k != "about"}
+    model_overrides = {**values.pop("model_overrides", {}), **(overrides.pop("model_overrides", None) or {})}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainConfig.from_dict({**values, "recipe": name, "model_overrides": model_overrides})

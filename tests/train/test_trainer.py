@@ -1,0 +1,101 @@
+"""Training on a real MNIST slice: it learns, it resumes exactly, it stops cleanly."""
+import json
+import os
+import signal
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import anyformer as af
+from anyformer.train import Interrupted, TrainingError
+from anyformer.train.optim import lr_at, param_groups
+
+from .conftest import make_trainer, tiny_config
+
+
+def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
+    cfg = tiny_config(tmp_path, epochs=3)
+    summary = make_trainer(cfg, mnist_slice).run()
+    run = tmp_path / "run"
+    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 3  # one line per evaluation, once each epoch
+    assert lines[-1]["train_loss"] < lines[0]["train_loss"] * 0.85
+    assert summary["test_accuracy"] > 0.35  # chance is 0.1; tiny ViTs start slowly (timm's too)
+    for name in ("config.json", "model.safetensors", "summary.json", "curves.png", "confusion.png", "attention.png"):
+        assert (run / name).is_file(), name
+    assert {"test_accuracy", "train_seconds", "params", "device"} <= set(json.loads((run / "summary.json").read_text()))
+    model = af.load(run)
+    assert model.num_params() == summary["params"]
+
+
+def _interrupt_at(trainer, step):
+    real = trainer.train_step
+
+    def stepper():
+        loss = real()
+        if trainer.step == step:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled: the step ends, a checkpoint is written
+        return loss
+    trainer.train_step = stepper
+
+
+def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):
+    full = make_trainer(tiny_config(tmp_path / "a", max_steps=24, eval_every=8, augment="digits"), mnist_slice)
+    full.run()
+    cut = make_trainer(tiny_config(tmp_path / "b", max_steps=24, eval_every=8, augment="digits"), mnist_slice)
+    _interrupt_at(cut, 13)
+    with pytest.raises(Interrupted, match="after step 13"):
+        cut.run()
+    resumed = make_trainer(tiny_config(tmp_path / "b", max_steps=24, eval_every=8, augment="digits", resume=True),
+                           mnist_slice)
+    assert resumed.step == 0
+    resumed.run()
+    a = load_file(tmp_path / "a" / "run" / "model.safetensors")
+    b = load_file(tmp_path / "b" / "run" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda p: [{k: v for k, v in json.loads(l).items() if k not in ("time", "images_per_s")}
+                       for l in p.read_text().splitlines()]
+    assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
+
+
+def test_same_seed_gives_identical_metrics(tmp_path, mnist_slice):
+    runs = []
+    for name in ("x", "y"):
+        make_trainer(tiny_config(tmp_path / name, max_steps=10, eval_every=5), mnist_slice).run()
+        runs.append([{k: v for k, v in json.loads(l).items() if k not in ("time", "images_per_s")}
+                     for l in (tmp_path / name / "run" / "metrics.jsonl").read_text().splitlines()])
+    assert runs[0] == runs[1]
+
+
+def test_non_finite_loss_stops_with_the_step_named(tmp_path, mnist_slice):
+    trainer = make_trainer(tiny_config(tmp_path, max_steps=20, eval_every=10, checkpoint_every=5), mnist_slice)
+    real_loss = trainer.task.loss
+
+    def loss_that_breaks(model, batch):  # a NaN in the 8th step, as a bad batch or lr would cause
+        loss, stats = real_loss(model, batch)
+        return (loss * float("nan") if trainer.step == 7 else loss), stats
+    trainer.task.loss = loss_that_breaks
+    with pytest.raises(TrainingError, match=r"the loss became nan at step 8; stopping"):
+        trainer.run()
+    kept = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert kept == ["step-000000005.pt"], "the last good checkpoint is kept, nothing after it"
+
+
+def test_weight_decay_only_on_matrices():
+    vit = af.ViT.preset("vit-mnist", depth=1)
+    decay, no_decay = param_groups(vit, 0.1)
+    names = {id(p): n for n, p in vit.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert "pos.pos_embed" not in decayed and "prefix.cls_token" not in decayed
+    assert not any("norm" in n or n.endswith("bias") for n in decayed)
+    assert "backbone.blocks.0.attn.qkv.weight" in decayed
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(vit.parameters()))
+
+
+def test_warmup_then_cosine(tmp_path):
+    cfg = tiny_config(tmp_path, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, 100, cfg) == pytest.approx(0.1)
+    assert lr_at(9, 100, cfg) == pytest.approx(1.0)
+    assert lr_at(55, 100, cfg) == pytest.approx(0.55)
+    assert lr_at(100, 100, cfg) == pytest.approx(0.1)

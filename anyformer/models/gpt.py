@@ -127,6 +127,17 @@ class GPT(Model):
         finally:
             self.train(was_training)
 
+    @classmethod
+    def from_hf(cls, model, **overrides) -> "GPT":
+        """From a Hugging Face GPT2LMHeadModel."""
+        from ..interop.hf import gpt_from_hf
+        return gpt_from_hf(model, **overrides)
+
+    def to_hf(self):
+        """A Hugging Face GPT2LMHeadModel with these weights."""
+        from ..interop.hf import gpt_to_hf
+        return gpt_to_hf(self)
+
 
 def sample(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
            generator: torch.Generator | None = None) -> Tensor:

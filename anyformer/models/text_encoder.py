@@ -85,3 +85,9 @@ class TextEncoder(Model):
         m = attention_mask.to(hidden.dtype)[..., None]
         mean = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
         return F.normalize(mean, dim=-1)
+
+    @classmethod
+    def from_hf(cls, model, **overrides) -> "TextEncoder":
+        """From a Hugging Face BertModel."""
+        from ..interop.hf import text_encoder_from_hf
+        return text_encoder_from_hf(model, **overrides)

@@ -115,3 +115,25 @@ class ViT(Model):
             return self.head(out)
         tokens, attn = out
         return self.head(tokens), attn
+
+    @classmethod
+    def from_timm(cls, model_or_state_dict, **kwargs) -> "ViT":
+        """From a timm VisionTransformer or its state dict; `image_size=(h, w)` resamples positions."""
+        from ..interop.timm import from_timm
+        return from_timm(model_or_state_dict, **kwargs)
+
+    def to_timm(self, **kwargs) -> dict:
+        """A state dict that timm's VisionTransformer loads with strict=True (see interop.timm)."""
+        from ..interop.timm import to_timm
+        return to_timm(self, **kwargs)
+
+    @classmethod
+    def from_hf(cls, model, **overrides) -> "ViT":
+        """From a Hugging Face ViTModel or ViTForImageClassification."""
+        from ..interop.hf import vit_from_hf
+        return vit_from_hf(model, **overrides)
+
+    def to_hf(self, architecture: str = "ViTForImageClassification"):
+        """A Hugging Face ViTForImageClassification (or ViTModel) with these weights."""
+        from ..interop.hf import vit_to_hf
+        return vit_to_hf(self, architecture)

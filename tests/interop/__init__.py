@@ -1,0 +1,51 @@
+"""Parity tests against the reference libraries (timm, transformers, tokenizers), installed in CI
+by scripts/install_peers.sh. A missing library fails these tests; it does not skip them."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+TOL = 1e-5  # float32 max abs difference allowed between anyformer and the reference
+
+
+def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Random values in every parameter (biases and norms included, unlike a fresh init, so that a
+    conversion mixing up biases or norm weights cannot pass)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            owner = name.rpartition(".")[0].rpartition(".")[2]  # the module holding the parameter
+            is_norm = "norm" in owner.lower() or owner in ("ln_1", "ln_2", "ln_f")
+            if p.dim() == 1 and is_norm and name.endswith("weight"):
+                p.copy_(1 + 0.1 * noise)
+            else:
+                p.copy_(0.05 * noise)
+    return model.eval()
+
+
+def max_diff(a: Tensor, b: Tensor) -> float:
+    assert a.shape == b.shape, f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"
+    return (a.detach().float() - b.detach().float()).abs().max().item()
+
+
+def assert_close(name: str, ours: Tensor, ref: Tensor, tol: float = TOL) -> float:
+    """Assert max |ours - ref| <= tol and print the difference reached (pytest -s shows it)."""
+    d = max_diff(ours, ref)
+    print(f"[parity] {name}: max abs diff {d:.3e} (tolerance {tol:.0e})")
+    assert d <= tol, f"{name}: max abs diff {d:.3e} exceeds {tol:.0e}"
+    return d
+
+
+def block_outputs(blocks, take_first: bool = False) -> tuple[list[Tensor], list]:
+    """Record each block's output during the next forward; returns (outputs, hook handles)."""
+    outs: list[Tensor] = []
+
+    def hook(_module, _inp, out):
+        outs.append(out[0] if take_first or isinstance(out, tuple) else out)
+
+    return outs, [b.register_forward_hook(hook) for b in blocks]
+
+
+def state_dicts_equal(a: dict[str, Tensor], b: dict[str, Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -27,6 +27,16 @@ def config_from_dict(config_class: type, values: dict[str, Any]):
     return config_class(**values)
 
 
+def check_sizes(config: Any, names: tuple[str, ...]) -> None:
+    """Every named field a positive integer, and the width divisible by the heads."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if config.width % config.heads:
+        raise ValueError(f"width must be divisible by heads: got width={config.width}, heads={config.heads}")
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()}
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
-from .base import Model
+from .base import Model, check_sizes
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -34,11 +34,7 @@ class GPTConfig:
     def __post_init__(self) -> None:
         if self.position not in GPT_POSITIONS:
             raise ValueError(f"unknown GPT position {self.position!r}; expected one of {GPT_POSITIONS}")
-        for name in ("vocab_size", "context", "width", "depth", "heads"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.width % self.heads:
-            raise ValueError(f"width must be divisible by heads: got width={self.width}, heads={self.heads}")
+        check_sizes(self, ("vocab_size", "context", "width", "depth", "heads"))
 
 
 class GPT(Model):

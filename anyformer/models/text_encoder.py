@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import LearnedPosition, TokenEmbedding, Transformer
-from .base import Model
+from .base import Model, check_sizes
 
 
 @dataclass
@@ -29,11 +29,7 @@ class TextEncoderConfig:
     attn_impl: str = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "max_positions", "type_vocab_size", "width", "depth", "heads", "mlp_hidden"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.width % self.heads:
-            raise ValueError(f"width must be divisible by heads: got width={self.width}, heads={self.heads}")
+        check_sizes(self, ("vocab_size", "max_positions", "type_vocab_size", "width", "depth", "heads", "mlp_hidden"))
 
 
 class TextEncoder(Model):

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, PatchEmbedding,
                   SinusoidalPosition, Transformer, init_weights)
 from ..nn.embeddings import pair
-from .base import Model
+from .base import Model, check_sizes
 
 VIT_POSITIONS = ("learned", "concat", "sinusoidal", "none")
 
@@ -51,11 +51,7 @@ class ViTConfig:
             raise ValueError(f"unknown ViT position {self.position!r}; expected one of {VIT_POSITIONS}")
         if self.position == "concat" and not 0 < self.pos_width < self.width:
             raise ValueError(f"position='concat' needs 0 < pos_width < width, got pos_width={self.pos_width}")
-        for name in ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.width % self.heads:
-            raise ValueError(f"width must be divisible by heads: got width={self.width}, heads={self.heads}")
+        check_sizes(self, ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden"))
         h, w = pair(self.image_size)
         ph, pw = pair(self.patch_size)
         if h % ph or w % pw:

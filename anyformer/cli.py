@@ -24,8 +24,13 @@ def _kv(text: str) -> tuple[str, Any]:
         return key, value
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, like every other user error; the usage is in --help
+        self.exit(2, f"anyformer: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="anyformer", description="Train, evaluate and inspect transformers.")
+    p = _Parser(prog="anyformer", description="Train, evaluate and inspect transformers.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = sub.add_parser("train", help="train a recipe (default: mnist) and write a run directory")
@@ -51,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--limit-train", type=int, help="train on the first N examples only")
     t.add_argument("--limit-eval", type=int, help="evaluate on the first N examples only")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
-    t.add_argument("--amp", choices=["none", "bf16", "fp16"], help="mixed precision (bf16 is fast on modern CPUs)")
+    t.add_argument("--amp", choices=["none", "bf16", "fp16", "auto"],
+                   help="mixed precision; auto = bf16 where the CPU/GPU computes it natively")
     t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     t.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     t.add_argument("--seed", type=int)
@@ -59,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--keep-checkpoints", type=int)
     t.add_argument("--resume", action="store_true", default=None, help="continue from the run's last checkpoint")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    t.add_argument("--fsdp", action="store_true", default=None,
+                   help="under torchrun, shard the model across processes (FSDP2) instead of copying it (DDP)")
 
     sub.add_parser("recipes", help="list the training recipes")
     e = sub.add_parser("eval", help="evaluate a run directory on its test set")

@@ -2,15 +2,17 @@
 
 A checkpoint holds the model, optimiser, step, the running epoch sums, every RNG state, and how
 many metrics lines had been written, so a resumed run continues exactly where the other stopped.
-It is written to a temporary file, flushed to disk, then renamed; the last K are kept.
+It is written to a temporary file, flushed to disk, then renamed; the last K are kept. It carries
+a SHA-256 of its contents: the zip format does not check the tensor bytes, and a flipped byte
+would otherwise load as a silently different weight.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import re
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -18,30 +20,100 @@ import torch
 
 CKPT_DIR = "checkpoints"
 _NAME = re.compile(r"^step-(\d{9})\.pt$")
+_DIGEST = "sha256"
 
 
 class CheckpointError(ValueError):
     """A checkpoint that is damaged, foreign, or unsafe to read."""
 
 
+class _File:
+    """A file that remembers the first OSError of a write: torch.save reports a failed write
+    (a full disk) as a RuntimeError about stream positions, and we want the real reason."""
+
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.f, name)
+
+
 def atomic_write_bytes(path: Path, writer) -> None:
-    """Call writer(file) on a temp file beside `path`, fsync, then rename onto `path`."""
+    """Call writer(file) on a temp file beside `path`, fsync, then rename onto `path`.
+    On any failure the temp file is removed and `path` is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    f = None
     try:
-        with os.fdopen(fd, "wb") as f:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it private; the result should be like any new file
+        with os.fdopen(fd, "wb") as raw:
+            f = _File(raw)
             writer(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+        _fsync_dir(path.parent)  # the rename itself survives a power cut only once its folder is synced
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if f is not None and f.error is not None and f.error is not e:
+            raise f.error from None
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # not every platform opens folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def digest(obj: Any) -> str:
+    """SHA-256 of a state: every tensor's dtype, shape and bytes, every other value's repr, in order."""
+    h = hashlib.sha256()
+
+    def walk(o: Any) -> None:
+        if isinstance(o, torch.Tensor):
+            t = o.detach().cpu().contiguous().reshape(-1)
+            h.update(f"T{t.dtype}{tuple(o.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().data if t.numel() else b"")
+        elif isinstance(o, dict):
+            h.update(f"D{len(o)}".encode())
+            for k, v in o.items():
+                walk(k)
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            h.update(f"L{len(o)}".encode())
+            for v in o:
+                walk(v)
+        else:
+            h.update(f"{type(o).__name__}:{o!r};".encode())
+    walk(obj)
+    return h.hexdigest()
 
 
 def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
     path = Path(run_dir) / CKPT_DIR / f"step-{step:09d}.pt"
+    state = {**state, _DIGEST: digest(state)}
     atomic_write_bytes(path, lambda f: torch.save(state, f))
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
@@ -56,14 +128,25 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint with `weights_only=True`: tensors and plain containers only, no code."""
+    """Read a checkpoint with `weights_only=True` (tensors and plain containers only, no code) and
+    check its SHA-256."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise CheckpointError(f"refusing to load {path}: it holds objects other than tensors and plain "
-                              f"data ({str(e).splitlines()[0][:200]})") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-        raise CheckpointError(f"checkpoint {path} is truncated or corrupt ({str(e).splitlines()[0][:200]})") from None
-    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        code = re.search(r"GLOBAL (\S+)", str(e))
+        if code:  # the pickle names a function or class to call: that is code, not data
+            raise CheckpointError(f"refusing to load {path}: it asks to run {code.group(1)}, and a checkpoint "
+                                  f"holds only tensors and plain data; do not use this file") from None
+        reason = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))
+        raise CheckpointError(f"refusing to load {path}: it is not a checkpoint of tensors and plain data "
+                              f"({reason.group(1).strip()[:120] if reason else 'unreadable pickle'})") from None
+    except Exception as e:  # noqa: BLE001 - whatever a damaged zip or pickle raises, it is damage
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupt "
+                              f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    if not isinstance(state, dict) or "model" not in state or "step" not in state or _DIGEST not in state:
         raise CheckpointError(f"{path} is not an anyformer training checkpoint")
+    expected = state.pop(_DIGEST)
+    if digest(state) != expected:
+        raise CheckpointError(f"checkpoint {path} is corrupt: its contents do not match the SHA-256 written "
+                              f"with it (delete it to resume from an earlier one)")
     return state

@@ -9,7 +9,7 @@ TASKS = ("classify", "lm")
 SCHEDULES = ("cosine", "constant")
 AUGMENTS = ("none", "digits", "crop_flip")
 NORMALIZE = ("dataset", "symmetric")
-AMP = ("none", "bf16", "fp16")
+AMP = ("none", "bf16", "fp16", "auto")
 
 
 @dataclass
@@ -43,7 +43,7 @@ class TrainConfig:
     eval_iters: int = 50                     # language models: validation batches per evaluation
     tokenizer: str = "char"                  # language models: char | gpt2
     device: str = "auto"
-    amp: str = "none"
+    amp: str = "none"                        # auto: bf16 where the hardware has it natively
     compile: bool = False
     seed: int = 0
     threads: int | None = None
@@ -51,6 +51,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     resume: bool = False
     progress: bool = True
+    fsdp: bool = False                       # under torchrun: shard weights, gradients and optimiser state (FSDP2)
 
     def __post_init__(self) -> None:
         for name, valid in (("task", TASKS), ("schedule", SCHEDULES),
@@ -69,6 +70,8 @@ class TrainConfig:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if not self.lr > 0 or self.weight_decay < 0:
             raise ValueError(f"lr must be > 0 and weight_decay >= 0, got lr={self.lr}, weight_decay={self.weight_decay}")
+        if not isinstance(self.fsdp, bool):
+            raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
         self.betas = tuple(self.betas)
 
     def to_dict(self) -> dict[str, Any]:

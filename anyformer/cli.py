@@ -98,6 +98,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     values["model_overrides"] = dict(args.model_overrides or [])
     cfg = recipe_config(args.recipe, **values)
     summary = Trainer(cfg).run()
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 speaks for the run
+        return 0
     run_dir = cfg.out or f"runs/{cfg.recipe}"
     if "test_accuracy" in summary:
         print(f"test accuracy {summary['test_accuracy']:.4f} after {summary['epochs']} epochs "

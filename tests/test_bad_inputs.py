@@ -9,6 +9,7 @@ its own row of the output (each image is computed independently), and in trainin
 non-finite, which stops the run with the step named (tests/train/test_trainer.py).
 """
 import json
+import re
 import subprocess
 import sys
 
@@ -234,3 +235,28 @@ def test_a_real_process_prints_one_line_and_no_usage():
     assert r.returncode == 2
     assert r.stderr == ("anyformer: error: argument --epochs: invalid float value: 'many' "
                         "(see `anyformer train --help`)\n")
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("label_smoothing", 5.0, "label_smoothing must be in [0, 1)"),
+    ("limit_train", 0, "limit_train must be >= 1"),
+    ("keep_checkpoints", 0, "keep_checkpoints must be >= 1"),
+    ("warmup_steps", -1, "warmup_steps must be >= 0"),
+    ("grad_clip", 0.0, "grad_clip must be > 0"),
+    ("min_lr_ratio", 2.0, "min_lr_ratio must be in [0, 1]"),
+])
+def test_training_settings_out_of_range_are_named(field, value, fragment):
+    from anyformer.train import TrainConfig
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        TrainConfig(**{field: value})
+
+
+def test_an_empty_dataset_given_by_the_caller_is_refused_not_replaced():
+    import torch
+    from anyformer.data import ImageDataset
+    from anyformer.train import TrainConfig
+    from anyformer.train.tasks import ImageClassification
+    empty = ImageDataset(torch.zeros(0, 1, 28, 28, dtype=torch.uint8), torch.zeros(0, dtype=torch.long),
+                         [str(i) for i in range(10)], "empty")
+    with pytest.raises(ValueError, match="has no examples"):
+        ImageClassification(TrainConfig(), torch.device("cpu"), empty, empty)

@@ -92,6 +92,7 @@ class _atomic:
     def __enter__(self) -> str:
         fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.")
         os.close(fd)
+        os.chmod(self.tmp, 0o666 & ~_umask())  # mkstemp makes files private; saved models are not secrets
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -101,6 +102,12 @@ class _atomic:
             os.replace(self.tmp, self.target)
         else:
             os.unlink(self.tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:

@@ -70,6 +70,21 @@ class TrainConfig:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if not self.lr > 0 or self.weight_decay < 0:
             raise ValueError(f"lr must be > 0 and weight_decay >= 0, got lr={self.lr}, weight_decay={self.weight_decay}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be > 0 (or unset), got {self.grad_clip}")
+        for name in ("warmup_steps", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("keep_checkpoints", "eval_batch_size", "eval_iters"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("limit_train", "limit_eval", "seq_len"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (or unset), got {getattr(self, name)}")
         if not isinstance(self.fsdp, bool):
             raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
         self.betas = tuple(self.betas)

@@ -43,8 +43,9 @@ class ImageClassification:
     def __init__(self, cfg: TrainConfig, device: torch.device,
                  train: ImageDataset | None = None, test: ImageDataset | None = None) -> None:
         self.cfg, self.device = cfg, device
-        self.train = train or load_image_dataset(cfg.data, "train")
-        self.test = test or load_image_dataset(cfg.data, "test")
+        # `is None`, not `or`: an empty dataset given by the caller must be refused, not replaced.
+        self.train = load_image_dataset(cfg.data, "train") if train is None else train
+        self.test = load_image_dataset(cfg.data, "test") if test is None else test
         if cfg.limit_train:
             self.train = _head(self.train, cfg.limit_train)
         if cfg.limit_eval:

@@ -1,10 +1,21 @@
 """Datasets for anyformer: IDX/MNIST readers, image folders and tars, checksummed
-downloads, an on-disk decoded cache, and batched GPU-friendly augmentation."""
+downloads, an on-disk decoded cache, batched GPU-friendly augmentation, and text
+(character and GPT-2 BPE tokenizers, memory-mapped token streams)."""
 
 from .augment import random_affine, random_crop_flip
 from .download import download, sha256_file
 from .errors import DataError
 from .idx import parse_idx, read_idx
+from .text import (
+    TEXT_NAMES,
+    BPETokenizer,
+    CharTokenizer,
+    TokenCorpus,
+    load_corpus,
+    load_tokenizer,
+    read_text,
+    tokenizer_from_info,
+)
 from .vision import (
     DATASET_NAMES,
     ImageDataset,
@@ -15,6 +26,8 @@ from .vision import (
 )
 
 __all__ = [
+    "BPETokenizer",
+    "CharTokenizer",
     "DATASET_NAMES",
     "DataError",
     "ImageDataset",
@@ -27,5 +40,11 @@ __all__ = [
     "random_affine",
     "random_crop_flip",
     "read_idx",
+    "read_text",
     "sha256_file",
+    "TEXT_NAMES",
+    "TokenCorpus",
+    "load_corpus",
+    "load_tokenizer",
+    "tokenizer_from_info",
 ]

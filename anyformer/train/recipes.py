@@ -7,25 +7,26 @@ from typing import Any
 from .config import TrainConfig
 
 RECIPES: dict[str, dict[str, Any]] = {
+    # The default, tuned for test accuracy per minute on a 2-core CPU: 12 epochs, a one-epoch warm-up then
+    # cosine, light affine augmentation, label smoothing, and bf16 where the CPU has it natively.
     "mnist": dict(
-        about="the default: a ViT tuned for MNIST accuracy per minute on a CPU",
-        task="classify", model="vit-mnist", data="mnist", epochs=5, batch_size=128, lr=2e-3,
-        weight_decay=0.05, warmup_steps=200, label_smoothing=0.1, augment="digits", grad_clip=1.0),
+        about="the default: a small ViT for MNIST accuracy per minute (99% in under 10 minutes on 2 cores)",
+        task="classify", model="vit-mnist-fast", data="mnist", epochs=12, batch_size=128, lr=2e-3,
+        weight_decay=0.05, warmup_steps=469, label_smoothing=0.1, augment="digits", grad_clip=1.0, amp="auto"),
     "mnist-seed": dict(
         about="seed 000's recipe exactly: vit-mnist, batch 16, 10 epochs, Adam lr 1e-3, weight decay 1e-4, "
               "pixels in [-1, 1], no augmentation",
         task="classify", model="vit-mnist", data="mnist", epochs=10, batch_size=16, lr=1e-3,
         weight_decay=1e-4, decay_all=True, schedule="constant", normalize="symmetric", augment="none"),
     "fashion-mnist": dict(
-        about="the mnist recipe on Fashion-MNIST",
-        task="classify", model="vit-mnist", data="fashion-mnist", epochs=5, batch_size=128, lr=2e-3,
-        weight_decay=0.05, warmup_steps=200, label_smoothing=0.1, augment="digits", grad_clip=1.0),
+        about="the mnist recipe on Fashion-MNIST (crops and flips instead of digit warps)",
+        task="classify", model="vit-mnist-fast", data="fashion-mnist", epochs=12, batch_size=128, lr=2e-3,
+        weight_decay=0.05, warmup_steps=469, label_smoothing=0.1, augment="crop_flip", grad_clip=1.0, amp="auto"),
     "cifar10": dict(
         about="a small ViT on CIFAR-10 (the JPEG tar or your folder), crops and flips",
-        task="classify", model="vit-mnist", data="cifar10", epochs=30, batch_size=256, lr=2e-3,
-        weight_decay=0.05, warmup_steps=500, label_smoothing=0.1, augment="crop_flip", grad_clip=1.0,
-        model_overrides=dict(patch_size=4, width=192, depth=6, heads=6, mlp_hidden=384, head_hidden=None,
-                             final_norm=True, norm_eps=1e-6)),
+        task="classify", model="vit-mnist-fast", data="cifar10", epochs=30, batch_size=256, lr=2e-3,
+        weight_decay=0.05, warmup_steps=500, label_smoothing=0.1, augment="crop_flip", grad_clip=1.0, amp="auto",
+        model_overrides=dict(width=192, depth=6, heads=6, mlp_hidden=384)),
 }
 
 
@@ -38,3 +39,7 @@ def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
     model_overrides = {**values.pop("model_overrides", {}), **(overrides.pop("model_overrides", None) or {})}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return TrainConfig.from_dict({**values, "recipe": name, "model_overrides": model_overrides})
+
+
+from .lm import LM_RECIPES  # noqa: E402
+RECIPES.update(LM_RECIPES)

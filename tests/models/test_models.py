@@ -75,6 +75,18 @@ def test_gpt_cached_generation_equals_uncached(position):
     torch.testing.assert_close(torch.stack(logits, 1), full, atol=1e-5, rtol=1e-5)
 
 
+def test_gpt_cache_past_the_fused_attention_threshold():
+    # On CPU short key lists take the explicit softmax path, long ones SDPA: cross from one to the other.
+    gpt = af.GPT.from_config(dict(vocab_size=40, context=200, width=32, depth=2, heads=4)).eval()
+    prompt = torch.randint(0, 40, (1, 120))
+    a = gpt.generate(prompt, 30, temperature=0, use_cache=True)
+    assert torch.equal(a, gpt.generate(prompt, 30, temperature=0, use_cache=False))
+    cache = gpt.new_cache(1)
+    logits = [gpt(a[:, :120], cache=cache)[:, -1]]
+    logits += [gpt(a[:, t:t + 1], cache=cache)[:, -1] for t in range(120, a.shape[1] - 1)]
+    torch.testing.assert_close(torch.stack(logits, 1), gpt(a[:, :-1])[:, 119:], atol=1e-5, rtol=1e-5)
+
+
 def test_sampling_is_reproducible_with_a_generator():
     gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=1, heads=4)).eval()
     p = torch.zeros(1, 1, dtype=torch.long)

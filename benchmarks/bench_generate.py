@@ -1,0 +1,201 @@
+"""Generation speed on CPU, batch 1: GPT.generate with and without the key/value cache as the prefix
+grows, and against Hugging Face `generate` (greedy) on the same weights.
+
+Without the cache every new token re-runs the whole prefix, so its cost grows with the prefix; with
+the cache a new token costs one position (plus attention over the cached keys), so the cache should
+win by a margin that widens with the prefix. Weights are random (no pretrained GPT-2 ships in a
+package we may use): speed does not depend on their values. Greedy decoding (temperature 0).
+
+    python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/generate.md
+    python benchmarks/bench_generate.py --prefixes 32 128 --new-tokens 16 --no-write   # a quick look
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "benchmarks" / "results" / "generate.md"
+
+from anyformer import runtime  # noqa: E402
+
+runtime.configure()  # before torch is imported, as the CLI does
+
+import torch  # noqa: E402
+
+import anyformer as af  # noqa: E402
+
+
+def _sh(cmd: str) -> str:
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def machine() -> dict[str, str]:
+    model = next((l.split(":", 1)[1].strip() for l in _sh("lscpu").splitlines() if l.startswith("Model name")), "?")
+    return {"cpu": model, "nproc": _sh("nproc --all"), "torch": torch.__version__, "python": platform.python_version(),
+            "threads": str(torch.get_num_threads()), "bind": os.environ.get("OMP_PROC_BIND", "unset")}
+
+
+class Clock:
+    """Wall time and this process's CPU time of a block. On a shared machine the wall time includes the
+    time other jobs held the core; with one thread the CPU time is what the work itself took."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def timed(fn, repeats: int = 1) -> tuple[float, float]:
+    """Best (wall, cpu) seconds over `repeats` runs."""
+    wall = cpu = float("inf")
+    for _ in range(repeats):
+        with Clock() as c:
+            fn()
+        wall, cpu = min(wall, c.wall), min(cpu, c.cpu)
+    return wall, cpu
+
+
+def bench_cache(gpt, prefixes: list[int], new_tokens: int, repeats: int) -> list[dict]:
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    for p in prefixes:
+        prompt = torch.randint(0, gpt.config.vocab_size, (1, p), generator=g)
+        gpt.generate(prompt, 2, temperature=0, use_cache=True)  # warm-up at this length
+        t_cache = timed(lambda: gpt.generate(prompt, new_tokens, temperature=0, use_cache=True), repeats)
+        gpt.generate(prompt, 2, temperature=0, use_cache=False)
+        t_full = timed(lambda: gpt.generate(prompt, new_tokens, temperature=0, use_cache=False))
+        row = {"prefix": p, "cached": new_tokens / t_cache[0], "uncached": new_tokens / t_full[0],
+               "cached_cpu": new_tokens / t_cache[1], "uncached_cpu": new_tokens / t_full[1]}
+        row["ratio"] = row["cached"] / row["uncached"]
+        row["ratio_cpu"] = row["cached_cpu"] / row["uncached_cpu"]
+        rows.append(row)
+        print(f"prefix {p:4d}: cached {row['cached']:7.1f} tok/s ({row['cached_cpu']:7.1f} per CPU-s)   "
+              f"uncached {row['uncached']:7.1f} tok/s ({row['uncached_cpu']:7.1f} per CPU-s)   "
+              f"cache wins x{row['ratio']:.1f} (x{row['ratio_cpu']:.1f} in CPU time)", flush=True)
+    return rows
+
+
+def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None:
+    try:
+        import transformers
+    except ImportError:
+        print("transformers is not importable: Hugging Face comparison skipped")
+        return None
+    hf = gpt.to_hf()  # anyformer.interop: the same weights in a GPT2LMHeadModel
+    prompt = torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, num_beams=1,
+              pad_token_id=hf.config.eos_token_id, attention_mask=torch.ones_like(prompt))
+    t_hf = t_ours = (float("inf"),) * 2
+    with torch.no_grad():
+        hf.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
+        gpt.generate(prompt, 4, temperature=0)
+        for _ in range(repeats):  # alternate, so that a change in the machine's load hits both alike
+            with Clock() as c:
+                hf_out = hf.generate(prompt, **kw)
+            t_hf = (min(t_hf[0], c.wall), min(t_hf[1], c.cpu))
+            with Clock() as c:
+                ours_out = gpt.generate(prompt, new_tokens, temperature=0)
+            t_ours = (min(t_ours[0], c.wall), min(t_ours[1], c.cpu))
+    agree = int((ours_out[0, prefix:] == hf_out[0, prefix:]).cumprod(0).sum())
+    row = {"transformers": transformers.__version__, "prefix": prefix, "new": new_tokens,
+           "ours": new_tokens / t_ours[0], "hf": new_tokens / t_hf[0], "agree": agree,
+           "ours_cpu": new_tokens / t_ours[1], "hf_cpu": new_tokens / t_hf[1],
+           "attn": getattr(hf.config, "_attn_implementation", "?")}
+    row["ratio"] = row["ours"] / row["hf"]
+    row["ratio_cpu"] = row["ours_cpu"] / row["hf_cpu"]
+    print(f"{prefix} prefix + {new_tokens} new, greedy, best of {repeats}: anyformer {row['ours']:.1f} tok/s "
+          f"({row['ours_cpu']:.1f} per CPU-s), Hugging Face {row['hf']:.1f} tok/s ({row['hf_cpu']:.1f} per CPU-s; "
+          f"attn={row['attn']}), anyformer/HF x{row['ratio']:.2f} (x{row['ratio_cpu']:.2f} in CPU time); "
+          f"first {agree} of {new_tokens} tokens identical", flush=True)
+    return row
+
+
+def write(path: Path, args, info, load_before, load_after, rows, hf_row, seconds: float) -> None:
+    c = args.shape
+    lines = [
+        "# Generation speed (CPU, batch 1, greedy)", "",
+        f"- date: {dt.datetime.now().isoformat(timespec='seconds')}",
+        f"- machine: {info['cpu']}, nproc {info['nproc']}, torch {info['torch']} ({info['threads']} threads, "
+        f"OMP_PROC_BIND={info['bind']}), Python {info['python']}",
+        f"- model: {args.model} shape with random weights ({c}), fp32",
+        f"- load (`uptime`) before: `{load_before}`", f"- load after: `{load_after}`",
+        "- the CPU was shared with other jobs while this ran (see the load): absolute figures are lower and "
+        "noisier than on an idle machine; the ratios are what this measures.",
+        f"- command: `{'OMP_PROC_BIND=' + info['bind'] + ' ' if info['bind'] == 'false' else ''}python "
+        f"benchmarks/bench_generate.py {' '.join(sys.argv[1:])}` ({seconds:.0f} s)", "",
+        f"## Key/value cache vs recomputing the prefix ({args.new_tokens} new tokens each; cached: best of "
+        f"{args.repeats} runs, uncached: one run)", "",
+        "Tokens per second of wall time, and (in brackets) per second of this process's CPU time, which on "
+        "this shared machine is the steadier measure of the work (with one thread it approximates the rate on an idle "
+        "core); the cache's win is given in both.", "",
+        "| prefix | with cache (tok/s) | without cache (tok/s) | cache wins (wall) | cache wins (CPU time) |",
+        "|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['prefix']} | {r['cached']:.1f} ({r['cached_cpu']:.1f}) | {r['uncached']:.2f} "
+              f"({r['uncached_cpu']:.2f}) | x{r['ratio']:.1f} | x{r['ratio_cpu']:.1f} |" for r in rows]
+    if hf_row:
+        lines += ["", f"## anyformer vs Hugging Face transformers {hf_row['transformers']} `generate`", "",
+                  f"{hf_row['prefix']}-token prefix + {hf_row['new']} new tokens, greedy, both with their caches, "
+                  f"best of {args.hf_repeats} runs taken alternately; "
+                  f"the same weights (converted by `GPT.to_hf`); HF attention implementation `{hf_row['attn']}`.", "",
+                  "| | tokens/s (wall) | tokens per CPU-s |", "|---|---:|---:|",
+                  f"| anyformer `GPT.generate` | {hf_row['ours']:.1f} | {hf_row['ours_cpu']:.1f} |",
+                  f"| Hugging Face `generate` | {hf_row['hf']:.1f} | {hf_row['hf_cpu']:.1f} |",
+                  f"| ratio anyformer / HF | x{hf_row['ratio']:.2f} | x{hf_row['ratio_cpu']:.2f} |", "",
+                  f"Greedy tokens identical for the first {hf_row['agree']} of {hf_row['new']} "
+                  "(random weights give near-ties, where float rounding may pick differently; token-for-token "
+                  "parity is the job of the interop tests)."]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="gpt2", help="a GPT preset (default gpt2: 124M parameters)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=INT", help="preset overrides, e.g. depth=6")
+    ap.add_argument("--prefixes", type=int, nargs="+", default=[32, 128, 256, 512])
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs of the cached path (best kept)")
+    ap.add_argument("--hf-prefix", type=int, default=256)
+    ap.add_argument("--hf-new", type=int, default=256)
+    ap.add_argument("--hf-repeats", type=int, default=2, help="alternating timed runs of each (best kept)")
+    ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    overrides = {k: int(v) for k, v in (s.split("=", 1) for s in args.set)}
+    gpt = af.GPT.preset(args.model, **overrides).eval()
+    c = gpt.config
+    args.shape = f"{c.depth} layers, width {c.width}, {c.heads} heads, vocab {c.vocab_size}, context {c.context}, " \
+                 f"{gpt.num_params() / 1e6:.0f}M parameters"
+    info = machine()
+    load_before = _sh("uptime")
+    print(f"{info['cpu']} | nproc {info['nproc']} | torch {info['torch']} | {info['threads']} threads")
+    print(f"model {args.model}: {args.shape}\nload: {load_before}")
+    t0 = time.perf_counter()
+    rows = bench_cache(gpt, args.prefixes, args.new_tokens, args.repeats)
+    hf_row = None if args.no_hf else bench_hf(gpt, args.hf_prefix, args.hf_new, args.hf_repeats)
+    load_after = _sh("uptime")
+    print(f"load: {load_after}")
+    if not args.no_write:
+        write(RESULTS, args, info, load_before, load_after, rows, hf_row, time.perf_counter() - t0)
+
+
+if __name__ == "__main__":
+    main()

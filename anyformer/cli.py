@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-every", type=int, help="steps between evaluations (default: each epoch)")
     t.add_argument("--limit-train", type=int, help="train on the first N examples only")
     t.add_argument("--limit-eval", type=int, help="evaluate on the first N examples only")
+    t.add_argument("--seq-len", type=int, help="language models: tokens per training sequence")
+    t.add_argument("--tokenizer", help="language models: char, gpt2, or a tokenizer file")
+    t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
     t.add_argument("--amp", choices=["none", "bf16", "fp16", "auto"],
                    help="mixed precision; auto = bf16 where the CPU/GPU computes it natively")
@@ -171,11 +174,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ids = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     sys.stdout.write(args.prompt)
+    decoder = tok.decoder()  # holds back a character split across BPE tokens until it is whole
     for nxt in model.stream(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                             top_p=args.top_p, generator=gen):
-        sys.stdout.write(tok.decode(nxt[0].tolist()))
+        sys.stdout.write(decoder.feed(nxt[0].tolist()))
         sys.stdout.flush()
-    sys.stdout.write("\n")
+    sys.stdout.write(decoder.flush() + "\n")
     return 0
 
 
@@ -210,8 +214,8 @@ COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predi
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    runtime.configure()
     args = _parser().parse_args(argv)
+    runtime.configure(threads=getattr(args, "threads", None))  # before torch is imported
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

@@ -15,14 +15,17 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _DONE = False
 
 
-def configure() -> None:
+def configure(threads: int | None = None) -> None:
+    """`threads`: the CPU threads the process will use (None: all it may run on)."""
     global _DONE
     if _DONE:
         return
     _DONE = True
     single_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
-    if single_process and "torch" not in sys.modules:
-        # Pinning is right for one process per machine; torchrun's ranks would pile onto the same cores.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if single_process and (threads is None or threads >= cores) and "torch" not in sys.modules:
+        # Pinning is right only for a process that owns every core: "close" binds thread i to core i,
+        # so two single-thread processes (or torchrun's ranks) would both land on core 0.
         os.environ.setdefault("OMP_PROC_BIND", "close")
         os.environ.setdefault("OMP_PLACES", "cores")
     if sys.platform.startswith("linux") and "MALLOC_MMAP_THRESHOLD_" not in os.environ:

@@ -28,7 +28,7 @@ from .checkpoint import (CKPT_DIR, CheckpointError, atomic_write_bytes, list_che
 from .config import TrainConfig
 from .distributed import Distributed
 from .optim import lr_at, make_optimizer
-from .perf import flops_per_item, measured_peak_flops
+from .perf import resolve_amp, flops_per_item, measured_peak_flops
 from .tasks import Task, autocast, make_task
 
 RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png",
@@ -292,7 +292,9 @@ class Trainer:
             self.sums[k] = self.sums.get(k, 0) + v
         self.sums["loss"] = self.sums.get("loss", 0.0) + loss_value
         self.sums["steps"] = self.sums.get("steps", 0) + 1
-        self.sums["items"] = self.sums.get("items", 0) + n_global
+        # Throughput counts images or tokens; n_global counts examples (sequences, for a language model).
+        per_example = self.task.seq_len if self.task.unit == "tokens" else 1
+        self.sums["items"] = self.sums.get("items", 0) + n_global * per_example
         self.step += 1
         return loss_value
 
@@ -412,7 +414,8 @@ class Trainer:
         s = {"recipe": self.cfg.recipe, "model": self.cfg.model, "steps": self.step,
              "epochs": round(self.step / self.task.steps_per_epoch, 3), "train_seconds": round(self.elapsed, 2),
              "params": self.model.num_params(), "device": str(self.device),
-             "device_name": _device_name(self.device), "world_size": self.dist.world, "amp": self.cfg.amp,
+             "device_name": _device_name(self.device), "world_size": self.dist.world,
+             "amp": resolve_amp(self.cfg.amp, self.device),
              f"{self.task.unit}_per_s": round(line.get(f"{self.task.unit}_per_s", 0.0), 1),
              "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed}
         if "eval_accuracy" in line:
@@ -420,8 +423,14 @@ class Trainer:
             s["test_loss"] = line["eval_loss"]
         elif "eval_loss" in line:
             s["val_loss"] = line["eval_loss"]
-            s["best_val_loss"] = line.get("best_val_loss", line["eval_loss"])
+            best = min(self._metrics(), key=lambda m: m.get("eval_loss", float("inf")), default=line)
+            s["best_val_loss"], s["best_val_step"] = best["eval_loss"], best["step"]
+            s["best_val_seconds"] = best["time"]
         return s
+
+    def _metrics(self) -> list[dict[str, Any]]:
+        path = self.run_dir / "metrics.jsonl"
+        return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
     def _finish(self, summary: dict[str, Any]) -> None:
         """Rank 0: summary.json and the plots (the model is already saved)."""

@@ -13,9 +13,11 @@ from torch import Tensor, nn
 from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, PatchEmbedding,
                   SinusoidalPosition, Transformer, init_weights)
 from ..nn.embeddings import pair
+from ..nn.stems import ConvStem
 from .base import Model, check_sizes
 
 VIT_POSITIONS = ("learned", "concat", "sinusoidal", "none")
+VIT_STEMS = ("patch", "conv")
 
 
 @dataclass
@@ -30,6 +32,7 @@ class ViTConfig:
     mlp_hidden: int = 3072
     mlp_layers: int = 1
     activation: str = "gelu"
+    stem: str = "patch"              # patch: one strided conv (ViT); conv: 3x3 stride-2 convs (hybrid ViT)
     position: str = "learned"        # learned | concat | sinusoidal (2-D) | none
     pos_width: int = 0               # channels of concatenated positions (position="concat")
     class_token: bool = True
@@ -47,6 +50,8 @@ class ViTConfig:
     attn_impl: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.stem not in VIT_STEMS:
+            raise ValueError(f"unknown ViT stem {self.stem!r}; expected one of {VIT_STEMS}")
         if self.position not in VIT_POSITIONS:
             raise ValueError(f"unknown ViT position {self.position!r}; expected one of {VIT_POSITIONS}")
         if self.position == "concat" and not 0 < self.pos_width < self.width:
@@ -73,7 +78,8 @@ class ViT(Model):
         super().__init__()
         self.config = c = config
         token_width = c.width - (c.pos_width if c.position == "concat" else 0)
-        self.patch_embed = PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias)
+        self.patch_embed = (PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias) if c.stem == "patch"
+                            else ConvStem(c.patch_size, c.in_chans, token_width))
         self.prefix = ClassToken(token_width, c.num_registers, c.class_token)
         n = c.grid[0] * c.grid[1] + self.prefix.num_prefix
         self.pos = {"learned": lambda: LearnedPosition(n, c.width),

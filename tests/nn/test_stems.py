@@ -1,0 +1,36 @@
+"""The convolutional stem: the hybrid ViT's input head."""
+import pytest
+import torch
+
+import anyformer as af
+from anyformer.nn.stems import ConvStem
+
+
+def test_conv_stem_makes_the_patch_grid_of_tokens():
+    stem = ConvStem(4, 3, 32)
+    tokens = stem(torch.randn(2, 3, 16, 24))
+    assert tokens.shape == (2, 4 * 6, 32)
+    # Tokens are local: changing one corner of the image leaves the far tokens unchanged.
+    x = torch.randn(1, 3, 16, 24)
+    y = x.clone()
+    y[..., :4, :4] += 1
+    diff = (stem(x) - stem(y)).abs().sum(-1).view(4, 6)
+    assert diff[0, 0] > 0 and (diff[2:, 2:] == 0).all()
+
+
+def test_conv_stem_vit_trains_and_saves(tmp_path):
+    vit = af.ViT.preset("vit-mnist-fast", stem="conv", depth=1)
+    vit(torch.randn(2, 1, 28, 28)).sum().backward()
+    assert all(p.grad is not None for p in vit.parameters())
+    vit.eval().save(tmp_path)
+    x = torch.randn(1, 1, 28, 28)
+    assert torch.equal(af.load(tmp_path)(x), vit(x))
+
+
+def test_conv_stem_rejects_what_it_cannot_build():
+    with pytest.raises(ValueError, match="square power-of-two patch size, got 7x7"):
+        ConvStem(7, 1, 32)
+    with pytest.raises(ValueError, match="unknown ViT stem 'resnet'"):
+        af.ViT.preset("vit-mnist-fast", stem="resnet")
+    with pytest.raises(ValueError, match="expected 1 image channels, got 3"):
+        ConvStem(4, 1, 32)(torch.randn(1, 3, 8, 8))

@@ -193,9 +193,9 @@ def cmd_attention(args: argparse.Namespace) -> int:
         x = load_image(args.input, info["channels"], tuple(info["image_size"]))
         mean = torch.tensor(info["mean"]).view(-1, 1, 1) * 255
         std = torch.tensor(info["std"]).view(-1, 1, 1) * 255
-        result = viz.image_attention(model, ((x.float() - mean) / std)[None], layers=args.layers,
-                                     class_names=info.get("classes"))
-        viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads)
+        result = viz.image_attention(model, ((x.float() - mean) / std)[None], layers=args.layers)
+        viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads,
+                                 class_names=info.get("classes"))
     elif model.family == "gpt":
         from .data.text import tokenizer_from_info
         tok = tokenizer_from_info(info)

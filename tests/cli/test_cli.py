@@ -78,3 +78,14 @@ def test_eval_a_run(trained_run):
     r = run("eval", str(trained_run))
     assert r.returncode == 0, r.stderr
     assert "eval_accuracy" in r.stdout
+
+
+def test_attention_draws_an_image_run(trained_run, tmp_path):
+    from anyformer.data import read_idx
+    digit = tmp_path / "seven.png"
+    Image.fromarray(read_idx(SHARED_DATA / "mnist" / "t10k-images-idx3-ubyte.gz")[0]).save(digit)
+    out = tmp_path / "attn.png"
+    r = run("attention", str(trained_run), str(digit), "--out", str(out), "--layers", "0", "1", "--heads", "0", "1")
+    assert r.returncode == 0, r.stderr
+    with Image.open(out) as im:
+        assert im.width > 400 and im.height > 300

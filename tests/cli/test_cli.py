@@ -53,7 +53,7 @@ def test_eval_of_a_missing_run(tmp_path):
 def trained_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "run"
     r = run("train", "--max-steps", "30", "--eval-every", "30", "--limit-train", "1920", "--limit-eval", "300",
-            "--set", "depth=2", "--set", "width=32", "--set", "heads=4", "--set", "mlp_hidden=64", "--set", "patch_size=7",
+            "--set", "depth=2", "--set", "width=32", "--set", "heads=4", "--set", "mlp_hidden=64", "--set", "patch_size=7", "--set", "stem=patch",
             "--out", str(out), "--no-progress", "--threads", "1")
     assert r.returncode == 0, r.stderr
     assert "test accuracy" in r.stdout

@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import math
 
-from torch import Tensor, nn
+from torch import nn
 
-from .embeddings import pair
+from .embeddings import PatchEmbedding, pair
 
 
-class ConvStem(nn.Module):
+class ConvStem(PatchEmbedding):
     """Images (B, C, H, W) -> tokens (B, H/p * W/p, D) for a power-of-two patch p, by log2(p)
-    stride-2 3x3 convolutions (channels doubling up to D/2) and a final 1x1 projection to D."""
+    stride-2 3x3 convolutions (channels doubling up to D/2) and a final 1x1 projection to D.
+
+    Everything but the projection (shape checks, the token grid, the flattening) is the patch
+    embedding's: the stem is a deeper `proj`.
+    """
 
     def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int) -> None:
-        super().__init__()
         ph, pw = pair(patch_size)
         if ph != pw or ph < 2 or ph & (ph - 1):
             raise ValueError(f"a conv stem needs a square power-of-two patch size, got {ph}x{pw}")
+        # Not PatchEmbedding.__init__: its single conv would be built and thrown away, drawing from the RNG.
+        nn.Module.__init__(self)
         self.patch_size, self.in_chans = (ph, pw), in_chans
         layers: list[nn.Module] = []
         steps = int(math.log2(ph))
@@ -32,21 +37,4 @@ class ConvStem(nn.Module):
             out = max(8, width // 2 ** (steps - i))
             layers += [nn.Conv2d(channels, out, 3, stride=2, padding=1), nn.GELU()]
             channels = out
-        self.convs = nn.Sequential(*layers)
-        self.proj = nn.Conv2d(channels, width, 1)
-
-    def grid(self, height: int, width: int) -> tuple[int, int]:
-        ph, pw = self.patch_size
-        if height % ph or width % pw:
-            raise ValueError(f"image size {height}x{width} is not divisible by the patch size {ph}x{pw}")
-        return height // ph, width // pw
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.dim() != 4:
-            raise ValueError(f"expected images of shape (B, C, H, W), got a tensor of rank {x.dim()}: {tuple(x.shape)}")
-        if x.shape[1] != self.in_chans:
-            raise ValueError(f"expected {self.in_chans} image channels, got {x.shape[1]} (shape {tuple(x.shape)})")
-        if not x.is_floating_point():
-            raise TypeError(f"images must be a floating-point tensor, got dtype {x.dtype}")
-        self.grid(x.shape[2], x.shape[3])
-        return self.proj(self.convs(x)).flatten(2).transpose(1, 2)
+        self.proj = nn.Sequential(*layers, nn.Conv2d(channels, width, 1))

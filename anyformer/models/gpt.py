@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
+from ..nn.dropout import Dropout
 from .base import Model, check_sizes
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
@@ -50,7 +51,7 @@ class GPT(Model):
         # Rotary positions live inside attention; the input head then adds none.
         self.pos = {"learned": lambda: LearnedPosition(c.context, c.width),
                     "sinusoidal": lambda: SinusoidalPosition(c.context, c.width)}.get(c.position, lambda: None)()
-        self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm_eps=c.norm_eps,
                                     activation=c.activation, bias=c.bias, dropout=c.dropout,
                                     attn_dropout=c.attn_dropout, rotary=c.position == "rotary",

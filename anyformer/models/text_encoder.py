@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import LearnedPosition, TokenEmbedding, Transformer
+from ..nn.dropout import Dropout
+from ..nn.linear import Linear
 from .base import Model, check_sizes
 
 
@@ -45,11 +47,11 @@ class TextEncoder(Model):
         self.pos = LearnedPosition(c.max_positions, c.width)
         self.type_embed = TokenEmbedding(c.type_vocab_size, c.width)
         self.embed_norm = nn.LayerNorm(c.width, eps=c.norm_eps)
-        self.embed_drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.embed_drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm="post",
                                     final_norm=False, norm_eps=c.norm_eps, activation=c.activation,
                                     dropout=c.dropout, attn_dropout=c.attn_dropout, impl=c.attn_impl)
-        self.pooler = nn.Linear(c.width, c.width) if c.pooler else None
+        self.pooler = Linear(c.width, c.width) if c.pooler else None
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, return_attention: bool | Sequence[int] = False):

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, PatchEmbedding,
                   SinusoidalPosition, Transformer, init_weights)
 from ..nn.embeddings import pair
+from ..nn.dropout import Dropout
 from ..nn.stems import ConvStem
 from .base import Model, check_sizes
 
@@ -90,7 +91,7 @@ class ViT(Model):
                                     final_norm=c.final_norm, norm_eps=c.norm_eps, activation=c.activation,
                                     bias=c.bias, dropout=c.dropout, attn_dropout=c.attn_dropout,
                                     drop_path=c.drop_path, layer_scale=c.layer_scale, impl=c.attn_impl)
-        self.pos_drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.pos_drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.head = ClassifierHead(c.width, c.num_classes, pool=c.pool, hidden=c.head_hidden,
                                    activation=c.head_activation, num_prefix=self.prefix.num_prefix)
         self.head.apply(init_weights)

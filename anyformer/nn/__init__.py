@@ -1,7 +1,9 @@
 """Floor 1: the building blocks, pure torch.nn modules."""
 from .attention import ATTENTION_IMPLS, KVCache, MultiHeadAttention, attention_explicit
 from .embeddings import ClassToken, LinearEmbedding, PatchEmbedding, TokenEmbedding
+from .dropout import Dropout
 from .heads import ClassifierHead, LMHead, PatchOutput
+from .linear import Linear
 from .mlp import MLP
 from .positions import (POSITION_KINDS, ConcatPosition, LearnedPosition, RotaryEmbedding,
                         SinusoidalPosition, sinusoidal_1d, sinusoidal_2d)
@@ -10,7 +12,7 @@ from .transformer import LayerScale, Transformer, TransformerBlock, drop_path, i
 __all__ = [
     "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
     "ClassToken", "LinearEmbedding", "PatchEmbedding", "TokenEmbedding",
-    "ClassifierHead", "LMHead", "PatchOutput", "MLP",
+    "ClassifierHead", "LMHead", "PatchOutput", "MLP", "Linear", "Dropout",
     "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
     "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "drop_path",
     "init_weights",

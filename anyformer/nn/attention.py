@@ -4,7 +4,7 @@ Two paths compute the same thing. The fused path calls
 `torch.nn.functional.scaled_dot_product_attention`; the explicit path builds the attention
 matrix with a softmax and can return it. A layer takes the explicit path only when its weights
 are asked for, or when `impl="explicit"`, or when `impl="auto"` judges plain matmuls faster for
-the shape (CPU, short sequences: SDPA's fused kernel loses there, see benchmarks/).
+the case (CPU, training in bf16 or fp16, short sequences; see `_CPU_EXPLICIT_MAX_KEYS`).
 """
 from __future__ import annotations
 
@@ -15,14 +15,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import Dropout
+from .linear import Linear
 from .positions import RotaryEmbedding
 
 AttentionImpl = Literal["auto", "fused", "explicit"]
 ATTENTION_IMPLS = ("auto", "fused", "explicit")
 
-# On CPU, SDPA's flash kernel beats plain matmuls only for longer sequences; below this many
-# keys the explicit path trains faster (measured in benchmarks/bench_attention.py).
-_CPU_EXPLICIT_MAX_KEYS = 128
+# Where `impl="auto"` takes the explicit path on CPU, from benchmarks/bench_attention_kernels.py
+# (results/attention_kernels.md: torch 2.13, 2 threads, AMD EPYC): only to train in bf16/fp16,
+# where SDPA's CPU backward is slow and plain bf16 matmuls are fast (explicit 1.2-3x faster), up
+# to this many keys. In fp32, for inference and for cached generation, SDPA was as fast or faster
+# at every length measured (16 to 512 keys, head dims 16 to 64), so it is used there.
+_CPU_EXPLICIT_MAX_KEYS = {"full": 256, "causal": 64}
 
 
 class KVCache:
@@ -113,19 +118,24 @@ class MultiHeadAttention(nn.Module):
         self.width, self.heads, self.head_dim = width, heads, width // heads
         self.cross = cross
         if cross:
-            self.q = nn.Linear(width, width, bias=bias)
-            self.kv = nn.Linear(context_width or width, 2 * width, bias=bias)
+            self.q = Linear(width, width, bias=bias)
+            self.kv = Linear(context_width or width, 2 * width, bias=bias)
         else:
-            self.qkv = nn.Linear(width, 3 * width, bias=bias)  # fused: one matmul for Q, K, V
-        self.proj = nn.Linear(width, width, bias=bias)
+            self.qkv = Linear(width, 3 * width, bias=bias)  # fused: one matmul for Q, K, V
+        self.proj = Linear(width, width, bias=bias)
         self.attn_dropout = attn_dropout
-        self.proj_drop = nn.Dropout(proj_dropout) if proj_dropout > 0 else nn.Identity()
+        self.proj_drop = Dropout(proj_dropout) if proj_dropout > 0 else nn.Identity()
         self.rotary = rotary
         self.impl = impl
 
-    def _heads(self, t: Tensor, n: int) -> Tensor:
-        """(B, N, k*D) -> k tensors of (B, H, N, D_h)."""
-        return t.unflatten(-1, (n, self.heads, self.head_dim)).permute(2, 0, 3, 1, 4)
+    def _heads(self, t: Tensor, n: int) -> list[Tensor]:
+        """(B, N, n*D) -> n tensors of (B, H, N, D_h), views of t.
+
+        Unbinding dim 2 of (B, N, n, H, D_h) makes the backward stack the n gradients straight
+        into t's layout: one pass, where unbinding a permuted (n, B, H, N, D_h) view costs a
+        stack and then a copy back.
+        """
+        return [u.transpose(1, 2) for u in t.unflatten(-1, (n, self.heads, self.head_dim)).unbind(2)]
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                 mask: Tensor | None = None, need_weights: bool = False,
@@ -150,7 +160,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask = _as_attn_mask(mask, B, N, nk)
         drop = self.attn_dropout if self.training else 0.0
         weights = None
-        if need_weights or self._explicit(nk, x):
+        if need_weights or self._explicit(nk, q, causal):
             out, weights = attention_explicit(q, k, v, causal=causal, mask=attn_mask,
                                               dropout=drop, training=self.training)
         else:
@@ -164,7 +174,9 @@ class MultiHeadAttention(nn.Module):
         y = self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, N, self.width)))
         return y, (weights if need_weights else None)
 
-    def _explicit(self, nk: int, x: Tensor) -> bool:
-        if self.impl == "auto":
-            return x.device.type == "cpu" and nk <= _CPU_EXPLICIT_MAX_KEYS
-        return self.impl == "explicit"
+    def _explicit(self, nk: int, q: Tensor, causal: bool) -> bool:
+        if self.impl != "auto":
+            return self.impl == "explicit"
+        training_low_precision = q.requires_grad and q.dtype in (torch.bfloat16, torch.float16)
+        return (q.device.type == "cpu" and training_low_precision
+                and nk <= _CPU_EXPLICIT_MAX_KEYS["causal" if causal else "full"])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .linear import Linear
+
 
 class TokenEmbedding(nn.Module):
     """Lookup table: (B, T) integer ids -> (B, T, D)."""
@@ -22,9 +24,15 @@ class TokenEmbedding(nn.Module):
             raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
         if ids.dim() != 2:
             raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got values in "
-                             f"[{int(ids.min())}, {int(ids.max())}]")
+        # One fused min/max pass and one host sync per call; skipped while torch.compile traces
+        # (a data-dependent branch would break the graph).
+        if ids.numel() and not torch.compiler.is_compiling():
+            lo, hi = torch.aminmax(ids)
+            lo, hi = int(lo), int(hi)
+            if lo < 0 or hi >= self.vocab_size:
+                raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got values in [{lo}, {hi}]")
+        if ids.dtype not in (torch.int64, torch.int32):  # embedding's kernel takes these two only
+            ids = ids.long()
         return nn.functional.embedding(ids, self.weight)
 
 
@@ -33,7 +41,7 @@ class LinearEmbedding(nn.Module):
 
     def __init__(self, in_features: int, width: int, bias: bool = True) -> None:
         super().__init__()
-        self.proj = nn.Linear(in_features, width, bias=bias)
+        self.proj = Linear(in_features, width, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 3 or x.shape[-1] != self.proj.in_features:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import AttentionImpl, KVCache, MultiHeadAttention
+from .dropout import Dropout
 from .mlp import MLP
 from .positions import RotaryEmbedding
 
@@ -59,9 +60,13 @@ class TransformerBlock(nn.Module):
             self.cross_attn = MultiHeadAttention(width, heads, cross=True, bias=bias,
                                                  attn_dropout=attn_dropout, proj_dropout=dropout, impl=impl)
         self.norm2 = nn.LayerNorm(width, eps=norm_eps)
-        self.mlp = MLP(width, mlp_hidden or 4 * width, layers=mlp_layers, activation=activation,
-                       bias=bias, dropout=dropout)
-        self.mlp_drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        # `dropout` acts where GPT-2, nanoGPT, BERT and HF's ViT put it: on each residual branch's
+        # output (after the attention projection and after the MLP); the models add one after the
+        # embeddings. Not on the MLP's hidden activations (timm does that too: a 4x wider tensor to
+        # mask, for little gain) and not on the attention matrix unless `attn_dropout` asks, since
+        # on CPU a dropped attention matrix forces SDPA off its fast kernel.
+        self.mlp = MLP(width, mlp_hidden or 4 * width, layers=mlp_layers, activation=activation, bias=bias)
+        self.mlp_drop = Dropout(dropout) if dropout > 0 else nn.Identity()
         self.ls1 = LayerScale(width, layer_scale) if layer_scale else nn.Identity()
         self.ls2 = LayerScale(width, layer_scale) if layer_scale else nn.Identity()
         self.drop_path = drop_path

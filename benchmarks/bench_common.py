@@ -1,0 +1,353 @@
+"""Shared machinery of the side-by-side CPU benchmarks (bench_vit_cpu.py, bench_gpt_cpu.py,
+bench_attention_kernels.py): process environment, alternated timing, the plain-matmul baseline of
+the same shapes, peak memory in a fresh subprocess, and the facts a results file records.
+
+Why each piece is there:
+- glibc's allocator hands large activation buffers back to the kernel after every step, and
+  unpinned OpenMP threads wander between cores; together they made medians swing up to 8x on this
+  2-core machine. `setup_env()` sets the allocator thresholds and thread pinning for the whole
+  benchmark process by re-executing it before torch is imported, so every contestant runs under
+  the same settings (the ones `anyformer` applies for its own CLI, see anyformer/runtime.py).
+- Contestants are timed in alternating rounds inside one process (the starting contestant
+  rotates), so a burst of load from another process lands on all of them and the ratios hold
+  even when absolute numbers drift.
+- The matmul baseline runs the model's own matrix products (forward and, for training, both
+  backward products of every linear layer, and the attention products) as bare `torch.matmul`
+  calls on preallocated tensors. It is timed as one more contestant in the same rounds. Achieved
+  GFLOP/s of a model over this rate says how much of the step is overhead outside the matmuls.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+# The settings of anyformer/runtime.py, as environment variables so that they hold from the first
+# allocation of the process on and for every contestant alike.
+BENCH_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": "33554432",
+    "MALLOC_TRIM_THRESHOLD_": "1073741824",
+    "OMP_PROC_BIND": "close",
+    "OMP_PLACES": "cores",
+}
+
+
+def setup_env() -> None:
+    """Re-execute this script with BENCH_ENV set (once), before torch is imported."""
+    if all(os.environ.get(k) == v for k, v in BENCH_ENV.items()):
+        return
+    if "torch" in sys.modules:
+        raise RuntimeError("setup_env() must run before torch is imported")
+    if os.environ.get("_ANYFORMER_BENCH_REEXEC"):
+        raise RuntimeError("re-executed with the benchmark environment, yet it is not set")
+    env = {**os.environ, **BENCH_ENV, "_ANYFORMER_BENCH_REEXEC": "1"}
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts about the run
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def wait_for_quiet(max_load: float = 2.5, max_wait_s: float = 900, poll_s: float = 30) -> str:
+    """Wait (up to max_wait_s) until the 1-minute load is at most max_load; returns the load seen."""
+    start = time.time()
+    while os.getloadavg()[0] > max_load and time.time() - start < max_wait_s:
+        print(f"load {load_average()} above {max_load}: waiting {poll_s:.0f} s", flush=True)
+        time.sleep(poll_s)
+    return load_average()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown cpu"
+
+
+def _version(module: str) -> str:
+    try:
+        if module == "timm":
+            from anyformer.interop._torchvision_compat import ensure_torchvision_importable
+            ensure_torchvision_importable()
+        mod = __import__(module)
+        return getattr(mod, "__version__", "?")
+    except Exception as e:  # noqa: BLE001 - a missing peer is reported, not fatal
+        return f"not importable ({type(e).__name__})"
+
+
+def machine() -> dict[str, str]:
+    import torch
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "cores": str(os.cpu_count()),
+        "torch threads": str(torch.get_num_threads()),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "timm": _version("timm"),
+        "transformers": _version("transformers"),
+        "env": " ".join(f"{k}={os.environ.get(k, '')}" for k in BENCH_ENV),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Alternated timing
+
+
+@dataclass
+class Contestant:
+    """`step()` runs one timed unit (a training step, or one inference batch); `items` is how
+    many images or tokens one step processes, `flops` the model FLOPs it counts."""
+    name: str
+    step: Callable[[], object]
+    items: int
+    flops: float
+    note: str = ""
+    times: list[float] = field(default_factory=list)  # seconds per step, one entry per round
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median over the rounds."""
+        return (max(self.times) - min(self.times)) / self.median if len(self.times) > 1 else 0.0
+
+
+def alternate(contestants: list[Contestant], *, rounds: int, steps: int, warmup: int = 1,
+              verbose: bool = True) -> None:
+    """Time `steps` steps of each contestant per round, rounds alternating between contestants.
+
+    The first contestant of a round rotates, so none always follows the same neighbour. The
+    garbage collector runs between timings, never inside one.
+    """
+    for c in contestants:
+        for _ in range(warmup):
+            c.step()
+    n = len(contestants)
+    for r in range(rounds):
+        for j in range(n):
+            c = contestants[(r + j) % n]
+            gc.collect()
+            t = time.perf_counter()
+            for _ in range(steps):
+                c.step()
+            c.times.append((time.perf_counter() - t) / steps)
+        if verbose:
+            print(f"  round {r + 1}/{rounds}: " + ", ".join(f"{c.name} {c.times[-1] * 1e3:.0f} ms"
+                                                         for c in contestants), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matmul shapes and the plain-matmul baseline
+
+# A matrix product: `batch` independent (m x k) @ (k x n) products; `count` of them per step.
+Matmul = tuple[int, int, int, int, int]  # (batch, m, k, n, count)
+
+
+def linear_matmuls(tokens: int, fan_in: int, fan_out: int, *, train: bool, count: int = 1,
+                   grad_input: bool = True) -> list[Matmul]:
+    """A linear layer over `tokens` rows: forward y = x W^T; backward dx = dy W and dW = dy^T x."""
+    out = [(1, tokens, fan_in, fan_out, count)]
+    if train:
+        out.append((1, fan_out, tokens, fan_in, count))          # dW
+        if grad_input:
+            out.append((1, tokens, fan_out, fan_in, count))      # dx
+    return out
+
+
+def attention_matmuls(batch: int, heads: int, nq: int, nk: int, head_dim: int, *, train: bool,
+                      count: int = 1) -> list[Matmul]:
+    """S = Q K^T and O = P V per head (causal attention counted in full, as nanoGPT and PaLM do)."""
+    bh = batch * heads
+    out = [(bh, nq, head_dim, nk, count), (bh, nq, nk, head_dim, count)]
+    if train:  # dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q
+        out += [(bh, nq, head_dim, nk, count), (bh, nk, nq, head_dim, count),
+                (bh, nq, nk, head_dim, count), (bh, nk, nq, head_dim, count)]
+    return out
+
+
+def matmul_flops(shapes: Iterable[Matmul]) -> float:
+    return float(sum(2 * b * m * k * n * c for b, m, k, n, c in shapes))
+
+
+def matmul_baseline(shapes: list[Matmul], dtype=None, backend: str = "torch") -> Callable[[], None]:
+    """A step that runs every product of `shapes` once (times its count) on preallocated operands.
+
+    backend "torch": torch.matmul, i.e. what nn.Linear and the peers use (MKL sgemm for fp32 on
+    CPU). "onednn": the 2-D products through oneDNN, as anyformer.nn.linear does; batched
+    (attention) products stay on torch.matmul, as anyformer's attention does.
+    """
+    import torch
+    dtype = dtype or torch.float32
+    g = torch.Generator().manual_seed(0)
+    ops = []
+    for b, m, k, n, c in shapes:
+        if b == 1 and backend == "onednn":
+            a, w = torch.randn(m, k, generator=g).to(dtype), torch.randn(n, k, generator=g).to(dtype)
+            ops.append((lambda a=a, w=w: torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], ""), c))
+            continue
+        shape_a, shape_b, shape_o = ((m, k), (k, n), (m, n)) if b == 1 else ((b, m, k), (b, k, n), (b, m, n))
+        a = torch.randn(shape_a, generator=g).to(dtype)
+        w = torch.randn(shape_b, generator=g).to(dtype)
+        o = torch.empty(shape_o, dtype=dtype)
+        ops.append((lambda a=a, w=w, o=o: torch.matmul(a, w, out=o), c))
+
+    def step() -> None:
+        for op, c in ops:
+            for _ in range(c):
+                op()
+    return step
+
+
+def onednn_inference(step: Callable[[], object]) -> Callable[[], object]:
+    """`step` with anyformer.nn.linear.INFERENCE_ON_ONEDNN set while it runs (off by default, see
+    anyformer/nn/linear.py), so that one contestant can show inference on oneDNN."""
+    from anyformer.nn import linear as anyformer_linear
+
+    def wrapped():
+        anyformer_linear.INFERENCE_ON_ONEDNN = True
+        try:
+            return step()
+        finally:
+            anyformer_linear.INFERENCE_ON_ONEDNN = False
+    return wrapped
+
+
+def apply_pending_fast_layers(model) -> int:
+    """Give every plain nn.Linear and nn.Dropout inside an anyformer model the class of
+    anyformer.nn.linear.Linear / anyformer.nn.dropout.Dropout (same parameters and state dict).
+
+    anyformer/nn/attention.py, transformer.py and embeddings.py build those already; mlp.py,
+    heads.py and models/ (the embedding dropout of GPT and ViT) were outside this work's remit
+    and still build the torch classes: this applies the one-line change proposed for each, so
+    that the benchmark measures anyformer as it is with them. Returns how many modules changed
+    (0 once those files use the anyformer classes)."""
+    from torch import nn
+    from anyformer.nn.dropout import Dropout
+    from anyformer.nn.linear import Linear
+    changed = 0
+    for m in model.modules():
+        if type(m) is nn.Linear:
+            m.__class__ = Linear
+            changed += 1
+        elif type(m) is nn.Dropout:
+            m.__class__ = Dropout
+            changed += 1
+    return changed
+
+
+# ---------------------------------------------------------------------------------------------
+# Peak memory in a fresh subprocess
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+def rss_mib(kind: str = "VmRSS") -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(kind + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure_memory_here(build: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
+                        steps: int = 3) -> dict[str, float]:
+    """In this (fresh) process: build a contestant, then the peak RSS of `steps` inference batches
+    and, after resetting the high-water mark, of `steps` training steps. In MiB."""
+    infer, train = build()
+    gc.collect()
+    rest = rss_mib()
+    _reset_peak_rss()
+    for _ in range(steps):
+        infer()
+    infer_peak = rss_mib("VmHWM")
+    gc.collect()
+    _reset_peak_rss()
+    before_train = rss_mib()
+    for _ in range(steps):
+        train()
+    return {"rest": rest, "infer_peak": infer_peak, "train_peak": rss_mib("VmHWM"),
+            "train_start": before_train}
+
+
+def memory_in_subprocess(script: str, args: list[str], timeout: float = 300) -> dict[str, float] | None:
+    """Run `python script args` (which prints one JSON line prefixed MEMORY:) in a fresh process."""
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **BENCH_ENV})
+    for line in proc.stdout.splitlines():
+        if line.startswith("MEMORY:"):
+            return json.loads(line[len("MEMORY:"):])
+    print(f"memory child {args} failed:\n{proc.stderr[-2000:]}", flush=True)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    align = ["---" if i == 0 else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def speed_table(contestants: list[Contestant], reference: str, baselines: list[Contestant], unit: str) -> str:
+    """One row per contestant: median and best time, throughput, GFLOP/s, share of each baseline's
+    matmul rate, and the contestant's median time over the reference's (above 1: reference faster);
+    then one row per baseline."""
+    ref = next(c for c in contestants if c.name == reference)
+    rates = [b.flops / b.median for b in baselines]
+    header = ["contestant", "ms/step median", "best", "spread", f"{unit}/s", "GFLOP/s",
+              *[f"of {b.name}" for b in baselines], f"time / {reference} time"]
+    rows = []
+    for c in contestants:
+        rate = c.flops / c.median
+        rows.append([c.name + (f" ({c.note})" if c.note else ""), f"{c.median * 1e3:.0f}", f"{min(c.times) * 1e3:.0f}",
+                     f"{c.spread * 100:.0f}%", f"{c.items / c.median:,.0f}", f"{rate / 1e9:.1f}",
+                     *[f"{rate / r * 100:.0f}%" for r in rates], f"{c.median / ref.median:.2f}x"])
+    for b, r in zip(baselines, rates):
+        rows.append([b.name + (f" ({b.note})" if b.note else ""), f"{b.median * 1e3:.0f}", f"{min(b.times) * 1e3:.0f}",
+                     f"{b.spread * 100:.0f}%", "-", f"{r / 1e9:.1f}",
+                     *[f"{r / r2 * 100:.0f}%" for r2 in rates], "-"])
+    return table(header, rows)
+
+
+def write_results(path: Path, title: str, intro: str, facts: dict[str, str], sections: list[tuple[str, str]]) -> None:
+    body = [f"# {title}", "", intro, ""]
+    body += [f"- {k}: {v}" for k, v in facts.items()]
+    for heading, text in sections:
+        body += ["", f"## {heading}", "", text]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(body) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")

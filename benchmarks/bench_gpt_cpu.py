@@ -1,0 +1,363 @@
+"""anyformer's GPT against Hugging Face GPT-2 and a lean nanoGPT-style model on the CPU.
+
+Shape: nanoGPT's shakespeare_char model (65 characters, 6 layers, 6 heads, width 384, context
+256), batch 16 x 256 tokens, fp32, AdamW (the same torch optimiser and settings for all).
+The maths is GPT-2's for every contestant (biases, tanh GELU), so that all three hold the
+same weights (anyformer -> Hugging Face through anyformer.interop, -> nanoGPT-ref by renaming)
+and their logits are checked equal before timing. anyformer's shakespeare-char preset differs
+from this only by bias=False and the exact GELU.
+
+Dropout 0.2 is where the libraries differ. nanoGPT and Hugging Face also drop entries of the
+attention matrix, which on CPU forces SDPA off its flash kernel onto the one that materialises
+the matrix. anyformer's preset drops after the embeddings and on both residual branches, as
+nanoGPT, but not on the attention matrix (attn_dropout defaults to 0). Rows marked "same maths"
+are configured to match anyformer; "as nanoGPT" also drops attention weights.
+
+    python benchmarks/bench_gpt_cpu.py                    # full run (~4 min), writes results/gpt_cpu.md
+    python benchmarks/bench_gpt_cpu.py --quick --no-write # 1 round, to check it runs
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
+                          matmul_baseline, matmul_flops, measure_memory_here, memory_in_subprocess, onednn_inference,
+                          apply_pending_fast_layers, setup_env, speed_table, table, wait_for_quiet,
+                          write_results, RESULTS)
+
+setup_env()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import anyformer as af  # noqa: E402
+from anyformer.interop._torchvision_compat import ensure_torchvision_importable  # noqa: E402
+from anyformer.models.gpt import GPTConfig  # noqa: E402
+from peers.nanogpt_ref import RefConfig, RefGPT  # noqa: E402
+
+ensure_torchvision_importable()
+
+VOCAB, CONTEXT, WIDTH, DEPTH, HEADS, BATCH = 65, 256, 384, 6, 6, 16
+TOKENS = BATCH * CONTEXT
+
+
+def shapes(train: bool) -> list:
+    """Every matrix product of one step (the LM head included; the embedding lookup is not one)."""
+    m = []
+    for fan_in, fan_out in ((WIDTH, 3 * WIDTH), (WIDTH, WIDTH), (WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)):
+        m += linear_matmuls(TOKENS, fan_in, fan_out, train=train, count=DEPTH)
+    m += attention_matmuls(BATCH, HEADS, CONTEXT, CONTEXT, WIDTH // HEADS, train=train, count=DEPTH)
+    m += linear_matmuls(TOKENS, WIDTH, VOCAB, train=train)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Contestants: each builder returns (model, forward) with the shared weights loaded.
+
+def reference_weights() -> dict:
+    torch.manual_seed(0)
+    return anyformer_model(0.0)[0].state_dict()
+
+
+def anyformer_model(dropout: float, weights: dict | None = None):
+    cfg = GPTConfig(vocab_size=VOCAB, context=CONTEXT, width=WIDTH, depth=DEPTH, heads=HEADS,
+                    activation="gelu_tanh", bias=True, dropout=dropout)
+    gpt = af.GPT(cfg)
+    if weights is not None:
+        gpt.load_state_dict(weights)
+    apply_pending_fast_layers(gpt)
+    return gpt, gpt
+
+
+def hf_model(dropout: float, attn_dropout: float, weights: dict):
+    gpt, _ = anyformer_model(0.0, weights)
+    gpt.config = dataclasses.replace(gpt.config, dropout=dropout, attn_dropout=attn_dropout)  # read by to_hf
+    hf = gpt.to_hf()  # transformers' default attention implementation (sdpa)
+    return hf, lambda idx: hf(input_ids=idx, use_cache=False).logits
+
+
+def nanogpt_model(dropout: float, attn_dropout: float | None, weights: dict):
+    ref = RefGPT(RefConfig(vocab_size=VOCAB, block_size=CONTEXT, n_layer=DEPTH, n_head=HEADS, n_embd=WIDTH,
+                           dropout=dropout, attn_dropout=attn_dropout, bias=True, gelu="tanh"))
+    names = {"norm1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "norm2": "ln_2",
+             "mlp.fc1": "mlp.c_fc", "mlp.fc2": "mlp.c_proj"}
+    sd = {"transformer.wte.weight": weights["tok_embed.weight"], "transformer.wpe.weight": weights["pos.pos_embed"][0],
+          "transformer.ln_f.weight": weights["backbone.norm.weight"], "transformer.ln_f.bias": weights["backbone.norm.bias"],
+          "lm_head.weight": weights["tok_embed.weight"]}
+    for i in range(DEPTH):
+        for ours, theirs in names.items():
+            for p in ("weight", "bias"):
+                sd[f"transformer.h.{i}.{theirs}.{p}"] = weights[f"backbone.blocks.{i}.{ours}.{p}"]
+    ref.load_state_dict(sd, strict=True)
+    return ref, ref
+
+
+BUILDERS = {  # name -> (builder(weights) -> (model, forward), dropout, note)
+    "anyformer": (lambda w: anyformer_model(0.0, w), 0.0, ""),
+    "HF GPT-2": (lambda w: hf_model(0.0, 0.0, w), 0.0, "sdpa"),
+    "nanoGPT-ref": (lambda w: nanogpt_model(0.0, None, w), 0.0, ""),
+    "anyformer d0.2": (lambda w: anyformer_model(0.2, w), 0.2, ""),
+    "HF GPT-2 d0.2": (lambda w: hf_model(0.2, 0.0, w), 0.2, "same maths: no attention-matrix dropout"),
+    "nanoGPT-ref d0.2": (lambda w: nanogpt_model(0.2, 0.0, w), 0.2, "same maths: no attention-matrix dropout"),
+    "nanoGPT-ref d0.2 attn": (lambda w: nanogpt_model(0.2, None, w), 0.2, "as nanoGPT: attention matrix dropped too"),
+    "HF GPT-2 d0.2 attn": (lambda w: hf_model(0.2, 0.2, w), 0.2, "as GPT-2: attention matrix dropped too"),
+}
+BF16 = "anyformer bf16 autocast"
+NOTES = """\
+- anyformer's training lead comes from its linear layers running on oneDNN (AVX-512) instead of
+  MKL (AVX2 on this AMD CPU); attention (SDPA's flash kernel, causal), LayerNorm, GELU and AdamW
+  are the same kernels nanoGPT-ref calls.
+- Dropout 0.2: anyformer keeps SDPA's flash kernel (the line "attention kernels in a training
+  forward" above: dropout_p=0 in every layer) because it does not drop attention weights, drops
+  after the embeddings and on both residual branches (where nanoGPT does), not on the MLP's
+  hidden activations, and draws its masks with uniform draws instead of torch's slow CPU
+  `bernoulli_` (anyformer/nn/dropout.py). Dropping the attention matrix as nanoGPT does cost
+  nanoGPT-ref about 20% more on top in the recorded runs.
+- Inference: anyformer's default inference runs `F.linear` (bitwise equal to the peers' MKL
+  linears, which the interop parity tests rely on), so it ties with nanoGPT-ref; the row
+  `anyformer, oneDNN inference` is the same model with `INFERENCE_ON_ONEDNN = True`.
+- The peak-memory table is RSS in a fresh process; HF's rest figure includes importing transformers."""
+
+
+def data(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, VOCAB, (BATCH, CONTEXT + 1), generator=g)
+    return x[:, :-1].contiguous(), x[:, 1:].contiguous()
+
+
+def train_step(model, forward, x, y, bf16: bool = False):
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)
+    model.train()
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(x)
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def infer_step(model, forward, x, bf16: bool = False):
+    def step():
+        model.eval()
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            forward(x)
+    return step
+
+
+def build(name: str, weights: dict):
+    if name == BF16:
+        return anyformer_model(0.0, weights)
+    return BUILDERS[name][0](weights)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def check_same_outputs(weights: dict, x) -> str:
+    outs = {}
+    for name in ("anyformer", "HF GPT-2", "nanoGPT-ref"):
+        model, forward = build(name, weights)
+        model.eval()
+        with torch.no_grad():
+            outs[name] = forward(x)
+    ref = outs["anyformer"]
+    return ", ".join(f"{n}: max |logit diff| {(o - ref).abs().max().item():.1e}" for n, o in outs.items()
+                     if n != "anyformer")
+
+
+def attention_kernels_used(name: str, weights: dict, x) -> str:
+    """Which attention kernel each of anyformer's layers takes in a training-mode forward: SDPA
+    without dropout (on CPU its flash kernel), SDPA with dropout (a kernel that builds the whole
+    attention matrix) or the explicit matmul path."""
+    from collections import Counter
+    from unittest import mock
+    import anyformer.nn.attention as att
+    seen = Counter()
+    sdpa, explicit = att.F.scaled_dot_product_attention, att.attention_explicit
+
+    def spy_sdpa(*a, **k):
+        seen[f"SDPA dropout_p={k.get('dropout_p', 0.0):g}"] += 1
+        return sdpa(*a, **k)
+
+    def spy_explicit(*a, **k):
+        seen[f"explicit dropout={k.get('dropout', 0.0):g}"] += 1
+        return explicit(*a, **k)
+    model, forward = build(name, weights)
+    model.train()
+    with mock.patch.object(att.F, "scaled_dot_product_attention", spy_sdpa), \
+            mock.patch.object(att, "attention_explicit", spy_explicit), torch.no_grad():
+        forward(x)
+    return f"{name}: " + ", ".join(f"{n} x{c}" for n, c in seen.items())
+
+
+def pending_layers() -> int:
+    cfg = GPTConfig(vocab_size=VOCAB, context=CONTEXT, width=WIDTH, depth=DEPTH, heads=HEADS, dropout=0.2)
+    return apply_pending_fast_layers(af.GPT(cfg))
+
+
+def memory_child(name: str) -> None:
+    weights = reference_weights()
+    x, y = data()
+
+    def make():
+        model, forward = build(name, weights)
+        bf16 = name == BF16
+        return infer_step(model, forward, x, bf16), train_step(model, forward, x, y, bf16)
+    print("MEMORY:" + json.dumps(measure_memory_here(make)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="alternated training rounds")
+    ap.add_argument("--steps", type=int, default=1, help="training steps per contestant per round")
+    ap.add_argument("--infer-rounds", type=int, default=4)
+    ap.add_argument("--infer-steps", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="one round of one step, no memory: a smoke test")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave results/gpt_cpu.md alone")
+    ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
+    ap.add_argument("--memory-child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        return memory_child(args.memory_child)
+    if args.quick:
+        args.rounds = args.steps = args.infer_rounds = args.infer_steps = 1
+        args.no_memory = True
+
+    load_before = load_average() if args.no_wait else wait_for_quiet()
+    facts = machine()
+    print(json.dumps(facts, indent=1))
+    print(f"load average before: {load_before}", flush=True)
+    t_start = time.time()
+    weights = reference_weights()
+    x, y = data()
+    same = check_same_outputs(weights, x)
+    print("same weights:", same, flush=True)
+    kernels = "; ".join(attention_kernels_used(n, weights, x) for n in ("anyformer", "anyformer d0.2"))
+    print("attention kernels in training:", kernels, flush=True)
+
+    train_flops, infer_flops = matmul_flops(shapes(True)), matmul_flops(shapes(False))
+
+    def baselines(train: bool) -> list[Contestant]:
+        sh, fl = shapes(train), (train_flops if train else infer_flops)
+        return [Contestant("matmul torch", matmul_baseline(sh), TOKENS, fl, "MKL, as nn.Linear"),
+                Contestant("matmul oneDNN", matmul_baseline(sh, backend="onednn"), TOKENS, fl,
+                           "2-D products on oneDNN, as anyformer.nn.linear"),
+                Contestant("matmul bf16", matmul_baseline(sh, dtype=torch.bfloat16), TOKENS, fl)]
+
+    train = []
+    for name in BUILDERS:
+        model, forward = build(name, weights)
+        train.append(Contestant(name, train_step(model, forward, x, y), TOKENS, train_flops, BUILDERS[name][2]))
+    model, forward = build(BF16, weights)
+    bf16_train = Contestant(BF16, train_step(model, forward, x, y, bf16=True), TOKENS, train_flops,
+                            "bf16 matmuls: not the same maths as the fp32 rows")
+    base = baselines(True)
+    print(f"training: {args.rounds} rounds x {args.steps} steps", flush=True)
+    alternate(train + [bf16_train, *base], rounds=args.rounds, steps=args.steps)
+
+    infer = []
+    for name in ("anyformer", "HF GPT-2", "nanoGPT-ref"):
+        model, forward = build(name, weights)
+        infer.append(Contestant(name, infer_step(model, forward, x), TOKENS, infer_flops))
+    model, forward = build("anyformer", weights)
+    infer.append(Contestant("anyformer, oneDNN inference", onednn_inference(infer_step(model, forward, x)),
+                            TOKENS, infer_flops, "INFERENCE_ON_ONEDNN=True; off by default"))
+    model, forward = build(BF16, weights)
+    bf16_infer = Contestant(BF16, infer_step(model, forward, x, bf16=True), TOKENS, infer_flops,
+                            "not the same maths")
+    ibase = baselines(False)
+    print(f"inference: {args.infer_rounds} rounds x {args.infer_steps} batches", flush=True)
+    alternate(infer + [bf16_infer, *ibase], rounds=args.infer_rounds, steps=args.infer_steps)
+
+    d0 = [c for c in train if BUILDERS[c.name][1] == 0.0]
+    d2 = [c for c in train if BUILDERS[c.name][1] == 0.2]
+    by = {c.name: c for c in train}
+    t_train0 = speed_table(d0, "anyformer", base[:2], "tokens")
+    t_train2 = speed_table([by["anyformer"], *d2], "anyformer d0.2", base[:2], "tokens")
+    t_bf16 = speed_table([by["anyformer"], bf16_train], "anyformer", [base[2]], "tokens")
+    t_infer = speed_table(infer + [bf16_infer], "anyformer", ibase, "tokens")
+    fastest_peer = min((c for c in d0 if c.name != "anyformer"), key=lambda c: c.median)
+    ours = by["anyformer"]
+    rate = ours.flops / ours.median
+    mkl_rate, dnn_rate = (b.flops / b.median for b in base[:2])
+    drop_cost = by["anyformer d0.2"].median / ours.median
+    ifastest = min(infer[1:3], key=lambda c: c.median)
+    targets = [
+        ("train, dropout 0: >= 1.0x the fastest peer", f"{fastest_peer.name}: {fastest_peer.median / ours.median:.2f}x",
+         fastest_peer.median >= ours.median),
+        ("train, dropout 0: >= 1.2x HF GPT-2", f"{by['HF GPT-2'].median / ours.median:.2f}x",
+         by["HF GPT-2"].median >= 1.2 * ours.median),
+        ("train, dropout 0: >= 90% of the plain-matmul rate (torch matmul, MKL)", f"{rate / mkl_rate * 100:.0f}%",
+         rate >= 0.9 * mkl_rate),
+        ("(same, against the oneDNN matmul rate anyformer's linears use)", f"{rate / dnn_rate * 100:.0f}%",
+         rate >= 0.9 * dnn_rate),
+        ("dropout 0.2 costs anyformer at most 10%", f"{(drop_cost - 1) * 100:+.0f}%", drop_cost <= 1.10),
+        ("inference >= 1.0x the fastest peer", f"{ifastest.name}: {ifastest.median / infer[0].median:.2f}x",
+         ifastest.median >= infer[0].median),
+        ("(inference >= 1.0x the fastest peer with INFERENCE_ON_ONEDNN=True)",
+         f"{ifastest.name}: {ifastest.median / infer[3].median:.2f}x", ifastest.median >= infer[3].median),
+    ]
+    t_targets = table(["target", "measured", "met"], [[a, b, "yes" if ok else "**no**"] for a, b, ok in targets])
+
+    sections = [("Training, dropout 0 (fp32, AdamW)", t_train0),
+                ("Training, dropout 0.2 (fp32, AdamW), anyformer dropout 0 for reference", t_train2),
+                ("bf16 autocast (anyformer only; not the same maths as fp32)", t_bf16),
+                ("Inference (fp32, inference_mode, batch 16 x 256)", t_infer),
+                ("Targets", t_targets),
+                ("Notes", NOTES)]
+    for heading, text in sections:
+        print(f"\n## {heading}\n\n{text}", flush=True)
+
+    if not args.no_memory:
+        rows = []
+        for name in ["anyformer", "HF GPT-2", "nanoGPT-ref", "anyformer d0.2", "nanoGPT-ref d0.2 attn", BF16]:
+            mem = memory_in_subprocess(__file__, ["--memory-child", name])
+            if mem:
+                rows.append([name, f"{mem['rest']:.0f}", f"{mem['infer_peak']:.0f}", f"{mem['train_peak']:.0f}",
+                             f"{mem['train_peak'] - mem['train_start']:.0f}"])
+                print("memory", rows[-1], flush=True)
+        t_mem = table(["contestant", "RSS at rest (MiB)", "peak, inference", "peak, training",
+                       "training peak over its start"], rows)
+        sections.append(("Peak memory (RSS high-water, fresh process per contestant, 3 steps each)", t_mem))
+        print(f"\n{t_mem}")
+
+    load_after = load_average()
+    print(f"load average after: {load_after}; wall {time.time() - t_start:.0f} s")
+    facts.update({"load average (1, 5, 15 min) before": load_before, "after": load_after,
+                  "rounds": f"training {args.rounds} x {args.steps} steps, inference {args.infer_rounds} x "
+                            f"{args.infer_steps} batches, after one warm-up step each; median over rounds",
+                  "weights": same,
+                  "pending one-line changes applied": f"{pending_layers()} nn.Linear/nn.Dropout modules of mlp.py, "
+                                                       "heads.py, models/gpt.py given anyformer's Linear/Dropout "
+                                                       "(benchmarks/README.md)",
+                  "attention kernels in a training forward": kernels,
+                  "FLOPs counted": f"{train_flops / 1e9:.1f} GFLOP per training step, {infer_flops / 1e9:.1f} per "
+                                   "inference batch (matrix products only; causal attention counted in full)",
+                  "wall time": f"{time.time() - t_start:.0f} s"})
+    if not args.no_write:
+        intro = (f"Produced by `benchmarks/bench_gpt_cpu.py` ({' '.join(sys.argv[1:]) or 'defaults'}); see "
+                 "benchmarks/README.md for what is measured. Char GPT 6 layers x 6 heads x width 384, context "
+                 "256, batch 16, GPT-2 maths (biases, tanh GELU), fp32, torch AdamW (foreach) for every "
+                 "contestant, same weights. anyformer's linear layers train on oneDNN (anyformer/nn/linear.py; "
+                 "its inference stays on F.linear unless INFERENCE_ON_ONEDNN is set: the `oneDNN inference` row). "
+                 "Dropout: anyformer drops after the embeddings and on both residual branches (as nanoGPT), not "
+                 "the attention matrix; `same maths` peers are set the same way, `as nanoGPT` / `as GPT-2` rows "
+                 "also drop attention weights. `time / ... time` is the contestant's median over the reference "
+                 "row's: above 1, the reference is faster. `spread` is (max - min) / median over the rounds. "
+                 "`of matmul torch` / `of matmul oneDNN`: achieved GFLOP/s over the rate of the same matrix "
+                 "products run bare in the same rounds, through torch.matmul (MKL, what nn.Linear uses) or "
+                 "with the 2-D products on oneDNN.")
+        write_results(RESULTS / "gpt_cpu.md", "Char GPT on CPU: anyformer vs Hugging Face GPT-2 and nanoGPT-ref",
+                      intro, facts, sections)
+
+
+if __name__ == "__main__":
+    main()

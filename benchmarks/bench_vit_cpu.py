@@ -1,0 +1,350 @@
+"""anyformer's ViT against timm and Hugging Face ViT on the CPU, same shapes, same weights.
+
+Two models:
+- `mnist`: seed 000's MNIST ViT (28x28x1, patch 4, width 128, depth 8, 8 heads, MLP 128, LayerNorm
+  eps 1e-3, no final norm, a GELU pre-logits layer of 128 on the class token), batch 128. timm and
+  HF are built with the same blocks; their final norm is replaced by an identity and their head
+  by the same two-layer head, so all three compute the same function (checked before timing).
+- `ti16`: ViT-Ti/16 at 224x224, 1000 classes, batch 32 (timm's vit_tiny_patch16_224 layout).
+
+Weights go from anyformer to timm and HF through anyformer.interop. Every contestant trains with
+the same torch AdamW (foreach), fp32, cross-entropy, no dropout; inference is a forward pass in
+`torch.inference_mode()` in eval mode. HF ViT runs with both its attention implementations
+(`sdpa`, its default, and `eager`, explicit matmuls).
+
+    python benchmarks/bench_vit_cpu.py                    # both models (~5 min), writes results/vit_cpu.md
+    python benchmarks/bench_vit_cpu.py --models mnist --quick --no-write
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
+                          matmul_baseline, matmul_flops, measure_memory_here, memory_in_subprocess, onednn_inference,
+                          apply_pending_fast_layers, setup_env, speed_table, table, wait_for_quiet,
+                          write_results, RESULTS)
+
+setup_env()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import anyformer as af  # noqa: E402
+from anyformer.interop._torchvision_compat import ensure_torchvision_importable  # noqa: E402
+
+ensure_torchvision_importable()
+
+MODELS = {
+    "mnist": dict(preset="vit-mnist", batch=128, title="Seed 000's MNIST ViT, batch 128"),
+    "ti16": dict(preset="vit-ti/16", batch=32, title="ViT-Ti/16 at 224, batch 32"),
+}
+PEERS = ("timm", "HF ViT sdpa", "HF ViT eager")
+NOTES = """\
+- Where anyformer's training lead comes from: its linear layers run on oneDNN (AVX-512) instead
+  of MKL (AVX2 on this AMD CPU); everything else in the step (SDPA attention, LayerNorm, GELU,
+  AdamW) is the same kernels the peers call. The lead therefore grows with the share of the step
+  spent in linear layers: ViT-Ti (width 192, MLP 768) gains much more than seed 000's MNIST ViT
+  (width 128, MLP 128), where the K=128 products gain least from oneDNN at 2 threads (~1.6x,
+  and the weight gradient needs a transposed copy of an activation that eats most of its gain)
+  and attention at head dim 16 (SDPA, identical in every contestant) is about a third of the step.
+- Inference: anyformer's default inference runs `F.linear` (bitwise equal to the peers' MKL
+  linears, which the interop parity tests rely on), so it ties with timm; the row
+  `anyformer, oneDNN inference` is the same model with `INFERENCE_ON_ONEDNN = True`.
+- bf16 autocast trains 1.6-1.7x faster than fp32 here (bf16 matmuls reach ~500-750 GFLOP/s on this
+  CPU); with it the MNIST ViT's attention takes the explicit path (faster than SDPA in bf16 training).
+- The peak-memory table is RSS in a fresh process: anyformer's rest figure is lower because that
+  process imports neither timm nor transformers."""
+
+BF16 = "anyformer bf16 autocast"
+ONEDNN_INFER = "anyformer, oneDNN inference"
+
+
+def shapes(model: str, train: bool) -> list:
+    """Every matrix product of one step: patch projection, blocks, attention, head."""
+    c = af.ViT.preset(MODELS[model]["preset"]).config
+    batch = MODELS[model]["batch"]
+    gh, gw = c.grid
+    n = gh * gw + 1
+    ph, pw = c.patch_size if isinstance(c.patch_size, tuple) else (c.patch_size, c.patch_size)
+    m = linear_matmuls(batch * gh * gw, c.in_chans * ph * pw, c.width, train=train, grad_input=False)
+    for fan_in, fan_out in ((c.width, 3 * c.width), (c.width, c.width), (c.width, c.mlp_hidden),
+                            (c.mlp_hidden, c.width)):
+        m += linear_matmuls(batch * n, fan_in, fan_out, train=train, count=c.depth)
+    m += attention_matmuls(batch, c.heads, n, n, c.width // c.heads, train=train, count=c.depth)
+    if c.head_hidden:
+        m += linear_matmuls(batch, c.width, c.head_hidden, train=train)
+    m += linear_matmuls(batch, c.head_hidden or c.width, c.num_classes, train=train)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Contestants with shared weights
+
+
+def anyformer_model(model: str) -> af.ViT:
+    torch.manual_seed(0)
+    return af.ViT.preset(MODELS[model]["preset"])
+
+
+def _same_head(vit: af.ViT) -> nn.Module:
+    """A copy of anyformer's classifier (pre-logits layer and all), for peers that lack one."""
+    head = vit.head
+    layers = [head.pre_logits[0], head.pre_logits[1]] if head.pre_logits is not None else []
+    copy = nn.Sequential(*[type(m)(m.in_features, m.out_features) if isinstance(m, nn.Linear) else m
+                           for m in [*layers, head.fc]])
+    copy.load_state_dict(nn.Sequential(*layers, head.fc).state_dict())
+    return copy
+
+
+def _standard(vit: af.ViT) -> af.ViT:
+    """The same ViT without seed 000's extras (pre-logits, no final norm), which interop exports;
+    the extras are then grafted onto the peer by hand."""
+    from anyformer.models.base import config_from_dict
+    from anyformer.models.vit import ViTConfig
+    c = config_from_dict(ViTConfig, {**vit.config.__dict__, "head_hidden": None, "final_norm": True,
+                                     "num_classes": vit.config.head_hidden or vit.config.num_classes})
+    std = af.ViT(c)
+    weights = {k: v for k, v in vit.state_dict().items() if not k.startswith("head.")}
+    std.load_state_dict(weights, strict=False)  # backbone and embeddings; the head and norm are replaced
+    return std
+
+
+def timm_model(vit: af.ViT) -> nn.Module:
+    from anyformer.interop.timm import to_timm_model
+    if not vit.config.head_hidden and vit.config.final_norm:
+        return to_timm_model(vit).train()
+    model = to_timm_model(_standard(vit))
+    model.norm, model.head = nn.Identity(), _same_head(vit)
+    return model.train()
+
+
+def hf_model(vit: af.ViT, attn: str) -> tuple[nn.Module, callable]:
+    from anyformer.interop.hf import vit_to_hf
+    standard = not vit.config.head_hidden and vit.config.final_norm
+    model = vit_to_hf(vit if standard else _standard(vit))
+    model.set_attn_implementation(attn)
+    if not standard:
+        model.vit.layernorm, model.classifier = nn.Identity(), _same_head(vit)
+    return model.train(), (lambda x: model(pixel_values=x).logits)
+
+
+def build(model: str, name: str, vit: af.ViT | None = None):
+    """(module, forward) of contestant `name`, holding anyformer's weights."""
+    vit = vit or anyformer_model(model)
+    if name in ("anyformer", BF16):
+        apply_pending_fast_layers(vit)
+        return vit, vit
+    if name == "timm":
+        m = timm_model(vit)
+        return m, m
+    if name.startswith("HF ViT"):
+        return hf_model(vit, name.split()[-1])
+    raise ValueError(name)
+
+
+def data(model: str):
+    c = af.ViT.preset(MODELS[model]["preset"]).config
+    g = torch.Generator().manual_seed(1)
+    b = MODELS[model]["batch"]
+    h, w = c.image_size if isinstance(c.image_size, tuple) else (c.image_size, c.image_size)
+    return torch.randn(b, c.in_chans, h, w, generator=g), torch.randint(0, c.num_classes, (b,), generator=g)
+
+
+def train_step(module, forward, x, y, bf16: bool = False):
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-4, weight_decay=0.05, foreach=True)
+    module.train()
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(forward(x).float(), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def infer_step(module, forward, x, bf16: bool = False):
+    def step():
+        module.eval()
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            forward(x)
+    return step
+
+
+def check_same_outputs(model: str, x) -> str:
+    vit = anyformer_model(model).eval()
+    with torch.no_grad():
+        ref = vit(x)
+        diffs = []
+        for name in PEERS:
+            m, fwd = build(model, name, vit)
+            m.eval()
+            diffs.append(f"{name}: max |logit diff| {(fwd(x) - ref).abs().max().item():.1e}")
+    return ", ".join(diffs)
+
+
+def memory_child(model: str, name: str) -> None:
+    x, y = data(model)
+
+    def make():
+        m, fwd = build(model, name)
+        bf16 = name == BF16
+        return infer_step(m, fwd, x, bf16), train_step(m, fwd, x, y, bf16)
+    print("MEMORY:" + json.dumps(measure_memory_here(make)))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, str, bool]], str]:
+    spec = MODELS[model]
+    x, y = data(model)
+    same = check_same_outputs(model, x)
+    print(f"\n=== {spec['title']}\nsame weights: {same}", flush=True)
+    train_flops, infer_flops = matmul_flops(shapes(model, True)), matmul_flops(shapes(model, False))
+    b = spec["batch"]
+    names = ["anyformer", *PEERS]
+
+    def baselines(train: bool) -> list[Contestant]:
+        sh, fl = shapes(model, train), (train_flops if train else infer_flops)
+        return [Contestant("matmul torch", matmul_baseline(sh), b, fl, "MKL, as nn.Linear"),
+                Contestant("matmul oneDNN", matmul_baseline(sh, backend="onednn"), b, fl,
+                           "2-D products on oneDNN, as anyformer.nn.linear"),
+                Contestant("matmul bf16", matmul_baseline(sh, dtype=torch.bfloat16), b, fl)]
+
+    train = []
+    for name in names:
+        m, fwd = build(model, name)
+        train.append(Contestant(name, train_step(m, fwd, x, y), b, train_flops))
+    m, fwd = build(model, BF16)
+    bf16_train = Contestant(BF16, train_step(m, fwd, x, y, bf16=True), b, train_flops, "not the same maths")
+    base = baselines(True)
+    rounds, steps = args.rounds[model], args.steps[model]
+    print(f"training: {rounds} rounds x {steps} steps", flush=True)
+    alternate(train + [bf16_train, *base], rounds=rounds, steps=steps)
+
+    infer = []
+    for name in names:
+        m, fwd = build(model, name)
+        infer.append(Contestant(name, infer_step(m, fwd, x), b, infer_flops))
+    m, fwd = build(model, "anyformer")
+    infer.append(Contestant(ONEDNN_INFER, onednn_inference(infer_step(m, fwd, x)), b, infer_flops,
+                            "INFERENCE_ON_ONEDNN=True; off by default"))
+    m, fwd = build(model, BF16)
+    bf16_infer = Contestant(BF16, infer_step(m, fwd, x, bf16=True), b, infer_flops, "not the same maths")
+    ibase = baselines(False)
+    print(f"inference: {rounds + 1} rounds x {steps} batches", flush=True)
+    alternate(infer + [bf16_infer, *ibase], rounds=rounds + 1, steps=steps)
+
+    title = spec["title"]
+    sections = [
+        (f"{title}: training (fp32, AdamW)", speed_table(train, "anyformer", base[:2], "images")),
+        (f"{title}: bf16 autocast training (anyformer only; not the same maths as fp32)",
+         speed_table([train[0], bf16_train], "anyformer", [base[2]], "images")),
+        (f"{title}: inference (fp32, inference_mode)", speed_table(infer + [bf16_infer], "anyformer", ibase, "images")),
+    ]
+    for heading, text in sections:
+        print(f"\n## {heading}\n\n{text}", flush=True)
+
+    by = {c.name: c for c in train}
+    ours = by["anyformer"]
+    fastest = min((by[p] for p in PEERS), key=lambda c: c.median)
+    ifastest = min((c for c in infer if c.name in PEERS), key=lambda c: c.median)
+    rate = ours.flops / ours.median
+    mkl_rate, dnn_rate = (c.flops / c.median for c in base[:2])
+    targets = [(f"{model} train >= 1.0x the fastest peer", f"{fastest.name}: {fastest.median / ours.median:.2f}x",
+                fastest.median >= ours.median)]
+    if model == "mnist":
+        targets.append(("mnist train >= 1.2x timm", f"{by['timm'].median / ours.median:.2f}x",
+                        by["timm"].median >= 1.2 * ours.median))
+    else:
+        targets.append((f"{model} train >= 90% of the plain-matmul rate (torch matmul, MKL)",
+                        f"{rate / mkl_rate * 100:.0f}%", rate >= 0.9 * mkl_rate))
+        targets.append(("(same, against the oneDNN matmul rate anyformer's linears use)",
+                        f"{rate / dnn_rate * 100:.0f}%", rate >= 0.9 * dnn_rate))
+    itimm = next(c for c in infer if c.name == "timm")
+    targets.append((f"{model} inference >= 1.1x timm", f"{itimm.median / infer[0].median:.2f}x",
+                    itimm.median >= 1.1 * infer[0].median))
+    targets.append((f"{model} inference >= 1.0x the fastest peer", f"{ifastest.name}: "
+                    f"{ifastest.median / infer[0].median:.2f}x", ifastest.median >= infer[0].median))
+    ione = next(c for c in infer if c.name == ONEDNN_INFER)
+    targets.append((f"({model} inference >= 1.1x timm with INFERENCE_ON_ONEDNN=True)",
+                    f"{itimm.median / ione.median:.2f}x", itimm.median >= 1.1 * ione.median))
+
+    if not args.no_memory:
+        rows = []
+        for name in [*names, BF16]:
+            mem = memory_in_subprocess(__file__, ["--memory-child", model, name])
+            if mem:
+                rows.append([name, f"{mem['rest']:.0f}", f"{mem['infer_peak']:.0f}", f"{mem['train_peak']:.0f}",
+                             f"{mem['train_peak'] - mem['train_start']:.0f}"])
+                print("memory", rows[-1], flush=True)
+        t_mem = table(["contestant", "RSS at rest (MiB)", "peak, inference", "peak, training",
+                       "training peak over its start"], rows)
+        sections.append((f"{title}: peak memory (RSS high-water, fresh process per contestant, 3 steps each)", t_mem))
+        print(f"\n{t_mem}", flush=True)
+    return sections, targets, same
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--rounds", type=int, help="alternated rounds (default: mnist 4, ti16 3)")
+    ap.add_argument("--steps", type=int, help="training steps per contestant per round (default: mnist 2, ti16 1)")
+    ap.add_argument("--quick", action="store_true", help="one round of one step, no memory: a smoke test")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave results/vit_cpu.md alone")
+    ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
+    ap.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        return memory_child(*args.memory_child)
+    args.rounds = {m: args.rounds or (1 if args.quick else {"mnist": 4, "ti16": 3}[m]) for m in MODELS}
+    args.steps = {m: args.steps or (1 if args.quick else {"mnist": 2, "ti16": 1}[m]) for m in MODELS}
+    args.no_memory = args.no_memory or args.quick
+
+    load_before = load_average() if args.no_wait else wait_for_quiet()
+    facts = machine()
+    print(json.dumps(facts, indent=1))
+    print(f"load average before: {load_before}", flush=True)
+    t0 = time.time()
+    sections, targets, weights = [], [], []
+    for model in args.models:
+        s, t, same = run_model(model, args)
+        sections += s
+        targets += t
+        weights.append(f"{model}: {same}")
+    t_targets = table(["target", "measured", "met"], [[a, b, "yes" if ok else "**no**"] for a, b, ok in targets])
+    sections.append(("Targets", t_targets))
+    sections.append(("Notes", NOTES))
+    print(f"\n## Targets\n\n{t_targets}")
+    load_after = load_average()
+    print(f"load average after: {load_after}; wall {time.time() - t0:.0f} s")
+    facts.update({"load average (1, 5, 15 min) before": load_before, "after": load_after,
+                  "rounds": ", ".join(f"{m}: training {args.rounds[m]} x {args.steps[m]} steps, inference "
+                                      f"{args.rounds[m] + 1} x {args.steps[m]} batches" for m in args.models)
+                            + "; one warm-up step each; median over rounds",
+                  "weights": "; ".join(weights),
+                  "pending one-line changes applied": "; ".join(
+                      f"{m}: {apply_pending_fast_layers(anyformer_model(m))} nn.Linear modules of mlp.py and "
+                      "heads.py given anyformer's Linear (benchmarks/README.md)" for m in args.models),
+                  "FLOPs counted": "matrix products only (patch projection, blocks, attention, head)",
+                  "wall time": f"{time.time() - t0:.0f} s"})
+    if not args.no_write:
+        intro = (f"Produced by `benchmarks/bench_vit_cpu.py` ({' '.join(sys.argv[1:]) or 'defaults'}); see "
+                 "benchmarks/README.md for what is measured. fp32, torch AdamW (foreach) for every contestant, "
+                 "same weights. anyformer's linear layers train on oneDNN (anyformer/nn/linear.py; its inference "
+                 "stays on F.linear unless INFERENCE_ON_ONEDNN is set: the `oneDNN inference` row). "
+                 "`time / anyformer time` is the contestant's median over anyformer's: above 1, anyformer is "
+                 "faster. `spread` is (max - min) / median over the rounds. `of matmul torch` / `of matmul "
+                 "oneDNN`: achieved GFLOP/s over the rate of the same matrix products run bare in the same "
+                 "rounds, through torch.matmul (MKL, what nn.Linear uses) or with the 2-D products on oneDNN.")
+        write_results(RESULTS / "vit_cpu.md", "ViT on CPU: anyformer vs timm and Hugging Face", intro, facts, sections)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Reference implementations written for the benchmarks (not part of anyformer)."""

@@ -225,41 +225,21 @@ def matmul_baseline(shapes: list[Matmul], dtype=None, backend: str = "torch") ->
     return step
 
 
-def onednn_inference(step: Callable[[], object]) -> Callable[[], object]:
-    """`step` with anyformer.nn.linear.INFERENCE_ON_ONEDNN set while it runs (off by default, see
-    anyformer/nn/linear.py), so that one contestant can show inference on oneDNN."""
+def with_inference_on_onednn(step: Callable[[], object], value: bool) -> Callable[[], object]:
+    """`step` with anyformer.nn.linear.INFERENCE_ON_ONEDNN set to `value` while it runs, and the
+    previous value restored after. The flag is on by default (anyformer/nn/linear.py); setting it
+    False lets one contestant show the same model's gradient-free passes on F.linear (MKL), while
+    every other contestant, timed in the same rounds, keeps the default."""
     from anyformer.nn import linear as anyformer_linear
 
     def wrapped():
-        anyformer_linear.INFERENCE_ON_ONEDNN = True
+        previous = anyformer_linear.INFERENCE_ON_ONEDNN
+        anyformer_linear.INFERENCE_ON_ONEDNN = value
         try:
             return step()
         finally:
-            anyformer_linear.INFERENCE_ON_ONEDNN = False
+            anyformer_linear.INFERENCE_ON_ONEDNN = previous
     return wrapped
-
-
-def apply_pending_fast_layers(model) -> int:
-    """Give every plain nn.Linear and nn.Dropout inside an anyformer model the class of
-    anyformer.nn.linear.Linear / anyformer.nn.dropout.Dropout (same parameters and state dict).
-
-    anyformer/nn/attention.py, transformer.py and embeddings.py build those already; mlp.py,
-    heads.py and models/ (the embedding dropout of GPT and ViT) were outside this work's remit
-    and still build the torch classes: this applies the one-line change proposed for each, so
-    that the benchmark measures anyformer as it is with them. Returns how many modules changed
-    (0 once those files use the anyformer classes)."""
-    from torch import nn
-    from anyformer.nn.dropout import Dropout
-    from anyformer.nn.linear import Linear
-    changed = 0
-    for m in model.modules():
-        if type(m) is nn.Linear:
-            m.__class__ = Linear
-            changed += 1
-        elif type(m) is nn.Dropout:
-            m.__class__ = Dropout
-            changed += 1
-    return changed
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,14 +4,21 @@ Shape: nanoGPT's shakespeare_char model (65 characters, 6 layers, 6 heads, width
 256), batch 16 x 256 tokens, fp32, AdamW (the same torch optimiser and settings for all).
 The maths is GPT-2's for every contestant (biases, tanh GELU), so that all three hold the
 same weights (anyformer -> Hugging Face through anyformer.interop, -> nanoGPT-ref by renaming)
-and their logits are checked equal before timing. anyformer's shakespeare-char preset differs
-from this only by bias=False and the exact GELU.
+and their logits are compared before timing (equal up to fp32 summation order, see below).
+anyformer's shakespeare-char preset differs from this only by bias=False and the exact GELU.
 
 Dropout 0.2 is where the libraries differ. nanoGPT and Hugging Face also drop entries of the
 attention matrix, which on CPU forces SDPA off its flash kernel onto the one that materialises
 the matrix. anyformer's preset drops after the embeddings and on both residual branches, as
 nanoGPT, but not on the attention matrix (attn_dropout defaults to 0). Rows marked "same maths"
 are configured to match anyformer; "as nanoGPT" also drops attention weights.
+
+anyformer's model is benchmarked as built: its linear layers run on oneDNN for training and, by
+default, for inference and generation too (anyformer/nn/linear.py). Its logits therefore match
+HF's and nanoGPT-ref's to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of
+max(1, max|ref|)), not bitwise. The extra row `anyformer, MKL inference` runs the same model with
+`anyformer.nn.linear.INFERENCE_ON_ONEDNN = False`, which keeps gradient-free passes on F.linear
+(bitwise nn.Linear), to show what oneDNN adds there.
 
     python benchmarks/bench_gpt_cpu.py                    # full run (~4 min), writes results/gpt_cpu.md
     python benchmarks/bench_gpt_cpu.py --quick --no-write # 1 round, to check it runs
@@ -25,9 +32,8 @@ import sys
 import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
-                          matmul_baseline, matmul_flops, measure_memory_here, memory_in_subprocess, onednn_inference,
-                          apply_pending_fast_layers, setup_env, speed_table, table, wait_for_quiet,
-                          write_results, RESULTS)
+                          matmul_baseline, matmul_flops, measure_memory_here, memory_in_subprocess, setup_env,
+                          speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS)
 
 setup_env()
 
@@ -69,7 +75,6 @@ def anyformer_model(dropout: float, weights: dict | None = None):
     gpt = af.GPT(cfg)
     if weights is not None:
         gpt.load_state_dict(weights)
-    apply_pending_fast_layers(gpt)
     return gpt, gpt
 
 
@@ -108,18 +113,21 @@ BUILDERS = {  # name -> (builder(weights) -> (model, forward), dropout, note)
 }
 BF16 = "anyformer bf16 autocast"
 NOTES = """\
-- anyformer's training lead comes from its linear layers running on oneDNN (AVX-512) instead of
-  MKL (AVX2 on this AMD CPU); attention (SDPA's flash kernel, causal), LayerNorm, GELU and AdamW
-  are the same kernels nanoGPT-ref calls.
+- anyformer's lead, in training and inference alike, comes from its linear layers running on
+  oneDNN (AVX-512) instead of MKL (AVX2 on this AMD CPU); attention (SDPA's flash kernel, causal),
+  LayerNorm, GELU and AdamW are the same kernels nanoGPT-ref calls.
 - Dropout 0.2: anyformer keeps SDPA's flash kernel (the line "attention kernels in a training
   forward" above: dropout_p=0 in every layer) because it does not drop attention weights, drops
   after the embeddings and on both residual branches (where nanoGPT does), not on the MLP's
   hidden activations, and draws its masks with uniform draws instead of torch's slow CPU
   `bernoulli_` (anyformer/nn/dropout.py). Dropping the attention matrix as nanoGPT does cost
   nanoGPT-ref about 20% more on top in the recorded runs.
-- Inference: anyformer's default inference runs `F.linear` (bitwise equal to the peers' MKL
-  linears, which the interop parity tests rely on), so it ties with nanoGPT-ref; the row
-  `anyformer, oneDNN inference` is the same model with `INFERENCE_ON_ONEDNN = True`.
+- Inference: by default anyformer's forward passes without autograd (inference, generation) run
+  on oneDNN too. Its logits differ from the peers' (MKL) by summation order only, about 1e-6 of
+  their scale (the `weights` line above; the interop parity tests allow 1e-5 of
+  max(1, max|ref|)). The row `anyformer, MKL inference` is the same model with
+  `INFERENCE_ON_ONEDNN = False`, which keeps those passes on `F.linear`, bitwise nn.Linear: it
+  shows what oneDNN inference is worth.
 - The peak-memory table is RSS in a fresh process; HF's rest figure includes importing transformers."""
 
 
@@ -197,11 +205,6 @@ def attention_kernels_used(name: str, weights: dict, x) -> str:
     return f"{name}: " + ", ".join(f"{n} x{c}" for n, c in seen.items())
 
 
-def pending_layers() -> int:
-    cfg = GPTConfig(vocab_size=VOCAB, context=CONTEXT, width=WIDTH, depth=DEPTH, heads=HEADS, dropout=0.2)
-    return apply_pending_fast_layers(af.GPT(cfg))
-
-
 def memory_child(name: str) -> None:
     weights = reference_weights()
     x, y = data()
@@ -268,8 +271,8 @@ def main() -> None:
         model, forward = build(name, weights)
         infer.append(Contestant(name, infer_step(model, forward, x), TOKENS, infer_flops))
     model, forward = build("anyformer", weights)
-    infer.append(Contestant("anyformer, oneDNN inference", onednn_inference(infer_step(model, forward, x)),
-                            TOKENS, infer_flops, "INFERENCE_ON_ONEDNN=True; off by default"))
+    infer.append(Contestant("anyformer, MKL inference", with_inference_on_onednn(infer_step(model, forward, x), False),
+                            TOKENS, infer_flops, "INFERENCE_ON_ONEDNN=False"))
     model, forward = build(BF16, weights)
     bf16_infer = Contestant(BF16, infer_step(model, forward, x, bf16=True), TOKENS, infer_flops,
                             "not the same maths")
@@ -289,6 +292,8 @@ def main() -> None:
     rate = ours.flops / ours.median
     mkl_rate, dnn_rate = (b.flops / b.median for b in base[:2])
     drop_cost = by["anyformer d0.2"].median / ours.median
+    # Inference targets are judged on the default `anyformer` row (oneDNN inference), not the MKL extra.
+    iours = next(c for c in infer if c.name == "anyformer")
     ifastest = min(infer[1:3], key=lambda c: c.median)
     targets = [
         ("train, dropout 0: >= 1.0x the fastest peer", f"{fastest_peer.name}: {fastest_peer.median / ours.median:.2f}x",
@@ -300,10 +305,8 @@ def main() -> None:
         ("(same, against the oneDNN matmul rate anyformer's linears use)", f"{rate / dnn_rate * 100:.0f}%",
          rate >= 0.9 * dnn_rate),
         ("dropout 0.2 costs anyformer at most 10%", f"{(drop_cost - 1) * 100:+.0f}%", drop_cost <= 1.10),
-        ("inference >= 1.0x the fastest peer", f"{ifastest.name}: {ifastest.median / infer[0].median:.2f}x",
-         ifastest.median >= infer[0].median),
-        ("(inference >= 1.0x the fastest peer with INFERENCE_ON_ONEDNN=True)",
-         f"{ifastest.name}: {ifastest.median / infer[3].median:.2f}x", ifastest.median >= infer[3].median),
+        ("inference >= 1.0x the fastest peer", f"{ifastest.name}: {ifastest.median / iours.median:.2f}x",
+         ifastest.median >= iours.median),
     ]
     t_targets = table(["target", "measured", "met"], [[a, b, "yes" if ok else "**no**"] for a, b, ok in targets])
 
@@ -335,9 +338,6 @@ def main() -> None:
                   "rounds": f"training {args.rounds} x {args.steps} steps, inference {args.infer_rounds} x "
                             f"{args.infer_steps} batches, after one warm-up step each; median over rounds",
                   "weights": same,
-                  "pending one-line changes applied": f"{pending_layers()} nn.Linear/nn.Dropout modules of mlp.py, "
-                                                       "heads.py, models/gpt.py given anyformer's Linear/Dropout "
-                                                       "(benchmarks/README.md)",
                   "attention kernels in a training forward": kernels,
                   "FLOPs counted": f"{train_flops / 1e9:.1f} GFLOP per training step, {infer_flops / 1e9:.1f} per "
                                    "inference batch (matrix products only; causal attention counted in full)",
@@ -346,8 +346,9 @@ def main() -> None:
         intro = (f"Produced by `benchmarks/bench_gpt_cpu.py` ({' '.join(sys.argv[1:]) or 'defaults'}); see "
                  "benchmarks/README.md for what is measured. Char GPT 6 layers x 6 heads x width 384, context "
                  "256, batch 16, GPT-2 maths (biases, tanh GELU), fp32, torch AdamW (foreach) for every "
-                 "contestant, same weights. anyformer's linear layers train on oneDNN (anyformer/nn/linear.py; "
-                 "its inference stays on F.linear unless INFERENCE_ON_ONEDNN is set: the `oneDNN inference` row). "
+                 "contestant, same weights. anyformer's linear layers run on oneDNN for training and inference "
+                 "(anyformer/nn/linear.py); the `MKL inference` row is the same model with INFERENCE_ON_ONEDNN "
+                 "= False, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "Dropout: anyformer drops after the embeddings and on both residual branches (as nanoGPT), not "
                  "the attention matrix; `same maths` peers are set the same way, `as nanoGPT` / `as GPT-2` rows "
                  "also drop attention weights. `time / ... time` is the contestant's median over the reference "

@@ -113,10 +113,11 @@ class ViT(Model):
         return self.backbone(self.tokens(images), return_attention=return_attention)
 
     def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False):
-        out = self.forward_features(images, return_attention)
         if return_attention is False or return_attention is None:
-            return self.head(out)
-        tokens, attn = out
+            # A class-token head reads token 0 alone: the last block computes nothing else.
+            keep = 1 if self.head.pool == "cls" else None
+            return self.head(self.backbone(self.tokens(images), keep=keep))
+        tokens, attn = self.forward_features(images, return_attention)
         return self.head(tokens), attn
 
     @classmethod

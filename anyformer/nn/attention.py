@@ -139,9 +139,15 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                 mask: Tensor | None = None, need_weights: bool = False,
-                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
-        """x: (B, N, D); context: (B, M, D_c) for cross-attention. Returns (y, weights or None)."""
+                cache: KVCache | None = None, queries: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """x: (B, N, D); context: (B, M, D_c) for cross-attention. Returns (y, weights or None).
+
+        `queries=n`: only the first n tokens query (all N are keys and values); y is (B, n, D).
+        A classifier that reads the class token needs no more from the last layer.
+        """
         B, N, _ = x.shape
+        if queries is not None and (causal or cache is not None or (mask is not None and mask.dim() != 2)):
+            raise ValueError("queries=n takes no causal mask, cache or per-query mask (key padding only)")
         if self.cross:
             if context is None:
                 raise ValueError("cross-attention needs a context tensor (B, M, D_c)")
@@ -156,6 +162,8 @@ class MultiHeadAttention(nn.Module):
             q, k = self.rotary(q, offset), self.rotary(k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
+        if queries is not None:
+            q, N = q[:, :, :queries], min(queries, N)
         nk = k.shape[2]
         attn_mask = _as_attn_mask(mask, B, N, nk)
         drop = self.attn_dropout if self.training else 0.0

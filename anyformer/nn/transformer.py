@@ -77,10 +77,12 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 context: Tensor | None = None, context_mask: Tensor | None = None,
-                need_weights: bool = False, cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+                need_weights: bool = False, cache: KVCache | None = None,
+                queries: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """`queries=n`: outputs for the first n tokens only, which attend to all of them."""
         h = self.norm1(x) if self.pre_norm else x
-        a, weights = self.attn(h, causal=causal, mask=mask, need_weights=need_weights, cache=cache)
-        x = self._residual(x, a, self.ls1, self.norm1)
+        a, weights = self.attn(h, causal=causal, mask=mask, need_weights=need_weights, cache=cache, queries=queries)
+        x = self._residual(x if queries is None else x[:, :queries], a, self.ls1, self.norm1)
         if hasattr(self, "cross_attn"):
             h = self.norm_cross(x) if self.pre_norm else x
             c, _ = self.cross_attn(h, context, mask=context_mask)
@@ -135,7 +137,13 @@ class Transformer(nn.Module):
 
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False, context: Tensor | None = None,
-                context_mask: Tensor | None = None, cache: list[KVCache] | None = None):
+                context_mask: Tensor | None = None, cache: list[KVCache] | None = None,
+                keep: int | None = None):
+        """`keep=n`: return only the first n tokens (e.g. 1: the class token). The last block then
+        computes its attention queries, MLP and the final norm for those n alone: the same
+        values, for about half a block's work less."""
+        if keep is not None and not (isinstance(keep, int) and keep >= 1):
+            raise ValueError(f"keep must be a positive int, got {keep!r}")
         if x.dim() != 3 or x.shape[-1] != self.width:
             raise ValueError(f"expected tokens of shape (B, N, {self.width}), got {tuple(x.shape)}")
         if cache is not None and len(cache) != self.depth:
@@ -143,8 +151,10 @@ class Transformer(nn.Module):
         asked = self._layers_asked(return_attention)
         weights: dict[int, Tensor] = {}
         for i, block in enumerate(self.blocks):
+            last = i == self.depth - 1
             x, w = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
-                         need_weights=i in asked, cache=None if cache is None else cache[i])
+                         need_weights=i in asked, cache=None if cache is None else cache[i],
+                         queries=keep if last else None)
             if w is not None:
                 weights[i] = w
         x = self.norm(x)

@@ -25,8 +25,12 @@ def test_vit_position_kinds_and_pooling(position, pool):
     vit = af.ViT.from_config(dict(image_size=16, patch_size=4, in_chans=1, num_classes=4, width=32, depth=1,
                                   heads=4, mlp_hidden=32, position=position, pos_width=8, pool=pool,
                                   num_registers=2, head_hidden=16))
-    logits, attn = vit(torch.randn(2, 1, 16, 16), return_attention=True)
+    images = torch.randn(2, 1, 16, 16)
+    logits, attn = vit(images, return_attention=True)
     assert logits.shape == (2, 4) and attn[0].shape == (2, 4, 16 + 3, 16 + 3)
+    # the plain forward (for pool="cls" its last block computes the class token only) agrees
+    torch.testing.assert_close(vit(images), logits, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(vit(images), vit.head(vit.forward_features(images)), atol=1e-6, rtol=1e-5)
 
 
 def test_vit_bad_inputs_are_named(vit):

@@ -94,3 +94,24 @@ def test_bad_input_is_named():
         Transformer(width=30, depth=1, heads=4)
     with pytest.raises(TypeError, match="mask must be a bool"):
         trunk(torch.randn(2, 5, 32), mask=torch.ones(2, 5))
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_keep_first_tokens_matches_the_full_output(norm):
+    torch.manual_seed(0)
+    trunk = Transformer(width=32, depth=3, heads=4, norm=norm, layer_scale=0.1).eval()
+    x = torch.randn(2, 9, 32, requires_grad=True)
+    pad = torch.ones(2, 9, dtype=torch.bool)
+    pad[1, 7:] = False
+    for mask in (None, pad):
+        full = trunk(x, mask=mask)
+        first = trunk(x, mask=mask, keep=2)
+        assert first.shape == (2, 2, 32)
+        torch.testing.assert_close(first, full[:, :2], atol=1e-6, rtol=1e-5)
+    g_full, = torch.autograd.grad(trunk(x)[:, :2].sum(), x)
+    g_keep, = torch.autograd.grad(trunk(x, keep=2).sum(), x)
+    torch.testing.assert_close(g_keep, g_full, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="keep must be a positive int"):
+        trunk(x, keep=0)
+    with pytest.raises(ValueError, match="queries=n takes no causal mask"):
+        trunk(x, keep=1, causal=True)

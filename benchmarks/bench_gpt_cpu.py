@@ -43,7 +43,7 @@ import torch.nn.functional as F  # noqa: E402
 import anyformer as af  # noqa: E402
 from anyformer.interop._torchvision_compat import ensure_torchvision_importable  # noqa: E402
 from anyformer.models.gpt import GPTConfig  # noqa: E402
-from peers.nanogpt_ref import RefConfig, RefGPT  # noqa: E402
+from peers.nanogpt_ref import RefConfig, RefGPT, state_dict_from_anyformer  # noqa: E402
 
 ensure_torchvision_importable()
 
@@ -88,16 +88,7 @@ def hf_model(dropout: float, attn_dropout: float, weights: dict):
 def nanogpt_model(dropout: float, attn_dropout: float | None, weights: dict):
     ref = RefGPT(RefConfig(vocab_size=VOCAB, block_size=CONTEXT, n_layer=DEPTH, n_head=HEADS, n_embd=WIDTH,
                            dropout=dropout, attn_dropout=attn_dropout, bias=True, gelu="tanh"))
-    names = {"norm1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "norm2": "ln_2",
-             "mlp.fc1": "mlp.c_fc", "mlp.fc2": "mlp.c_proj"}
-    sd = {"transformer.wte.weight": weights["tok_embed.weight"], "transformer.wpe.weight": weights["pos.pos_embed"][0],
-          "transformer.ln_f.weight": weights["backbone.norm.weight"], "transformer.ln_f.bias": weights["backbone.norm.bias"],
-          "lm_head.weight": weights["tok_embed.weight"]}
-    for i in range(DEPTH):
-        for ours, theirs in names.items():
-            for p in ("weight", "bias"):
-                sd[f"transformer.h.{i}.{theirs}.{p}"] = weights[f"backbone.blocks.{i}.{ours}.{p}"]
-    ref.load_state_dict(sd, strict=True)
+    ref.load_state_dict(state_dict_from_anyformer(weights, DEPTH), strict=True)
     return ref, ref
 
 

@@ -110,3 +110,22 @@ class RefGPT(nn.Module):
         if targets is None:
             return logits
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+# anyformer GPT parameter name (per block) -> nanoGPT's
+_BLOCK_NAMES = {"norm1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "norm2": "ln_2",
+                "mlp.fc1": "mlp.c_fc", "mlp.fc2": "mlp.c_proj"}
+
+
+def state_dict_from_anyformer(weights: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    """An anyformer GPT's state dict (learned positions, biases, tied head) renamed for RefGPT."""
+    sd = {"transformer.wte.weight": weights["tok_embed.weight"],
+          "transformer.wpe.weight": weights["pos.pos_embed"][0],
+          "transformer.ln_f.weight": weights["backbone.norm.weight"],
+          "transformer.ln_f.bias": weights["backbone.norm.bias"],
+          "lm_head.weight": weights["tok_embed.weight"]}
+    for i in range(n_layer):
+        for ours, theirs in _BLOCK_NAMES.items():
+            for p in ("weight", "bias"):
+                sd[f"transformer.h.{i}.{theirs}.{p}"] = weights[f"backbone.blocks.{i}.{ours}.{p}"]
+    return sd

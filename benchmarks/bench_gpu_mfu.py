@@ -1,0 +1,212 @@
+"""Training MFU on a GPU: GPT-2 124M (context 1024) and ViT-B/16 (224), bf16 autocast, against the
+peers on the same card, same weights, same fused AdamW.
+
+Contestants: for GPT-2, anyformer's GPT, Hugging Face GPT2LMHeadModel (sdpa) and the lean
+nanoGPT-style reference (benchmarks/peers/nanogpt_ref.py); for ViT-B/16, anyformer's ViT, timm's
+VisionTransformer and Hugging Face ViTForImageClassification (sdpa). Weights go from anyformer to
+each peer (anyformer.interop, or a renaming for the reference) and the logits are compared before
+anything is timed. Timed rounds alternate between contestants; each round synchronises the device
+before and after, so a time is the step's wall time on the GPU.
+
+MFU = model FLOPs per second / the device's peak. Model FLOPs per step are the same count for
+every contestant (anyformer.train.perf.flops_per_item: 6 x parameters in matmuls per token or patch,
+plus attention, causal counted in full as nanoGPT and PaLM do). Two peaks are reported:
+- spec: the bf16 dense peak of the card's data sheet, looked up by device name (H100 SXM and
+  H200 989 TFLOP/s, H100 PCIe 756, A100 312), the convention behind the MFU that nanoGPT, llm.c
+  and nanochat report (33-46%); the issue's goal is at least 50% on an H100;
+- measured: the rate of a large bf16 matrix multiply on this card, measured in the same run
+  (anyformer.train.perf), what `anyformer train` divides by in its progress line.
+
+    python benchmarks/bench_gpu_mfu.py                        # on a CUDA machine; writes results/gpu_mfu.md
+    python benchmarks/bench_gpu_mfu.py --compile              # every contestant under torch.compile
+    python benchmarks/bench_gpu_mfu.py --device cpu --quick --no-write   # the code path, tiny shapes
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from types import SimpleNamespace
+
+from bench_common import machine, setup_env, table, write_results, RESULTS
+
+setup_env()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import anyformer as af  # noqa: E402
+from anyformer.train.perf import flops_per_item, measured_peak_flops  # noqa: E402
+from peers.nanogpt_ref import RefConfig, RefGPT, state_dict_from_anyformer  # noqa: E402
+
+# bf16 dense peak (FLOP/s) from the data sheets, by a substring of torch.cuda.get_device_name()
+SPEC_PEAK_BF16 = [("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989.4e12), ("A100", 312e12)]
+
+
+def spec_peak(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in SPEC_PEAK_BF16 if key in name), None)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contestants: (name, model, forward) holding the same weights
+
+def gpt_contestants(quick: bool, device: torch.device):
+    overrides = dict(width=64, depth=2, heads=2, vocab_size=256, context=64) if quick else {}
+    torch.manual_seed(0)
+    gpt = af.GPT.preset("gpt2", **overrides)
+    hf = gpt.to_hf()
+    hf.set_attn_implementation("sdpa")
+    c = gpt.config
+    ref = RefGPT(RefConfig(vocab_size=c.vocab_size, block_size=c.context, n_layer=c.depth, n_head=c.heads,
+                           n_embd=c.width, bias=True, gelu="tanh"))
+    ref.load_state_dict(state_dict_from_anyformer(gpt.state_dict(), c.depth), strict=True)
+    return c.context, [("anyformer", gpt, gpt), ("HF GPT-2 (sdpa)", hf, lambda x: hf(input_ids=x, use_cache=False).logits),
+                       ("nanoGPT-ref", ref, ref)]
+
+
+def vit_contestants(quick: bool, device: torch.device):
+    from anyformer.interop.hf import vit_to_hf
+    from anyformer.interop.timm import to_timm_model
+    overrides = dict(image_size=32, patch_size=8, width=64, depth=2, heads=2, mlp_hidden=128) if quick else {}
+    torch.manual_seed(0)
+    vit = af.ViT.preset("vit-b/16", **overrides)
+    timm_vit = to_timm_model(vit)
+    hf = vit_to_hf(vit)
+    hf.set_attn_implementation("sdpa")
+    return vit.config.image_size, [("anyformer", vit, vit), ("timm", timm_vit, timm_vit),
+                                   ("HF ViT (sdpa)", hf, lambda x: hf(pixel_values=x).logits)]
+
+
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    times: list[float]
+    peak_mem: float = 0.0
+
+    @property
+    def median(self) -> float:
+        return sorted(self.times)[len(self.times) // 2]
+
+
+def make_step(model, forward, x, y, device: torch.device):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=True)
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = forward(x)
+        loss = F.cross_entropy(logits.float().flatten(0, -2), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
+    size, contestants = (gpt_contestants if kind == "gpt2" else vit_contestants)(args.quick, device)
+    batch = args.batch or ((2 if args.quick else 16) if kind == "gpt2" else (2 if args.quick else 128))
+    g = torch.Generator().manual_seed(1)
+    ref_model = contestants[0][1]
+    if kind == "gpt2":
+        vocab = ref_model.config.vocab_size
+        x = torch.randint(0, vocab, (batch, size), generator=g).to(device)
+        y = torch.randint(0, vocab, (batch, size), generator=g).to(device)
+        items, per_item = batch * size, flops_per_item(ref_model, SimpleNamespace(seq_len=size))
+    else:
+        x = torch.randn(batch, 3, size, size, generator=g).to(device)
+        y = torch.randint(0, ref_model.config.num_classes, (batch,), generator=g).to(device)
+        items, per_item = batch, flops_per_item(ref_model, None)
+    diffs, steps = [], []
+    with torch.no_grad():
+        ref_logits = None
+        for name, model, forward in contestants:
+            model.to(device).eval()
+            logits = forward(x).float()
+            ref_logits = logits if ref_logits is None else ref_logits
+            diffs.append(f"{name}: {(logits - ref_logits).abs().max().item():.1e}")
+    for name, model, forward in contestants:
+        model.train()
+        if args.compile:
+            forward = torch.compile(forward)
+        steps.append((Result(name, []), make_step(model, forward, x, y, device)))
+    for result, step in steps:  # warm-up (compilation, autotuning, allocator)
+        for _ in range(args.warmup):
+            step()
+    sync(device)
+    for r in range(args.rounds):
+        for j in range(len(steps)):
+            result, step = steps[(r + j) % len(steps)]
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            sync(device)
+            t = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            sync(device)
+            result.times.append((time.perf_counter() - t) / args.steps)
+            if device.type == "cuda":
+                result.peak_mem = max(result.peak_mem, torch.cuda.max_memory_allocated(device) / 2**30)
+        print(f"  {kind} round {r + 1}/{args.rounds}: " +
+              ", ".join(f"{res.name} {res.times[-1] * 1e3:.1f} ms" for res, _ in steps), flush=True)
+    spec, measured = spec_peak(device), measured_peak_flops(device, "bf16")
+    base = steps[0][0].median
+    rows = []
+    for res, _ in steps:
+        rate = per_item * items / res.median
+        rows.append([res.name, f"{res.median * 1e3:.1f}", f"{items / res.median:,.0f}", f"{rate / 1e12:.1f}",
+                     f"{100 * rate / spec:.1f}%" if spec else "-", f"{100 * rate / measured:.1f}%",
+                     f"{res.peak_mem:.1f}" if res.peak_mem else "-", f"{res.median / base:.2f}x"])
+    unit = "tokens/s" if kind == "gpt2" else "images/s"
+    header = ["contestant", "ms/step median", unit, "TFLOP/s", "MFU (spec peak)", "MFU (measured peak)",
+              "peak memory (GiB)", "time / anyformer time"]
+    title = (f"GPT-2 124M, context {size}, batch {batch}" if kind == "gpt2" else f"ViT-B/16 at {size}, batch {batch}") \
+        + (" (quick: tiny shapes)" if args.quick else "") + (", torch.compile" if args.compile else "")
+    facts = {f"{kind} logits vs anyformer (eval, fp32)": "; ".join(diffs),
+             f"{kind} model FLOPs per step": f"{per_item * items / 1e12:.3f} TFLOP",
+             "peak bf16, spec": f"{spec / 1e12:.0f} TFLOP/s" if spec else "unknown device: not reported",
+             "peak bf16, measured matmul": f"{measured / 1e12:.0f} TFLOP/s"}
+    return title, table(header, rows), facts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--models", nargs="+", default=["gpt2", "vit-b16"], choices=["gpt2", "vit-b16"])
+    ap.add_argument("--batch", type=int, help="default: 16 sequences (GPT-2), 128 images (ViT)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--compile", action="store_true", help="torch.compile every contestant's forward")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes, 2 rounds of 1 step: checks the code path")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here: run on a GPU machine, or pass --device cpu --quick to check the code")
+    if args.quick:
+        args.rounds, args.steps, args.warmup = 2, 1, 1
+    t0 = time.perf_counter()
+    sections, facts = [], {**machine(), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+    for kind in args.models:
+        title, text, f = run(kind, args, device)
+        print(f"## {title}\n\n{text}\n" + "\n".join(f"- {k}: {v}" for k, v in f.items()), flush=True)
+        sections.append((title, text))
+        facts.update(f)
+    facts["wall time"] = f"{time.perf_counter() - t0:.0f} s"
+    if not args.no_write:
+        write_results(RESULTS / "gpu_mfu.md", "Training MFU on a GPU: anyformer vs the peers",
+                      "Produced by `benchmarks/bench_gpu_mfu.py`" + (" --compile" if args.compile else "") +
+                      "; see its docstring for what is measured.", facts, sections)
+
+
+if __name__ == "__main__":
+    main()

@@ -58,6 +58,10 @@ NOTES = """\
   at 2 threads (~1.6x, and in training the weight gradient needs a transposed copy of an
   activation that eats most of its gain) and attention at head dim 16 (SDPA, identical in every
   contestant) is about a third of the step.
+- seed 000's MNIST ViT reads the class token, so anyformer's last block computes its query,
+  attention output, MLP and norm for that token alone (`Transformer(keep=1)`, benchmarks/README.md):
+  same logits, about half a block less work; the peers compute the whole block. GFLOP/s counts the
+  full model's FLOPs for every contestant, an equivalent rate for anyformer.
 - Inference: by default anyformer's forward passes without autograd run on oneDNN too. Its
   logits differ from the peers' (MKL) by summation order only, about 1e-6 of their scale (the
   `weights` line above; the interop parity tests allow 1e-5 of max(1, max|ref|)). The row

@@ -114,8 +114,9 @@ class ViT(Model):
 
     def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False):
         if return_attention is False or return_attention is None:
-            # A class-token head reads token 0 alone: the last block computes nothing else.
-            keep = 1 if self.head.pool == "cls" else None
+            # A class-token head reads token 0 alone: the last block computes nothing else (so
+            # hooks on it see one token). Any other head, e.g. one swapped in, gets every token.
+            keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
             return self.head(self.backbone(self.tokens(images), keep=keep))
         tokens, attn = self.forward_features(images, return_attention)
         return self.head(tokens), attn

@@ -15,7 +15,9 @@ nn.Linear's MKL the outputs differ by summation order only: ~1e-6 relative on GP
 hidden states, which the interop tests allow (tests/interop: 1e-5 of the tensor's scale).
 Set `INFERENCE_ON_ONEDNN = False` to keep gradient-free passes on `F.linear`, bitwise nn.Linear.
 Anything other than plain fp32 on the CPU (bf16, autocast, CUDA, float64 for gradcheck,
-torch.compile tracing) takes `F.linear`. The oneDNN backward is once-differentiable: a second
+empty tensors) takes `F.linear`, and so do torch.compile, jit and fx tracing and torch.func
+transforms. `torch.ao.quantization.quantize_dynamic` matches layers by exact type: pass it
+`{anyformer.nn.Linear}` as well as `{nn.Linear}`. The oneDNN backward is once-differentiable: a second
 derivative through it (create_graph=True) raises.
 """
 from __future__ import annotations
@@ -69,9 +71,18 @@ class _OneDNNLinear(torch.autograd.Function):
         return dx, dw, db
 
 
+def _tracing_or_transformed() -> bool:
+    """torch.compile, jit/fx tracing and torch.func transforms (grad, vmap: per-sample gradients)
+    see plain F.linear: a custom op or autograd.Function would break or be baked into them."""
+    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or torch.fx._symbolic_trace.is_fx_symbolic_tracing()
+            or (hasattr(torch._C, "_are_functorch_transforms_active") and torch._C._are_functorch_transforms_active()))
+
+
 def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
-    return (_ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.numel() > 0 and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling())
+    return (_ONEDNN and not _tracing_or_transformed() and x.device.type == "cpu" and x.dtype == torch.float32
+            and weight.dtype == torch.float32 and x.numel() > 0 and weight.numel() > 0
+            and not torch.is_autocast_enabled("cpu"))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

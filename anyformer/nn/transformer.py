@@ -62,9 +62,9 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(width, eps=norm_eps)
         # `dropout` acts where GPT-2, nanoGPT, BERT and HF's ViT put it: on each residual branch's
         # output (after the attention projection and after the MLP); the models add one after the
-        # embeddings. Not on the MLP's hidden activations (timm does that too: a 4x wider tensor to
-        # mask, for little gain) and not on the attention matrix unless `attn_dropout` asks, since
-        # on CPU a dropped attention matrix forces SDPA off its fast kernel.
+        # embeddings. Not on the MLP's hidden activations (timm's Mlp also drops there: a 4x wider
+        # tensor to mask, which nanoGPT and GPT-2 do not do) and not on the attention matrix unless
+        # `attn_dropout` asks, since on CPU a dropped attention matrix forces SDPA off its fast kernel.
         self.mlp = MLP(width, mlp_hidden or 4 * width, layers=mlp_layers, activation=activation, bias=bias)
         self.mlp_drop = Dropout(dropout) if dropout > 0 else nn.Identity()
         self.ls1 = LayerScale(width, layer_scale) if layer_scale else nn.Identity()
@@ -141,7 +141,8 @@ class Transformer(nn.Module):
                 keep: int | None = None):
         """`keep=n`: return only the first n tokens (e.g. 1: the class token). The last block then
         computes its attention queries, MLP and the final norm for those n alone: the same
-        values, for about half a block's work less."""
+        values, for half (MLP as wide as the tokens) to three quarters (MLP 4x) of a block's work
+        less. Attention weights asked of the last block then have n query rows."""
         if keep is not None and not (isinstance(keep, int) and keep >= 1):
             raise ValueError(f"keep must be a positive int, got {keep!r}")
         if x.dim() != 3 or x.shape[-1] != self.width:

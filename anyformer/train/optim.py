@@ -28,8 +28,8 @@ def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False)
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     groups = param_groups(model, cfg.weight_decay, cfg.decay_all)
     # Decoupled weight decay in both cases: seed 000's Keras Adam(weight_decay=...) decouples it too.
-    # The fused kernel updates every parameter in one pass, on CUDA and on the CPU (a char GPT's
-    # AdamW step: 8 ms fused, 33 ms foreach on 2 cores); foreach elsewhere.
+    # The fused kernel updates every parameter in one pass, on CUDA and on the CPU (the 10.7M-
+    # parameter char GPT's AdamW step: 21-27 ms fused, 45-73 ms foreach on 2 busy cores).
     fast = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **fast)
 

@@ -65,6 +65,8 @@ def test_vit_outputs_equal_hf(vit_refs, shape, cls, impl):
         assert_close(f"HF ViTModel {shape} {impl} pooler_output", logits, out.pooler_output)
     else:
         assert_close(f"HF {cls} {shape} {impl} logits", logits, out.logits)
+        with torch.no_grad():  # the plain forward: its last block computes the class token only
+            assert_close(f"HF {cls} {shape} {impl} forward logits", vit(x), out.logits)
 
 
 @pytest.mark.parametrize("cls", VIT_CLASSES)

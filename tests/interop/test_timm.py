@@ -60,6 +60,8 @@ def test_outputs_equal_timm(refs, shape, impl):
         assert_close(f"timm {shape} {impl} block {i} hidden states", a, b)
     assert_close(f"timm {shape} {impl} features", feats, ref_feats)
     assert_close(f"timm {shape} {impl} logits", logits, ref_logits)
+    with torch.no_grad():  # the plain forward: its last block computes the class token only
+        assert_close(f"timm {shape} {impl} forward logits", vit(x), ref_logits)
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

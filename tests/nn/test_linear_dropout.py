@@ -1,0 +1,97 @@
+"""anyformer's oneDNN Linear and cheaper-mask Dropout: the same maths as nn.Linear and nn.Dropout."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from anyformer.nn import Dropout, Linear
+from anyformer.nn import linear as linear_module
+
+
+def _grads(fn, x, w, b):
+    for t in (x, w, b):
+        t.grad = None
+    y = fn(x, w, b)
+    y.backward(torch.linspace(-1, 1, y.numel()).view_as(y))
+    return y.detach(), [t.grad.clone() for t in (x, w, b)]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "expanded"])
+def test_linear_matches_f_linear_forward_and_backward(layout):
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(4, 6, 8, generator=g)
+    x = {"contiguous": base, "transposed": base.transpose(0, 1).contiguous().transpose(0, 1),
+         "expanded": base[:1].expand(4, 6, 8)}[layout].detach().requires_grad_()
+    w = torch.randn(5, 8, generator=g, requires_grad=True)
+    b = torch.randn(5, generator=g, requires_grad=True)
+    if linear_module._ONEDNN:  # this torch build has oneDNN: the custom path is what is tested
+        assert type(linear_module.linear(x, w, b).grad_fn).__name__ == "_OneDNNLinearBackward"
+    ours, ours_g = _grads(linear_module.linear, x, w, b)
+    ref, ref_g = _grads(F.linear, x, w, b)
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+    for a, r in zip(ours_g, ref_g):
+        torch.testing.assert_close(a, r, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # the inference path
+        torch.testing.assert_close(linear_module.linear(x, w, b), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_linear_gradients_to_the_bias_alone_and_to_a_tied_weight():
+    layer = Linear(8, 5)
+    layer.weight.requires_grad_(False)
+    x = torch.randn(3, 8)
+    layer(x).sum().backward()
+    torch.testing.assert_close(layer.bias.grad, torch.full((5,), 3.0))
+    assert layer.weight.grad is None
+    # one matrix used twice (an LM head tied to its embedding): both uses add to its gradient
+    table = torch.randn(5, 8, requires_grad=True)
+    ids = torch.tensor([[0, 3]])
+    (linear_module.linear(F.embedding(ids, table), table).sum()).backward()
+    ours = table.grad.clone()
+    table.grad = None
+    F.linear(F.embedding(ids, table), table).sum().backward()
+    torch.testing.assert_close(ours, table.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+def test_linear_edge_cases_fall_back_or_refuse_clearly():
+    layer = Linear(4, 0)  # no outputs: F.linear handles it
+    x = torch.randn(2, 4, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad.shape == (2, 4)
+    layer = Linear(4, 3).double()  # float64 (gradcheck) takes F.linear
+    assert torch.autograd.gradcheck(layer, (torch.randn(2, 4, dtype=torch.float64, requires_grad=True),))
+    layer = Linear(4, 3)
+    x = torch.randn(2, 4, requires_grad=True)
+    (gx,) = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):  # the oneDNN backward is once-differentiable
+        gx.sum().backward()
+    # torch.func transforms see F.linear: per-sample gradients work
+    per_sample = torch.func.vmap(torch.func.grad(
+        lambda w, xi: torch.func.functional_call(layer, {"weight": w, "bias": layer.bias}, (xi,)).sum()),
+        in_dims=(None, 0))(layer.weight.detach(), torch.randn(6, 4))
+    assert per_sample.shape == (6, 3, 4)
+
+
+def test_state_dict_is_nn_linears():
+    ours, ref = Linear(4, 3), torch.nn.Linear(4, 3)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=1e-6)
+
+
+def test_dropout_keeps_1_minus_p_scaled_and_repeats_with_the_seed():
+    drop = Dropout(0.3)
+    x = torch.ones(200_000)
+    torch.manual_seed(0)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.005
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.7))
+    torch.manual_seed(0)
+    torch.testing.assert_close(drop(x), y)
+    x = torch.randn(50, requires_grad=True)
+    torch.manual_seed(1)
+    out = drop(x)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (out != 0).float() / 0.7)
+    drop.eval()
+    assert torch.equal(drop(x), x)

@@ -10,7 +10,9 @@ before and after, so a time is the step's wall time on the GPU.
 
 MFU = model FLOPs per second / the device's peak. Model FLOPs per step are the same count for
 every contestant (anyformer.train.perf.flops_per_item: 6 x parameters in matmuls per token or patch,
-plus attention, causal counted in full as nanoGPT and PaLM do). Two peaks are reported:
+plus attention, causal counted in full as nanoGPT and PaLM do). anyformer's ViT skips most of its
+last block's work for tokens other than the class token (`Transformer(keep=1)`), about 6% of
+ViT-B/16's FLOPs, so its ViT MFU is an equivalent rate on the full count. Two peaks are reported:
 - spec: the bf16 dense peak of the card's data sheet, looked up by device name (H100 SXM and
   H200 989 TFLOP/s, H100 PCIe 756, A100 312), the convention behind the MFU that nanoGPT, llm.c
   and nanochat report (33-46%); the issue's goal is at least 50% on an H100;
@@ -40,7 +42,8 @@ from anyformer.train.perf import flops_per_item, measured_peak_flops  # noqa: E4
 from peers.nanogpt_ref import RefConfig, RefGPT, state_dict_from_anyformer  # noqa: E402
 
 # bf16 dense peak (FLOP/s) from the data sheets, by a substring of torch.cuda.get_device_name()
-SPEC_PEAK_BF16 = [("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989.4e12), ("A100", 312e12)]
+SPEC_PEAK_BF16 = [("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.4e12), ("H200", 989.4e12),
+                  ("A100", 312e12)]
 
 
 def spec_peak(device: torch.device) -> float | None:
@@ -132,7 +135,14 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
             model.to(device).eval()
             logits = forward(x).float()
             ref_logits = logits if ref_logits is None else ref_logits
-            diffs.append(f"{name}: {(logits - ref_logits).abs().max().item():.1e}")
+            diff = (logits - ref_logits).abs().max().item()
+            diffs.append(f"{name}: {diff:.1e}")
+            scale = max(1.0, ref_logits.abs().max().item())
+            if diff > 1e-4 * scale:  # the same weights must give the same function before timing means anything
+                raise SystemExit(f"{name}'s logits differ from anyformer's by {diff:.1e} (scale {scale:.2g})")
+        del logits, ref_logits
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     for name, model, forward in contestants:
         model.train()
         if args.compile:
@@ -146,7 +156,9 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
         for j in range(len(steps)):
             result, step = steps[(r + j) % len(steps)]
             if device.type == "cuda":
+                sync(device)
                 torch.cuda.reset_peak_memory_stats(device)
+                resident = torch.cuda.memory_allocated(device)  # every contestant's weights and state
             sync(device)
             t = time.perf_counter()
             for _ in range(args.steps):
@@ -154,7 +166,9 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
             sync(device)
             result.times.append((time.perf_counter() - t) / args.steps)
             if device.type == "cuda":
-                result.peak_mem = max(result.peak_mem, torch.cuda.max_memory_allocated(device) / 2**30)
+                # what this contestant's steps added on top of what was resident (every contestant's
+                # weights and optimizer state: the facts give that total)
+                result.peak_mem = max(result.peak_mem, (torch.cuda.max_memory_allocated(device) - resident) / 2**30)
         print(f"  {kind} round {r + 1}/{args.rounds}: " +
               ", ".join(f"{res.name} {res.times[-1] * 1e3:.1f} ms" for res, _ in steps), flush=True)
     spec, measured = spec_peak(device), measured_peak_flops(device, "bf16")
@@ -167,11 +181,13 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
                      f"{res.peak_mem:.1f}" if res.peak_mem else "-", f"{res.median / base:.2f}x"])
     unit = "tokens/s" if kind == "gpt2" else "images/s"
     header = ["contestant", "ms/step median", unit, "TFLOP/s", "MFU (spec peak)", "MFU (measured peak)",
-              "peak memory (GiB)", "time / anyformer time"]
+              "step memory (GiB, above resident)", "time / anyformer time"]
     title = (f"GPT-2 124M, context {size}, batch {batch}" if kind == "gpt2" else f"ViT-B/16 at {size}, batch {batch}") \
         + (" (quick: tiny shapes)" if args.quick else "") + (", torch.compile" if args.compile else "")
     facts = {f"{kind} logits vs anyformer (eval, fp32)": "; ".join(diffs),
              f"{kind} model FLOPs per step": f"{per_item * items / 1e12:.3f} TFLOP",
+             f"{kind} resident GPU memory (all contestants' weights and optimizer states)":
+                 f"{torch.cuda.memory_allocated(device) / 2**30:.1f} GiB" if device.type == "cuda" else "-",
              "peak bf16, spec": f"{spec / 1e12:.0f} TFLOP/s" if spec else "unknown device: not reported",
              "peak bf16, measured matmul": f"{measured / 1e12:.0f} TFLOP/s"}
     return title, table(header, rows), facts

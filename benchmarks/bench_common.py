@@ -164,6 +164,38 @@ def alternate(contestants: list[Contestant], *, rounds: int, steps: int, warmup:
 
 
 # ---------------------------------------------------------------------------------------------
+# The timed units: one training step, one inference batch
+
+
+def train_step(module, forward, x, y, *, lr: float, weight_decay: float, bf16: bool = False):
+    """One AdamW (foreach) step on cross-entropy, the same for every contestant; (B, [T,] C) logits."""
+    import torch
+    import torch.nn.functional as F
+    opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, foreach=True)
+    module.train()
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(x)
+            loss = F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def infer_step(module, forward, x, bf16: bool = False):
+    """One forward pass in eval mode under inference_mode."""
+    import torch
+
+    def step():
+        module.eval()
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            forward(x)
+    return step
+
+
+# ---------------------------------------------------------------------------------------------
 # Matmul shapes and the plain-matmul baseline
 
 # A matrix product: `batch` independent (m x k) @ (k x n) products; `count` of them per step.

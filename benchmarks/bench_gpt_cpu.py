@@ -33,12 +33,13 @@ import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_baseline, matmul_flops, measure_memory_here, memory_in_subprocess, setup_env,
-                          speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS)
+                          speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS,
+                          infer_step)
+import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
 setup_env()
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 import anyformer as af  # noqa: E402
 from anyformer.interop._torchvision_compat import ensure_torchvision_importable  # noqa: E402
@@ -129,25 +130,7 @@ def data(seed: int = 1):
 
 
 def train_step(model, forward, x, y, bf16: bool = False):
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)
-    model.train()
-
-    def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = forward(x)
-            loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
-
-
-def infer_step(model, forward, x, bf16: bool = False):
-    def step():
-        model.eval()
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            forward(x)
-    return step
+    return bench_common.train_step(model, forward, x, y, lr=3e-4, weight_decay=0.1, bf16=bf16)
 
 
 def build(name: str, weights: dict):

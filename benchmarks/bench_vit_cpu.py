@@ -31,12 +31,13 @@ import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_baseline, matmul_flops, measure_memory_here, memory_in_subprocess, setup_env,
-                          speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS)
+                          speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS,
+                          infer_step)
+import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
 setup_env()
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import anyformer as af  # noqa: E402
@@ -170,24 +171,7 @@ def data(model: str):
 
 
 def train_step(module, forward, x, y, bf16: bool = False):
-    opt = torch.optim.AdamW(module.parameters(), lr=1e-4, weight_decay=0.05, foreach=True)
-    module.train()
-
-    def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = F.cross_entropy(forward(x).float(), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
-
-
-def infer_step(module, forward, x, bf16: bool = False):
-    def step():
-        module.eval()
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            forward(x)
-    return step
+    return bench_common.train_step(module, forward, x, y, lr=1e-4, weight_decay=0.05, bf16=bf16)
 
 
 def check_same_outputs(model: str, x) -> str:

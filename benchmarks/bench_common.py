@@ -257,6 +257,15 @@ def matmul_baseline(shapes: list[Matmul], dtype=None, backend: str = "torch") ->
     return step
 
 
+def matmul_baselines(shapes: list[Matmul], items: int, flops: float) -> list[Contestant]:
+    """The three bare-matmul rows timed beside the contestants: torch (MKL), oneDNN and bf16."""
+    import torch
+    return [Contestant("matmul torch", matmul_baseline(shapes), items, flops, "MKL, as nn.Linear"),
+            Contestant("matmul oneDNN", matmul_baseline(shapes, backend="onednn"), items, flops,
+                       "2-D products on oneDNN, as anyformer.nn.linear"),
+            Contestant("matmul bf16", matmul_baseline(shapes, dtype=torch.bfloat16), items, flops)]
+
+
 def with_inference_on_onednn(step: Callable[[], object], value: bool) -> Callable[[], object]:
     """`step` with anyformer.nn.linear.INFERENCE_ON_ONEDNN set to `value` while it runs, and the
     previous value restored after. The flag is on by default (anyformer/nn/linear.py); setting it

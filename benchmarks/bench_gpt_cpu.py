@@ -32,7 +32,7 @@ import sys
 import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
-                          matmul_baseline, matmul_flops, measure_memory_here, memory_in_subprocess, setup_env,
+                          matmul_flops, measure_memory_here, memory_in_subprocess, setup_env,
                           speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
@@ -223,11 +223,7 @@ def main() -> None:
     train_flops, infer_flops = matmul_flops(shapes(True)), matmul_flops(shapes(False))
 
     def baselines(train: bool) -> list[Contestant]:
-        sh, fl = shapes(train), (train_flops if train else infer_flops)
-        return [Contestant("matmul torch", matmul_baseline(sh), TOKENS, fl, "MKL, as nn.Linear"),
-                Contestant("matmul oneDNN", matmul_baseline(sh, backend="onednn"), TOKENS, fl,
-                           "2-D products on oneDNN, as anyformer.nn.linear"),
-                Contestant("matmul bf16", matmul_baseline(sh, dtype=torch.bfloat16), TOKENS, fl)]
+        return bench_common.matmul_baselines(shapes(train), TOKENS, train_flops if train else infer_flops)
 
     train = []
     for name in BUILDERS:

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """`F.dropout` (not in place), with the cheaper mask for float32/float64 CPU tensors."""
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or not 0.0 < p < 1.0:

@@ -17,8 +17,8 @@ Set `INFERENCE_ON_ONEDNN = False` to keep gradient-free passes on `F.linear`, bi
 Anything other than plain fp32 on the CPU (bf16, autocast, CUDA, float64 for gradcheck,
 empty tensors) takes `F.linear`, and so do torch.compile, jit and fx tracing and torch.func
 transforms. `torch.ao.quantization.quantize_dynamic` matches layers by exact type: pass it
-`{anyformer.nn.Linear}` as well as `{nn.Linear}`. The oneDNN backward is once-differentiable: a second
-derivative through it (create_graph=True) raises.
+`{anyformer.nn.Linear}` as well as `{nn.Linear}`. The oneDNN backward is once-differentiable:
+a second derivative through it (create_graph=True) raises.
 """
 from __future__ import annotations
 
@@ -80,13 +80,15 @@ def _tracing_or_transformed() -> bool:
 
 
 def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
+    # The tracing check comes first: under fx tracing x is a proxy that cannot be branched on.
     return (_ONEDNN and not _tracing_or_transformed() and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and x.numel() > 0 and weight.numel() > 0
             and not torch.is_autocast_enabled("cpu"))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """`F.linear`, on oneDNN for fp32 CPU tensors when training (see the module's docstring)."""
+    """`F.linear`, on oneDNN for plain fp32 CPU tensors: training, and inference unless
+    INFERENCE_ON_ONEDNN is off (see the module's docstring)."""
     if not _plain_fp32_cpu(x, weight):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad

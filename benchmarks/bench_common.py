@@ -336,6 +336,19 @@ def memory_in_subprocess(script: str, args: list[str], timeout: float = 300) -> 
 # Tables
 
 
+def memory_section(script: str, children: list[tuple[str, list[str]]]) -> str:
+    """The peak-memory table: each (name, child args) measured by `script` in a fresh process."""
+    rows = []
+    for name, args in children:
+        mem = memory_in_subprocess(script, ["--memory-child", *args])
+        if mem:
+            rows.append([name, f"{mem['rest']:.0f}", f"{mem['infer_peak']:.0f}", f"{mem['train_peak']:.0f}",
+                         f"{mem['train_peak'] - mem['train_start']:.0f}"])
+            print("memory", rows[-1], flush=True)
+    return table(["contestant", "RSS at rest (MiB)", "peak, inference", "peak, training",
+                  "training peak over its start"], rows)
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     align = ["---" if i == 0 else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]

@@ -30,7 +30,7 @@ import sys
 import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
-                          matmul_flops, measure_memory_here, memory_in_subprocess, setup_env,
+                          matmul_flops, measure_memory_here, setup_env,
                           speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
@@ -269,15 +269,7 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
                     f"{ifastest.median / iours.median:.2f}x", ifastest.median >= iours.median))
 
     if not args.no_memory:
-        rows = []
-        for name in [*names, BF16]:
-            mem = memory_in_subprocess(__file__, ["--memory-child", model, name])
-            if mem:
-                rows.append([name, f"{mem['rest']:.0f}", f"{mem['infer_peak']:.0f}", f"{mem['train_peak']:.0f}",
-                             f"{mem['train_peak'] - mem['train_start']:.0f}"])
-                print("memory", rows[-1], flush=True)
-        t_mem = table(["contestant", "RSS at rest (MiB)", "peak, inference", "peak, training",
-                       "training peak over its start"], rows)
+        t_mem = bench_common.memory_section(__file__, [(name, [model, name]) for name in [*names, BF16]])
         sections.append((f"{title}: peak memory (RSS high-water, fresh process per contestant, 3 steps each)", t_mem))
         print(f"\n{t_mem}", flush=True)
     return sections, targets, same

@@ -18,3 +18,12 @@ def _deterministic():
 def shared_data() -> Path:
     assert SHARED_DATA.is_dir(), f"reference data not found at {SHARED_DATA} (set ANYFORMER_SHARED_DATA)"
     return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: a second thread only adds wake-ups (tens of ms each on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

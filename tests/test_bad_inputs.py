@@ -25,13 +25,7 @@ from anyformer.train.trainer import build_model
 from tests.conftest import REPO, SHARED_DATA
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a second thread only adds wake-ups (tens of ms each on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,7 @@ import anyformer as af
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, database=None)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a second thread only adds wake-ups (tens of ms each on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
 
 
 def assert_trains(model: torch.nn.Module, out: torch.Tensor) -> None:

@@ -1,3 +1,6 @@
+import os
+import signal
+
 import pytest
 import torch
 
@@ -31,3 +34,15 @@ def make_trainer(cfg, mnist_slice):
     from anyformer.train.tasks import ImageClassification
     train, test = mnist_slice
     return Trainer(cfg, task=ImageClassification(cfg, torch.device("cpu"), train, test))
+
+
+def interrupt_at(trainer, step: int) -> None:
+    """Send this process SIGTERM right after `step`: the step ends and a checkpoint is written."""
+    real = trainer.train_step
+
+    def stepper():
+        loss = real()
+        if trainer.step == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return loss
+    trainer.train_step = stepper

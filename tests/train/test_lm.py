@@ -1,7 +1,5 @@
 """Language modelling with the shared trainer, on real Tiny Shakespeare: it learns, it resumes exactly."""
 import json
-import os
-import signal
 
 import numpy as np
 import pytest
@@ -15,6 +13,8 @@ from anyformer.train import Interrupted, Trainer, TrainConfig, recipe_config
 from anyformer.train.distributed import Distributed
 from anyformer.train.lm import LanguageModelling
 from tests.conftest import SHARED_DATA
+
+from .conftest import interrupt_at
 
 TINY = dict(width=48, depth=2, heads=4, context=64, dropout=0.0)
 
@@ -98,22 +98,11 @@ def test_short_run_on_shakespeare_learns_and_writes_the_run_directory(tmp_path, 
     assert len(tok.decode(out[0].tolist())) == 26
 
 
-def _interrupt_at(t, step):
-    real = t.train_step
-
-    def stepper():
-        loss = real()
-        if t.step == step:
-            os.kill(os.getpid(), signal.SIGTERM)  # handled: the step ends, a checkpoint is written
-        return loss
-    t.train_step = stepper
-
-
 def test_resume_of_a_language_model_run_continues_exactly(tmp_path, corpus):
     kw = dict(max_steps=24, eval_every=8, model_overrides=dict(TINY, dropout=0.1))  # dropout: RNG state matters
     trainer(lm_config(tmp_path / "a", **kw), corpus).run()
     cut = trainer(lm_config(tmp_path / "b", **kw), corpus)
-    _interrupt_at(cut, 13)
+    interrupt_at(cut, 13)
     with pytest.raises(Interrupted, match="after step 13"):
         cut.run()
     resumed = trainer(lm_config(tmp_path / "b", resume=True, **kw), corpus)

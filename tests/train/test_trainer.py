@@ -1,7 +1,5 @@
 """Training on a real MNIST slice: it learns, it resumes exactly, it stops cleanly."""
 import json
-import os
-import signal
 
 import pytest
 import torch
@@ -11,7 +9,7 @@ import anyformer as af
 from anyformer.train import Interrupted, TrainingError
 from anyformer.train.optim import lr_at, param_groups
 
-from .conftest import make_trainer, tiny_config
+from .conftest import interrupt_at, make_trainer, tiny_config
 
 
 def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
@@ -29,22 +27,11 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
     assert model.num_params() == summary["params"]
 
 
-def _interrupt_at(trainer, step):
-    real = trainer.train_step
-
-    def stepper():
-        loss = real()
-        if trainer.step == step:
-            os.kill(os.getpid(), signal.SIGTERM)  # handled: the step ends, a checkpoint is written
-        return loss
-    trainer.train_step = stepper
-
-
 def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):
     full = make_trainer(tiny_config(tmp_path / "a", max_steps=24, eval_every=8, augment="digits"), mnist_slice)
     full.run()
     cut = make_trainer(tiny_config(tmp_path / "b", max_steps=24, eval_every=8, augment="digits"), mnist_slice)
-    _interrupt_at(cut, 13)
+    interrupt_at(cut, 13)
     with pytest.raises(Interrupted, match="after step 13"):
         cut.run()
     resumed = make_trainer(tiny_config(tmp_path / "b", max_steps=24, eval_every=8, augment="digits", resume=True),

@@ -124,7 +124,7 @@ class MultiHeadAttention(nn.Module):
             self.qkv = Linear(width, 3 * width, bias=bias)  # fused: one matmul for Q, K, V
         self.proj = Linear(width, width, bias=bias)
         self.attn_dropout = attn_dropout
-        self.proj_drop = Dropout(proj_dropout) if proj_dropout > 0 else nn.Identity()
+        self.proj_drop = Dropout(proj_dropout) if proj_dropout > 0 else None
         self.rotary = rotary
         self.impl = impl
 
@@ -179,8 +179,8 @@ class MultiHeadAttention(nn.Module):
                     cm = _causal_mask(N, nk, x.device)
                     attn_mask = cm if attn_mask is None else attn_mask & cm
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
-        y = self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, N, self.width)))
-        return y, (weights if need_weights else None)
+        y = self.proj(out.transpose(1, 2).reshape(B, N, self.width))
+        return (y if self.proj_drop is None else self.proj_drop(y)), (weights if need_weights else None)
 
     def _explicit(self, nk: int, q: Tensor, causal: bool) -> bool:
         if self.impl != "auto":

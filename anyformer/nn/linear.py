@@ -71,19 +71,24 @@ class _OneDNNLinear(torch.autograd.Function):
         return dx, dw, db
 
 
-def _tracing_or_transformed() -> bool:
-    """torch.compile, jit/fx tracing and torch.func transforms (grad, vmap: per-sample gradients)
-    see plain F.linear: a custom op or autograd.Function would break or be baked into them."""
-    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or torch.fx._symbolic_trace.is_fx_symbolic_tracing()
-            or (hasattr(torch._C, "_are_functorch_transforms_active") and torch._C._are_functorch_transforms_active()))
+# Looked up once: these checks run on every linear call, and a one-token generation step makes
+# ~50 such calls, where a microsecond each is a measurable share of the step.
+_is_compiling = torch.compiler.is_compiling
+_jit_tracing_state = torch._C._get_tracing_state
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_autocast_on = torch.is_autocast_enabled
 
 
 def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
-    # The tracing check comes first: under fx tracing x is a proxy that cannot be branched on.
-    return (_ONEDNN and not _tracing_or_transformed() and x.device.type == "cpu" and x.dtype == torch.float32
-            and weight.dtype == torch.float32 and x.numel() > 0 and weight.numel() > 0
-            and not torch.is_autocast_enabled("cpu"))
+    """Plain fp32 CPU tensors outside any tracer or transform. torch.compile, jit/fx tracing and
+    torch.func transforms (grad, vmap: per-sample gradients) must see F.linear: a custom op or
+    autograd.Function would break or be baked into them. fx's symbolic tracing passes a Proxy,
+    which the exact type test turns away before anything branches on it; so do tensor
+    subclasses (e.g. DTensor), which keep their own F.linear handling."""
+    return (_ONEDNN and type(x) is Tensor and x.dtype is torch.float32 and weight.dtype is torch.float32
+            and x.device.type == "cpu" and weight.device.type == "cpu" and x.numel() > 0 and weight.numel() > 0
+            and not (_is_compiling() or _jit_tracing_state() is not None or _functorch_active()
+                     or _autocast_on("cpu")))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -96,7 +101,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return _OneDNNLinear.apply(x, weight, bias)
     if not INFERENCE_ON_ONEDNN:
         return F.linear(x, weight, bias)
-    return _mm(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+    return _LINEAR_OP(x.reshape(-1, x.shape[-1]), weight, bias, "none", [], "").view(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(nn.Linear):

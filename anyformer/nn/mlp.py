@@ -36,10 +36,10 @@ class MLP(nn.Module):
         self.act = make_activation(activation)
         self.hidden = nn.ModuleList(Linear(hidden, hidden, bias=bias) for _ in range(layers - 1))
         self.fc2 = Linear(hidden, out or width, bias=bias)
-        self.drop = Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.drop = Dropout(dropout) if dropout > 0 else None
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.act(self.fc1(x))
         for layer in self.hidden:
             x = self.act(layer(x))
-        return self.fc2(self.drop(x))
+        return self.fc2(x if self.drop is None else self.drop(x))

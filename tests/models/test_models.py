@@ -79,6 +79,37 @@ def test_gpt_cached_generation_equals_uncached(position):
     torch.testing.assert_close(torch.stack(logits, 1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("cfg", [dict(position="learned"), dict(position="rotary", bias=False),
+                                 dict(position="sinusoidal", tie_weights=False), dict(position="none", activation="relu")])
+def test_gpt_one_token_step_equals_forward(cfg):
+    # generate's written-out step must compute exactly what the general forward computes.
+    gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=3, heads=4, **cfg)).eval()
+    ids = torch.randint(0, 50, (2, 12))
+    fast, slow = gpt.new_cache(2), gpt.new_cache(2)
+    with torch.no_grad():
+        gpt(ids[:, :8], cache=fast), gpt(ids[:, :8], cache=slow)
+        for t in range(8, 12):
+            a = gpt._next_token_logits(ids[:, t:t + 1], fast)
+            b = gpt(ids[:, t:t + 1], cache=slow, last_only=True)[:, -1]
+            assert torch.equal(a, b)
+    assert torch.equal(fast[0].k[:, :, :12], slow[0].k[:, :, :12])
+
+
+def test_gpt_generate_with_hooks_or_explicit_attention_takes_the_general_forward():
+    gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=2, heads=4)).eval()
+    prompt = torch.randint(0, 50, (1, 5))
+    expected = gpt.generate(prompt, 6, temperature=0)
+    calls = []
+    handle = gpt.backbone.blocks[1].attn.register_forward_hook(lambda *_: calls.append(1))
+    assert torch.equal(gpt.generate(prompt, 6, temperature=0), expected)
+    assert len(calls) == 6  # the prefix, then each of the 5 steps after the first token
+    handle.remove()
+    assert gpt._plain_modules()
+    gpt.backbone.blocks[0].attn.impl = "explicit"
+    assert not gpt._plain_modules()
+    assert torch.equal(gpt.generate(prompt, 6, temperature=0), expected)
+
+
 def test_gpt_cache_past_the_fused_attention_threshold():
     # On CPU short key lists take the explicit softmax path, long ones SDPA: cross from one to the other.
     gpt = af.GPT.from_config(dict(vocab_size=40, context=200, width=32, depth=2, heads=4)).eval()

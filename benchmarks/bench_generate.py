@@ -6,6 +6,10 @@ the cache a new token costs one position (plus attention over the cached keys), 
 win by a margin that widens with the prefix. Weights are random (no pretrained GPT-2 ships in a
 package we may use): speed does not depend on their values. Greedy decoding (temperature 0).
 
+Also timed, alternated in one process: one cached step through the general forward and through
+generate's written-out step, and that step against its memory floor (every weight read once, and
+the bare matrix-vector products on oneDNN and on MKL): a one-token step is bound by memory.
+
     python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/generate.md
     python benchmarks/bench_generate.py --prefixes 32 128 --new-tokens 16 --no-write   # a quick look
 """
@@ -89,34 +93,84 @@ def bench_cache(gpt, prefixes: list[int], new_tokens: int, repeats: int) -> list
     return rows
 
 
+def alternate(ways: dict, rounds: int, per_round: int) -> dict[str, float]:
+    """Median over `rounds` of each way's fastest of `per_round` calls, the ways taking turns and
+    the first of them rotating from round to round, so a burst of outside load falls on each alike.
+    `ways` maps a name to (reset, fn): reset() runs untimed before each call of fn()."""
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    names = list(ways)
+    for r in range(rounds + 1):  # round 0 warms up
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            reset, fn = ways[name]
+            best = float("inf")
+            for _ in range(per_round):
+                reset()
+                t = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - t)
+            if r:
+                times[name].append(best)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
 def bench_step(gpt, prefix: int, rounds: int = 20, per_round: int = 5) -> dict:
     """One cached step (the token after `prefix` tokens) through the general forward and through
     generate's written-out step (`GPT._next_token_logits`), alternated; per round the fastest of
     `per_round` calls. Both restart from the same cache length, so they do identical work."""
     tok = torch.zeros(1, 1, dtype=torch.long)
     cache = gpt.new_cache(1, prefix + 1)
-    times: dict[str, list[float]] = {"forward": [], "step": []}
+
+    def rewind():
+        for kv in cache:
+            kv.length = prefix
     with torch.no_grad():
         gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
             cache=cache)
-        ways = {"forward": lambda: gpt(tok, cache=cache, last_only=True)[:, -1],
-                "step": lambda: gpt._next_token_logits(tok, cache)}
-        for r in range(rounds + 1):  # round 0 warms up
-            for name, fn in ways.items():
-                best = float("inf")
-                for _ in range(per_round):
-                    for kv in cache:
-                        kv.length = prefix
-                    t = time.perf_counter()
-                    fn()
-                    best = min(best, time.perf_counter() - t)
-                if r:
-                    times[name].append(best)
-    row = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        row = alternate({"forward": (rewind, lambda: gpt(tok, cache=cache, last_only=True)[:, -1]),
+                         "step": (rewind, lambda: gpt._next_token_logits(tok, cache))}, rounds, per_round)
     row.update(prefix=prefix, rounds=rounds, saved=1 - row["step"] / row["forward"])
     print(f"one cached step after {prefix} tokens, median of {rounds} alternated rounds: general forward "
           f"{row['forward']:.2f} ms, written-out step {row['step']:.2f} ms (saves {100 * row['saved']:.1f}%)", flush=True)
     return row
+
+
+READ_ALL = "read every weight once (sum)"
+MV_ONEDNN = "matrix-vector products, oneDNN (anyformer's linears)"
+MV_MKL = "matrix-vector products, torch F.linear (MKL)"
+
+
+def bench_floor(gpt, prefix: int, rounds: int = 15, per_round: int = 3) -> dict:
+    """What one cached step could cost at best: it multiplies a vector by every weight matrix once,
+    so it must read every weight from memory once. Alternated with the real step, each round:
+    reading all weight matrices (a sum over each: the memory read rate), the bare matrix-vector
+    products on oneDNN (what anyformer's linears run) and through F.linear (torch's default BLAS,
+    MKL; HF's GPT-2 multiplies the same products through addmm on transposed weights), and the
+    step itself. Biases, norms and attention over the cache are left out of the bare rows, so the
+    step's excess over them is everything else it does."""
+    from anyformer.nn.linear import _mm
+    mats = [m.weight for m in gpt.modules() if isinstance(m, torch.nn.Linear)] + [gpt.lm_head.weight]
+    xs = {k: torch.randn(1, k) for k in {w.shape[1] for w in mats}}
+    gbytes = sum(w.numel() * w.element_size() for w in mats) / 1e9
+    tok = torch.zeros(1, 1, dtype=torch.long)
+    cache = gpt.new_cache(1, prefix + 1)
+
+    def rewind():
+        for kv in cache:
+            kv.length = prefix
+    def nothing() -> None:
+        pass
+    ways = {READ_ALL: (nothing, lambda: [w.sum() for w in mats]),
+            MV_ONEDNN: (nothing, lambda: [_mm(xs[w.shape[1]], w) for w in mats]),
+            MV_MKL: (nothing, lambda: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in mats]),
+            "anyformer's cached step": (rewind, lambda: gpt._next_token_logits(tok, cache))}
+    with torch.no_grad():
+        gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
+            cache=cache)
+        rows = alternate(ways, rounds, per_round)
+    print(f"weights read per step: {gbytes * 1e3:.0f} MB; median of {rounds} alternated rounds:", flush=True)
+    for k, ms in rows.items():
+        print(f"  {k:45s} {ms:6.2f} ms  {gbytes / ms * 1e3:5.1f} GB/s", flush=True)
+    return {"gbytes": gbytes, "rounds": rounds, "prefix": prefix, "ms": rows}
 
 
 def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None:
@@ -127,21 +181,30 @@ def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None
         return None
     hf = gpt.to_hf()  # anyformer.interop: the same weights in a GPT2LMHeadModel
     prompt = torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(1))
-    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, num_beams=1,
-              pad_token_id=hf.config.eos_token_id, attention_mask=torch.ones_like(prompt))
+    # No end-of-text token (random weights may emit it): both make exactly new_tokens, and HF needs
+    # no min-length processor to do so.
+    kw = dict(max_new_tokens=new_tokens, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=None,
+              attention_mask=torch.ones_like(prompt))
     t_hf = t_ours = (float("inf"),) * 2
     pairs = []  # (HF wall, anyformer wall) of back-to-back runs: a burst of load hits both alike
     with torch.no_grad():
-        hf.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
+        hf.generate(prompt, **{**kw, "max_new_tokens": 4})  # warm-up
         gpt.generate(prompt, 4, temperature=0)
-        for _ in range(repeats):  # alternate, so that a change in the machine's load hits both alike
-            with Clock() as c:
-                hf_out = hf.generate(prompt, **kw)
-            t_hf, t_hf_run = (min(t_hf[0], c.wall), min(t_hf[1], c.cpu)), c.wall
-            with Clock() as c:
-                ours_out = gpt.generate(prompt, new_tokens, temperature=0)
-            t_ours = (min(t_ours[0], c.wall), min(t_ours[1], c.cpu))
-            pairs.append((t_hf_run, c.wall))
+        for r in range(repeats):  # alternate, HF first in even rounds, so load changes hit both alike
+            run = {}
+            for who in (("hf", "ours") if r % 2 == 0 else ("ours", "hf")):
+                with Clock() as c:
+                    out = hf.generate(prompt, **kw) if who == "hf" else gpt.generate(prompt, new_tokens, temperature=0)
+                run[who] = (c.wall, c.cpu)
+                if who == "hf":
+                    hf_out = out
+                else:
+                    ours_out = out
+            t_hf = (min(t_hf[0], run["hf"][0]), min(t_hf[1], run["hf"][1]))
+            t_ours = (min(t_ours[0], run["ours"][0]), min(t_ours[1], run["ours"][1]))
+            pairs.append((run["hf"][0], run["ours"][0]))
+    if hf_out.shape[1] != prefix + new_tokens:
+        raise RuntimeError(f"HF generated {hf_out.shape[1] - prefix} tokens, not {new_tokens}")
     agree = int((ours_out[0, prefix:] == hf_out[0, prefix:]).cumprod(0).sum())
     row = {"transformers": transformers.__version__, "prefix": prefix, "new": new_tokens,
            "ours": new_tokens / t_ours[0], "hf": new_tokens / t_hf[0], "agree": agree,
@@ -159,7 +222,8 @@ def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None
     return row
 
 
-def write(path: Path, args, info, load_before, load_after, rows, step_row, hf_row, seconds: float) -> None:
+def write(path: Path, args, info, load_before, load_after, rows, step_row, floor_row, hf_row,
+          seconds: float) -> None:
     c = args.shape
     lines = [
         "# Generation speed (CPU, batch 1, greedy)", "",
@@ -188,6 +252,13 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, hf_ro
               f"(fastest of 5 calls each):", "",
               "| general forward (ms) | written-out step (ms) | saved |", "|---:|---:|---:|",
               f"| {step_row['forward']:.2f} | {step_row['step']:.2f} | {100 * step_row['saved']:.1f}% |"]
+    lines += ["", "## How close the step is to the memory floor", "",
+              f"A cached step multiplies one vector by every weight matrix, so it reads all "
+              f"{floor_row['gbytes'] * 1e3:.0f} MB of them once. Median of {floor_row['rounds']} alternated rounds "
+              f"(fastest of 3 each); GB/s is that weight volume over the time (for the step, an equivalent rate: "
+              f"it also reads biases, norms and the {floor_row['prefix']}-position key/value cache).", "",
+              "| | ms | GB/s |", "|---|---:|---:|"]
+    lines += [f"| {k} | {ms:.2f} | {floor_row['gbytes'] / ms * 1e3:.1f} |" for k, ms in floor_row["ms"].items()]
     if hf_row:
         lines += ["", f"## anyformer vs Hugging Face transformers {hf_row['transformers']} `generate`", "",
                   f"{hf_row['prefix']}-token prefix + {hf_row['new']} new tokens, greedy, both with their caches, "
@@ -200,7 +271,16 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, hf_ro
                   "Ratio (HF wall time / anyformer wall time) within each back-to-back pair of runs, in order: "
                   + ", ".join(f"x{r:.2f}" for r in hf_row["pair_ratios"]) + f"; median x{hf_row['ratio_median']:.2f}. "
                   "The best-of ratio compares each library's least disturbed run; the pairs show how far load from "
-                  "other jobs on this shared host moves it.", "",
+                  "other jobs on this shared host moves it. The ratio includes anyformer's choice of oneDNN for its "
+                  "linear layers (HF's go through torch's default BLAS, MKL, which on this AMD CPU takes its AVX2 path; "
+                  "see the memory-floor table).", ""]
+        floor = floor_row["ms"]
+        lines += [f"For x2 HF, anyformer would need {1e3 / (2 * hf_row['hf']):.1f} ms a token, prompt included; "
+                  f"in the memory-floor table above the bare oneDNN matrix-vector products alone take "
+                  f"{floor[MV_ONEDNN]:.1f} ms and reading every weight "
+                  f"once {floor[READ_ALL]:.1f} ms. HF's own products on MKL take "
+                  f"{floor[MV_MKL]:.1f} ms of its "
+                  f"{1e3 / hf_row['hf']:.1f} ms a token.", "",
                   f"Greedy tokens identical for the first {hf_row['agree']} of {hf_row['new']} "
                   "(random weights give near-ties, where float rounding may pick differently; token-for-token "
                   "parity is the job of the interop tests)."]
@@ -238,11 +318,13 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = bench_cache(gpt, args.prefixes, args.new_tokens, args.repeats)
     step_row = bench_step(gpt, args.hf_prefix)
+    floor_row = bench_floor(gpt, args.hf_prefix)
     hf_row = None if args.no_hf else bench_hf(gpt, args.hf_prefix, args.hf_new, args.hf_repeats)
     load_after = _sh("uptime")
     print(f"load: {load_after}")
     if not args.no_write:
-        write(RESULTS, args, info, load_before, load_after, rows, step_row, hf_row, time.perf_counter() - t0)
+        write(RESULTS, args, info, load_before, load_after, rows, step_row, floor_row, hf_row,
+              time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
-from ..nn.linear import linear
+from ..nn.linear import Linear, linear
 from .base import Model, check_sizes
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
@@ -132,23 +132,33 @@ class GPT(Model):
             self.train(was_training)
 
     def _plain_modules(self) -> bool:
-        """True when `_next_token_logits` computes what forward would: no hooks to fire on the
-        way (the step calls no modules' forward) and no block asks for explicit attention."""
+        """True when `_next_token_logits` computes what forward would: every block is the one
+        GPT builds (pre-norm, anyformer Linear and LayerNorm layers, no layer scale, stochastic
+        depth, cross-attention or explicit attention), nothing swapped in (quantised or wrapped
+        layers, `gpt.compile()`), and no forward hooks, which the step would skip for the layers
+        it reads directly. Checked once per `generate`/`stream` call: a hook registered while a
+        stream is paused is not seen."""
         hooks = nn.modules.module
         if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
             return False
-        return all(not m._forward_hooks and not m._forward_pre_hooks for m in self.modules()) and \
-            all(b.attn.impl != "explicit" for b in self.backbone.blocks)
+        if any(m._forward_hooks or m._forward_pre_hooks or getattr(m, "_compiled_call_impl", None) is not None
+               for m in self.modules()):
+            return False
+        return all(b.pre_norm and not b.cross and b.ls1 is None and b.ls2 is None and not b.drop_path
+                   and b.attn.impl != "explicit" and len(b.mlp.hidden) == 0
+                   and all(type(m) is Linear for m in (b.attn.qkv, b.attn.proj, b.mlp.fc1, b.mlp.fc2))
+                   and all(type(n) is nn.LayerNorm for n in (b.norm1, b.norm2))
+                   for b in self.backbone.blocks) and type(self.backbone.norm) is nn.LayerNorm
 
     def _next_token_logits(self, tok: Tensor, cache: list[KVCache]) -> Tensor:
         """Logits (B, V) of the token after `tok` (B, 1), whose predecessors are in `cache`.
 
         forward(tok, cache=cache, last_only=True)[:, -1], written out for one position: the
-        same operations on the same weights (tests/models check equal logits), without the
-        module calls, shape checks and branches a general forward needs. A one-token step
-        streams every weight from memory once and does little arithmetic, so the Python around
-        it is a visible share: with this step gpt2 generated 3-5% more tokens a second on 2 CPU
-        cores (alternated in one process; benchmarks/results/generate.md times one step).
+        same operations on the same weights in eval mode (tests/models check equal logits),
+        without most module calls and the shape checks and branches a general forward needs. A
+        one-token step streams every weight from memory once and does little arithmetic, so the
+        Python around it is a visible share of its time (benchmarks/results/generate.md times
+        both ways).
         """
         c, offset = self.config, cache[0].length
         B, H, D = tok.shape[0], c.heads, c.width

@@ -15,10 +15,10 @@ nn.Linear's MKL the outputs differ by summation order only: ~1e-6 relative on GP
 hidden states, which the interop tests allow (tests/interop: 1e-5 of the tensor's scale).
 Set `INFERENCE_ON_ONEDNN = False` to keep gradient-free passes on `F.linear`, bitwise nn.Linear.
 Anything other than plain fp32 on the CPU (bf16, autocast, CUDA, float64 for gradcheck,
-empty tensors) takes `F.linear`, and so do torch.compile, jit and fx tracing and torch.func
-transforms. `torch.ao.quantization.quantize_dynamic` matches layers by exact type: pass it
-`{anyformer.nn.Linear}` as well as `{nn.Linear}`. The oneDNN backward is once-differentiable:
-a second derivative through it (create_graph=True) raises.
+empty tensors) takes `F.linear`, and so do torch.compile, jit and fx tracing, torch.func
+transforms and dispatch modes (FakeTensor, FLOP counting). `torch.ao.quantization.quantize_dynamic`
+(deprecated in torch) converts only exact `nn.Linear` layers, so it leaves these alone. The oneDNN
+backward is once-differentiable: a second derivative through it (create_graph=True) raises.
 """
 from __future__ import annotations
 
@@ -77,18 +77,21 @@ _is_compiling = torch.compiler.is_compiling
 _jit_tracing_state = torch._C._get_tracing_state
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 _autocast_on = torch.is_autocast_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
-    """Plain fp32 CPU tensors outside any tracer or transform. torch.compile, jit/fx tracing and
-    torch.func transforms (grad, vmap: per-sample gradients) must see F.linear: a custom op or
-    autograd.Function would break or be baked into them. fx's symbolic tracing passes a Proxy,
-    which the exact type test turns away before anything branches on it; so do tensor
-    subclasses (e.g. DTensor), which keep their own F.linear handling."""
-    return (_ONEDNN and type(x) is Tensor and x.dtype is torch.float32 and weight.dtype is torch.float32
+    """Plain fp32 CPU tensors outside any tracer, transform or dispatch mode. torch.compile,
+    jit/fx tracing (symbolic, and make_fx's, which runs under a dispatch mode), torch.func
+    transforms (grad, vmap: per-sample gradients), FakeTensor and FLOP-counting modes must see
+    F.linear: a custom op or autograd.Function would break them or be baked into them. fx's
+    symbolic tracing passes a Proxy, which the exact type test turns away before anything
+    branches on it; so do tensor subclasses (e.g. DTensor), which keep their F.linear handling."""
+    return (_ONEDNN and type(x) is Tensor and type(weight) in (Tensor, nn.Parameter)
+            and x.dtype is torch.float32 and weight.dtype is torch.float32
             and x.device.type == "cpu" and weight.device.type == "cpu" and x.numel() > 0 and weight.numel() > 0
             and not (_is_compiling() or _jit_tracing_state() is not None or _functorch_active()
-                     or _autocast_on("cpu")))
+                     or _dispatch_modes() or _autocast_on("cpu")))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -95,10 +95,14 @@ def test_gpt_one_token_step_equals_forward(cfg):
     assert torch.equal(fast[0].k[:, :, :12], slow[0].k[:, :, :12])
 
 
-def test_gpt_generate_with_hooks_or_explicit_attention_takes_the_general_forward():
+def test_gpt_generate_takes_the_general_forward_for_hooks_explicit_attention_or_swapped_layers(monkeypatch):
     gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=2, heads=4)).eval()
     prompt = torch.randint(0, 50, (1, 5))
+    steps = []
+    real_step = af.GPT._next_token_logits
+    monkeypatch.setattr(af.GPT, "_next_token_logits", lambda self, *a: steps.append(1) or real_step(self, *a))
     expected = gpt.generate(prompt, 6, temperature=0)
+    assert len(steps) == 5  # every token after the first
     calls = []
     handle = gpt.backbone.blocks[1].attn.register_forward_hook(lambda *_: calls.append(1))
     assert torch.equal(gpt.generate(prompt, 6, temperature=0), expected)
@@ -107,7 +111,18 @@ def test_gpt_generate_with_hooks_or_explicit_attention_takes_the_general_forward
     assert gpt._plain_modules()
     gpt.backbone.blocks[0].attn.impl = "explicit"
     assert not gpt._plain_modules()
-    assert torch.equal(gpt.generate(prompt, 6, temperature=0), expected)
+    gpt.backbone.blocks[0].attn.impl = "auto"
+
+    class Doubled(torch.nn.Linear):  # a layer that computes something else from the same weights
+        def forward(self, x):
+            return 2 * super().forward(x)
+    fc1 = gpt.backbone.blocks[0].mlp.fc1
+    gpt.backbone.blocks[0].mlp.fc1 = swapped = Doubled(fc1.in_features, fc1.out_features)
+    swapped.load_state_dict(fc1.state_dict())
+    assert not gpt._plain_modules()
+    steps.clear()
+    assert torch.equal(gpt.generate(prompt, 6, temperature=0), gpt.generate(prompt, 6, temperature=0, use_cache=False))
+    assert steps == []
 
 
 def test_gpt_cache_past_the_fused_attention_threshold():

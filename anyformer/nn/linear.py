@@ -104,7 +104,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return _OneDNNLinear.apply(x, weight, bias)
     if not INFERENCE_ON_ONEDNN:
         return F.linear(x, weight, bias)
-    return _LINEAR_OP(x.reshape(-1, x.shape[-1]), weight, bias, "none", [], "").view(*x.shape[:-1], weight.shape[0])
+    return _mm(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(nn.Linear):

@@ -68,7 +68,7 @@ class TransformerBlock(nn.Module):
         # `attn_dropout` asks, since on CPU a dropped attention matrix forces SDPA off its fast kernel.
         self.mlp = MLP(width, mlp_hidden or 4 * width, layers=mlp_layers, activation=activation, bias=bias)
         # Unused parts are None rather than nn.Identity: each module call costs about a microsecond
-        # of Python, and a one-token generation step makes hundreds of them.
+        # of Python, and a one-token generation step of gpt2 makes over a hundred of them.
         self.mlp_drop = Dropout(dropout) if dropout > 0 else None
         self.ls1 = LayerScale(width, layer_scale) if layer_scale else None
         self.ls2 = LayerScale(width, layer_scale) if layer_scale else None

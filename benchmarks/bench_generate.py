@@ -113,19 +113,27 @@ def alternate(ways: dict, rounds: int, per_round: int) -> dict[str, float]:
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
+def one_step_setup(gpt, prefix: int):
+    """(tok, cache, rewind): a cache filled with `prefix` random tokens, one more token to feed, and
+    rewind() to set the cache back to `prefix` so that every timed step does the same work."""
+    tok = torch.zeros(1, 1, dtype=torch.long)
+    cache = gpt.new_cache(1, prefix + 1)
+    with torch.no_grad():
+        gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
+            cache=cache)
+
+    def rewind() -> None:
+        for kv in cache:
+            kv.length = prefix
+    return tok, cache, rewind
+
+
 def bench_step(gpt, prefix: int, rounds: int = 20, per_round: int = 5) -> dict:
     """One cached step (the token after `prefix` tokens) through the general forward and through
     generate's written-out step (`GPT._next_token_logits`), alternated; per round the fastest of
     `per_round` calls. Both restart from the same cache length, so they do identical work."""
-    tok = torch.zeros(1, 1, dtype=torch.long)
-    cache = gpt.new_cache(1, prefix + 1)
-
-    def rewind():
-        for kv in cache:
-            kv.length = prefix
+    tok, cache, rewind = one_step_setup(gpt, prefix)
     with torch.no_grad():
-        gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
-            cache=cache)
         row = alternate({"forward": (rewind, lambda: gpt(tok, cache=cache, last_only=True)[:, -1]),
                          "step": (rewind, lambda: gpt._next_token_logits(tok, cache))}, rounds, per_round)
     row.update(prefix=prefix, rounds=rounds, saved=1 - row["step"] / row["forward"])
@@ -151,12 +159,8 @@ def bench_floor(gpt, prefix: int, rounds: int = 15, per_round: int = 3) -> dict:
     mats = [m.weight for m in gpt.modules() if isinstance(m, torch.nn.Linear)] + [gpt.lm_head.weight]
     xs = {k: torch.randn(1, k) for k in {w.shape[1] for w in mats}}
     gbytes = sum(w.numel() * w.element_size() for w in mats) / 1e9
-    tok = torch.zeros(1, 1, dtype=torch.long)
-    cache = gpt.new_cache(1, prefix + 1)
+    tok, cache, rewind = one_step_setup(gpt, prefix)
 
-    def rewind():
-        for kv in cache:
-            kv.length = prefix
     def nothing() -> None:
         pass
     ways = {READ_ALL: (nothing, lambda: [w.sum() for w in mats]),
@@ -164,8 +168,6 @@ def bench_floor(gpt, prefix: int, rounds: int = 15, per_round: int = 3) -> dict:
             MV_MKL: (nothing, lambda: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in mats]),
             "anyformer's cached step": (rewind, lambda: gpt._next_token_logits(tok, cache))}
     with torch.no_grad():
-        gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
-            cache=cache)
         rows = alternate(ways, rounds, per_round)
     print(f"weights read per step: {gbytes * 1e3:.0f} MB; median of {rounds} alternated rounds:", flush=True)
     for k, ms in rows.items():

@@ -16,21 +16,13 @@ import urllib.request
 import zlib
 from pathlib import Path
 
+from ..files import sha256_file
 from .errors import DataError
 
 __all__ = ["download", "sha256_file"]
 
 _CHUNK = 1 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file, read in chunks so large files need little memory."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def download(

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..shapes import pair
 from ._torchvision_compat import ensure_torchvision_importable
 
 # Which pip package provides each reference library, for the ImportError's advice.
@@ -87,11 +88,6 @@ def fused(ours: str, theirs: Iterable[str]) -> Rule:
 def linear(ours: str, theirs: str, bias: bool = True) -> list[Rule]:
     """A Linear/LayerNorm/Conv: weight (and bias) under both names."""
     return [same(f"{ours}.weight", f"{theirs}.weight")] + ([same(f"{ours}.bias", f"{theirs}.bias")] if bias else [])
-
-
-def pair(v: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    """An image or patch size as (height, width)."""
-    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 def _shape(t: Tensor | torch.Size | tuple) -> tuple[int, ...]:

@@ -12,7 +12,6 @@ states, L2-normalised.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +19,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from ..files import sha256_file
 from ..models.text_encoder import TextEncoder
 from ._common import require
 from .hf import text_encoder_from_state_dict
@@ -42,12 +42,7 @@ def minilm_path(path: str | Path | None = None) -> Path:
     return path
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+file_sha256 = sha256_file  # kept: the name this module has always exported
 
 
 def load_tokenizer(path: str | Path | None = None, max_length: int | None = None) -> Any:

@@ -4,13 +4,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
 
+from ..files import atomic_path, atomic_write_text
 from .presets import PRESETS, presets_of
 
 M = TypeVar("M", bound="Model")
@@ -76,38 +76,10 @@ class Model(nn.Module):
         out.mkdir(parents=True, exist_ok=True)
         meta = {"format_version": FORMAT_VERSION, "family": self.family,
                 "config": config_to_dict(self.config), **(extra or {})}
-        with _atomic(out / "model.safetensors") as tmp:
+        with atomic_path(out / "model.safetensors") as tmp:
             save_model(self, tmp, metadata={"family": self.family})  # drops tied duplicates
-        with _atomic(out / "config.json") as tmp:
-            Path(tmp).write_text(json.dumps(meta, indent=2) + "\n")
+        atomic_write_text(out / "config.json", json.dumps(meta, indent=2) + "\n")
         return out
-
-
-class _atomic:
-    """A temporary path in the target's folder, renamed onto the target only if the write succeeded."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = target
-
-    def __enter__(self) -> str:
-        fd, self.tmp = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.")
-        os.close(fd)
-        os.chmod(self.tmp, 0o666 & ~_umask())  # mkstemp makes files private; saved models are not secrets
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            with open(self.tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(self.tmp, self.target)
-        else:
-            os.unlink(self.tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:

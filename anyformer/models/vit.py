@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, PatchEmbedding,
                   SinusoidalPosition, Transformer, init_weights)
-from ..nn.embeddings import pair
+from ..shapes import pair
 from ..nn.dropout import Dropout
 from ..nn.stems import ConvStem
 from .base import Model, check_sizes

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..shapes import pair
 from .linear import Linear
 
 
@@ -47,10 +48,6 @@ class LinearEmbedding(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.proj.in_features:
             raise ValueError(f"expected vectors of shape (B, N, {self.proj.in_features}), got {tuple(x.shape)}")
         return self.proj(x)
-
-
-def pair(v: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 class PatchEmbedding(nn.Module):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .embeddings import TokenEmbedding, pair
+from ..shapes import pair
+from .embeddings import TokenEmbedding
 from .linear import Linear, linear
 from .mlp import make_activation
 

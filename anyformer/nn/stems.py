@@ -12,7 +12,8 @@ import math
 
 from torch import nn
 
-from .embeddings import PatchEmbedding, pair
+from ..shapes import pair
+from .embeddings import PatchEmbedding
 
 
 class ConvStem(PatchEmbedding):

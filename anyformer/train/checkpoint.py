@@ -9,14 +9,14 @@ would otherwise load as a silently different weight.
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..files import atomic_write
 
 CKPT_DIR = "checkpoints"
 _NAME = re.compile(r"^step-(\d{9})\.pt$")
@@ -25,66 +25,6 @@ _DIGEST = "sha256"
 
 class CheckpointError(ValueError):
     """A checkpoint that is damaged, foreign, or unsafe to read."""
-
-
-class _File:
-    """A file that remembers the first OSError of a write: torch.save reports a failed write
-    (a full disk) as a RuntimeError about stream positions, and we want the real reason."""
-
-    def __init__(self, f) -> None:
-        self.f, self.error = f, None
-
-    def write(self, data) -> int:
-        try:
-            return self.f.write(data)
-        except OSError as e:
-            self.error = self.error or e
-            raise
-
-    def __getattr__(self, name: str):
-        return getattr(self.f, name)
-
-
-def atomic_write_bytes(path: Path, writer) -> None:
-    """Call writer(file) on a temp file beside `path`, fsync, then rename onto `path`.
-    On any failure the temp file is removed and `path` is left as it was."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    f = None
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it private; the result should be like any new file
-        with os.fdopen(fd, "wb") as raw:
-            f = _File(raw)
-            writer(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)  # the rename itself survives a power cut only once its folder is synced
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if f is not None and f.error is not None and f.error is not e:
-            raise f.error from None
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # not every platform opens folders
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def digest(obj: Any) -> str:
@@ -114,7 +54,7 @@ def digest(obj: Any) -> str:
 def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
     path = Path(run_dir) / CKPT_DIR / f"step-{step:09d}.pt"
     state = {**state, _DIGEST: digest(state)}
-    atomic_write_bytes(path, lambda f: torch.save(state, f))
+    atomic_write(path, lambda f: torch.save(state, f))
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path

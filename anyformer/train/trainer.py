@@ -23,8 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from ..models import REGISTRY, PRESETS, Model
-from .checkpoint import (CKPT_DIR, CheckpointError, atomic_write_bytes, list_checkpoints, load_checkpoint,
-                         save_checkpoint)
+from ..files import atomic_write
+from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed import Distributed
 from .optim import lr_at, make_optimizer
@@ -228,7 +228,7 @@ class Trainer:
         def truncate_metrics() -> None:  # lines written after the checkpoint will be written again
             metrics = self.run_dir / "metrics.jsonl"
             lines = metrics.read_text().splitlines(keepends=True)[:self.metrics_lines] if metrics.exists() else []
-            atomic_write_bytes(metrics, lambda f: f.write("".join(lines).encode()))
+            atomic_write(metrics, lambda f: f.write("".join(lines).encode()))
         self._on_main("rewrite", self.run_dir / "metrics.jsonl", truncate_metrics)
         if self.dist.is_main:
             print(f"resumed from {path} at step {self.step}/{self.total_steps}")
@@ -434,7 +434,7 @@ class Trainer:
 
     def _finish(self, summary: dict[str, Any]) -> None:
         """Rank 0: summary.json and the plots (the model is already saved)."""
-        atomic_write_bytes(self.run_dir / "summary.json", lambda f: f.write(json.dumps(summary, indent=2).encode()))
+        atomic_write(self.run_dir / "summary.json", lambda f: f.write(json.dumps(summary, indent=2).encode()))
         from ..viz import plot_confusion, plot_curves, plot_digit_attention
         plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
         confusion = (self.last_eval or {}).get("confusion")

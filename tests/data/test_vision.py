@@ -120,7 +120,7 @@ def test_bad_arguments(tmp_path: Path) -> None:
         load_image_dataset("imagenet-typo", cache_dir=tmp_path)
     with pytest.raises(DataError, match="bad split 'valid'"):
         load_image_dataset("mnist", "valid", cache_dir=tmp_path)
-    with pytest.raises(DataError, match="limit_per_class"):
+    with pytest.raises(DataError, match="bad limit_per_class 0: expected a positive int or None"):
         load_image_dataset("mnist", limit_per_class=0, cache_dir=tmp_path)
 
 
@@ -234,9 +234,9 @@ def test_restricted_unpickler_blocks_other_globals(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="builtins.eval' is forbidden"):
         load_numpy_pickle(p)
     # numpy functions other than array reconstruction are refused too.
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(pickle.UnpicklingError, match=r"global 'numpy\.load' is forbidden \(only numpy arrays"):
         numpy_pickle.NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("numpy", "load")
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(pickle.UnpicklingError, match=r"global 'os\.system' is forbidden \(only numpy arrays"):
         numpy_pickle.NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("os", "system")
 
 
@@ -326,7 +326,7 @@ def test_named_cifar10_rejects_other_tar(tmp_path: Path, monkeypatch: pytest.Mon
 def test_corrupt_tar(tmp_path: Path) -> None:
     p = tmp_path / "broken.tar"
     p.write_bytes(CIFAR_TAR.open("rb").read(300_000))  # cut mid-archive
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"corrupt tar archive .*broken\.tar: unexpected end of data; download it again"):
         load_image_dataset(str(p), "test", cache_dir=tmp_path / "c")
 
 
@@ -509,10 +509,13 @@ def test_load_image_errors(tmp_path: Path) -> None:
         load_image(tmp_path / "missing.png", channels=1, size=(28, 28))
     ok = tmp_path / "ok.png"
     Image.new("L", (4, 4)).save(ok)
-    with pytest.raises(DataError, match="channels"):
+    with pytest.raises(DataError, match=r"bad channels 2: expected 1 \(grey\) or 3 \(RGB\)"):
         load_image(ok, channels=2, size=(4, 4))
-    with pytest.raises(DataError, match="image size"):
-        load_image(ok, channels=1, size=(0, 4))
+    for size in ((0, 4), (4, 4, 1), 2.5, True):
+        with pytest.raises(DataError, match=r"bad image size .*: expected a positive int or \(height, width\)"):
+            load_image(ok, channels=1, size=size)
+    with pytest.raises(DataError, match=r"bad image size \(0, 4\)"):
+        load_image_dataset(str(tmp_path), cache_dir=tmp_path / "c", image_size=(0, 4))
 
 
 def test_image_dataset_validation() -> None:

@@ -163,6 +163,18 @@ def test_non_utf8_text_and_missing_sources_are_named(tmp_path):
         resolve_text(tmp_path / "empty")
 
 
+def test_an_encoding_that_fails_midway_leaves_no_token_file(tmp_path, monkeypatch):
+    # The BPE pass writes tokens.bin as it reads: a bad byte in the second file comes after the first
+    # file's tokens were written, and they must not be left behind as a token file.
+    monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("To be, or not to be\n" * 50)
+    (tmp_path / "d" / "b.txt").write_bytes("olá".encode("latin-1"))
+    with pytest.raises(DataError, match=r"b.txt is not UTF-8 text: the byte at offset 2"):
+        load_corpus(tmp_path / "d", "gpt2", cache_dir=tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
+
+
 def test_the_name_shakespeare_resolves_like_the_image_datasets(tmp_path, monkeypatch):
     monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
     assert resolve_text("shakespeare", cache_dir=tmp_path) == [SHAKESPEARE]

@@ -3,27 +3,15 @@ downloads, an on-disk decoded cache, batched GPU-friendly augmentation, and text
 (character and GPT-2 BPE tokenizers, memory-mapped token streams)."""
 
 from .augment import random_affine, random_crop_flip
+from .dataset import ImageDataset
 from .download import download, sha256_file
 from .errors import DataError
 from .idx import parse_idx, read_idx
-from .text import (
-    TEXT_NAMES,
-    BPETokenizer,
-    CharTokenizer,
-    TokenCorpus,
-    load_corpus,
-    load_tokenizer,
-    read_text,
-    tokenizer_from_info,
-)
-from .vision import (
-    DATASET_NAMES,
-    ImageDataset,
-    default_cache_dir,
-    load_image,
-    load_image_dataset,
-    load_numpy_pickle,
-)
+from .numpy_pickle import load_numpy_pickle
+from .registry import DATASET_NAMES, default_cache_dir
+from .text import TEXT_NAMES, TokenCorpus, load_corpus, read_text
+from .tokenizers import BPETokenizer, CharTokenizer, load_tokenizer, tokenizer_from_info
+from .vision import load_image, load_image_dataset
 
 __all__ = [
     "BPETokenizer",

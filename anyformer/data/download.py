@@ -10,13 +10,12 @@ import hashlib
 import os
 import re
 import socket
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
 
-from ..files import sha256_file
+from ..files import atomic_path, sha256_file
 from .errors import DataError
 
 __all__ = ["download", "sha256_file"]
@@ -48,13 +47,13 @@ def download(
     dest = Path(dest)
     if dest.is_file() and sha256_file(dest) == sha256:
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
+    # atomic_path renames the temp file onto `dest` only if the block ends without an error, so a
+    # failed check below leaves `dest` as it was. The hash is taken as the bytes stream in: the
+    # download is read once.
+    with atomic_path(dest, suffix=".part") as tmp:
         h = hashlib.sha256()
         try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
                 inflater = None
                 first = True
                 while chunk := resp.read(_CHUNK):
@@ -88,8 +87,4 @@ def download(
                 f"sha256 mismatch for {url}: expected {sha256}, got {got}; the mirror or file is "
                 "corrupt or tampered with, try another source"
             )
-        os.replace(tmp, dest)
-        return dest
-    finally:
-        # Only the temp file is ever removed; on success it has already been renamed.
-        tmp.unlink(missing_ok=True)
+    return dest

@@ -1,13 +1,9 @@
-"""Text for language models: sources, tokenizers, and memory-mapped token streams.
+"""Text for language models: sources and memory-mapped token streams (tokenizers: `tokenizers`).
 
 A text source is a UTF-8 file, a folder of them (every non-hidden file below it, in sorted path
 order), or the name ``shakespeare`` (Tiny Shakespeare), which resolves like the image datasets:
 ``$ANYFORMER_DATA/tinyshakespeare/input.txt``, then ``<cache>/tinyshakespeare/input.txt``, then a
 checksummed download of karpathy's char-rnn file into the cache.
-
-Two tokenizers: `CharTokenizer` (one id per character of the training alphabet; the alphabet is
-saved with the run) and `BPETokenizer` (GPT-2's byte-level BPE through tiktoken, read from the
-local ``r50k_base.tiktoken`` when one is found, else tiktoken's own cache/download).
 
 `load_corpus` encodes a source once, in chunks, into ``<cache>/text/<key>/tokens.bin`` (uint16, or
 uint32 for vocabularies over 65,536), keyed by the files' paths, sizes, mtimes and the tokenizer;
@@ -18,20 +14,22 @@ later loads memory-map that file, so a corpus larger than memory can be trained 
 from __future__ import annotations
 
 import codecs
-import functools
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Iterator
 
 import numpy as np
 
+from ..files import atomic_write, atomic_write_text, sha256_file
 from .download import download as _download
-from .download import sha256_file
 from .errors import DataError
+from .registry import default_cache_dir
+# Re-exported: `anyformer.data.text` has always offered the tokenizers too.
+from .tokenizers import (BPETokenizer, CharTokenizer, StreamDecoder, load_tokenizer,
+                         tokenizer_from_info)
 
 __all__ = [
     "TEXT_NAMES",
@@ -60,204 +58,6 @@ _NAMED = {
                     "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
 }
 
-# GPT-2's vocabulary in tiktoken's format, as pinned by tiktoken itself.
-GPT2_TIKTOKEN_FILE = "r50k_base.tiktoken"
-GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-GPT2_EOT = 50256
-# GPT-2's pre-tokenizer (what tiktoken calls r50k_pat_str, written without possessive quantifiers).
-GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-
-def _default_cache_dir() -> Path:
-    from .vision import default_cache_dir
-    return default_cache_dir()
-
-
-# --------------------------------------------------------------------------- tokenizers
-
-class StreamDecoder:
-    """Turns token ids into text as they arrive, holding back the bytes of an unfinished character.
-
-    `feed(ids)` returns the text that is complete so far; `flush()` the rest (a character cut off
-    at the end becomes U+FFFD).
-    """
-
-    def __init__(self, token_bytes) -> None:
-        self._bytes = token_bytes
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, ids: Iterable[int]) -> str:
-        return self._utf8.decode(b"".join(self._bytes(int(i)) for i in ids))
-
-    def flush(self) -> str:
-        return self._utf8.decode(b"", final=True)
-
-
-class CharTokenizer:
-    """One id per character of an alphabet (ids in the alphabet's sorted order, like nanoGPT's)."""
-
-    kind = "char"
-
-    def __init__(self, chars: str | Iterable[str]) -> None:
-        chars = "".join(sorted(set(chars)))
-        if not chars:
-            raise ValueError("a character tokenizer needs at least one character")
-        self.chars = chars
-        self._index = {c: i for i, c in enumerate(chars)}
-        self._codepoints = np.array([ord(c) for c in chars], dtype=np.uint32)  # sorted, for searchsorted
-
-    @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
-        return cls(set(text))
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars)
-
-    def encode(self, text: str) -> list[int]:
-        return self.encode_array(text).tolist()
-
-    def encode_array(self, text: str) -> np.ndarray:
-        """Vectorised `encode`: (N,) int64 ids."""
-        cps = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
-        if cps.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        pos = np.searchsorted(self._codepoints, cps).clip(max=len(self.chars) - 1)
-        bad = np.flatnonzero(self._codepoints[pos] != cps)
-        if bad.size:
-            i = int(bad[0])
-            ch = text[i]
-            raise ValueError(f"character {ch!r} (U+{ord(ch):04X}) at position {i} is not in the tokenizer's "
-                             f"alphabet of {len(self.chars)} characters (the characters of the training text)")
-        return pos.astype(np.int64)
-
-    def decode(self, ids: Iterable[int]) -> str:
-        ids = [int(i) for i in ids]
-        for pos, i in enumerate(ids):
-            if not 0 <= i < len(self.chars):
-                raise ValueError(f"token id {i} at position {pos} is outside the vocabulary [0, {len(self.chars)})")
-        return "".join(self.chars[i] for i in ids)
-
-    def decoder(self) -> StreamDecoder:
-        return StreamDecoder(lambda i: self.decode([i]).encode())
-
-    def to_info(self) -> dict[str, Any]:
-        return {"tokenizer": "char", "vocab_size": self.vocab_size, "chars": self.chars}
-
-    def __repr__(self) -> str:
-        return f"CharTokenizer(vocab_size={self.vocab_size})"
-
-
-class BPETokenizer:
-    """GPT-2's byte-level BPE (50,257 tokens, <|endoftext|> = 50256) through tiktoken.
-
-    `encode` treats special-token text such as "<|endoftext|>" as ordinary text, so a prompt or a
-    corpus cannot inject control tokens; `eot` is the id to put between documents.
-    """
-
-    kind = "gpt2"
-
-    def __init__(self, encoding=None, *, path: str | os.PathLike[str] | None = None) -> None:
-        self.encoding = encoding if encoding is not None else gpt2_encoding(path)
-        self.eot = self.encoding.eot_token
-
-    @property
-    def vocab_size(self) -> int:
-        return self.encoding.n_vocab
-
-    def encode(self, text: str) -> list[int]:
-        return self.encoding.encode_ordinary(text)
-
-    def encode_array(self, text: str) -> np.ndarray:
-        return np.asarray(self.encoding.encode_ordinary(text), dtype=np.int64)
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Whole-sequence decode; bytes that do not form UTF-8 become U+FFFD."""
-        ids = [int(i) for i in ids]
-        for pos, i in enumerate(ids):
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} at position {pos} is outside the vocabulary [0, {self.vocab_size})")
-        return self.encoding.decode(ids, errors="replace")
-
-    def decoder(self) -> StreamDecoder:
-        """Incremental decoding for streaming: a character split over tokens is printed once whole."""
-        return StreamDecoder(self.encoding.decode_single_token_bytes)
-
-    def to_info(self) -> dict[str, Any]:
-        return {"tokenizer": "gpt2", "vocab_size": self.vocab_size}
-
-    def __repr__(self) -> str:
-        return f"BPETokenizer(gpt2, vocab_size={self.vocab_size})"
-
-
-def _gpt2_file(path: str | os.PathLike[str] | None) -> Path | None:
-    """The local r50k_base.tiktoken: `path` (a file or a folder holding it), else $ANYFORMER_DATA/gpt2/,
-    else <cache>/gpt2/. None when there is none (tiktoken's own cache/download is used then)."""
-    if path is not None:
-        p = Path(path).expanduser()
-        p = p / GPT2_TIKTOKEN_FILE if p.is_dir() else p
-        if not p.is_file():
-            raise DataError(f"no GPT-2 BPE file at {p}: expected {GPT2_TIKTOKEN_FILE} (sha256 {GPT2_TIKTOKEN_SHA256})")
-        return p
-    env = os.environ.get("ANYFORMER_DATA")
-    for root in ([Path(env).expanduser()] if env else []) + [_default_cache_dir()]:
-        p = root / "gpt2" / GPT2_TIKTOKEN_FILE
-        if p.is_file():
-            return p
-    return None
-
-
-@functools.lru_cache(maxsize=4)
-def _gpt2_encoding_cached(path: str | None):
-    import tiktoken
-    if path is None:
-        try:
-            return tiktoken.get_encoding("gpt2")
-        except Exception as e:  # noqa: BLE001 - tiktoken raises several kinds when offline
-            raise DataError(f"cannot load GPT-2's BPE through tiktoken ({type(e).__name__}: {e}); put "
-                            f"{GPT2_TIKTOKEN_FILE} in $ANYFORMER_DATA/gpt2/ or {_default_cache_dir() / 'gpt2'}") from None
-    got = sha256_file(path)
-    if got != GPT2_TIKTOKEN_SHA256:
-        raise DataError(f"{path} is not GPT-2's {GPT2_TIKTOKEN_FILE}: sha256 {got}, expected {GPT2_TIKTOKEN_SHA256}")
-    from tiktoken.load import load_tiktoken_bpe
-    ranks = load_tiktoken_bpe(path, expected_hash=GPT2_TIKTOKEN_SHA256)
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": GPT2_EOT}, explicit_n_vocab=GPT2_EOT + 1)
-
-
-def gpt2_encoding(path: str | os.PathLike[str] | None = None):
-    """GPT-2's tiktoken.Encoding, from the local file when one is found (checksum verified)."""
-    local = _gpt2_file(path)
-    return _gpt2_encoding_cached(str(local.resolve()) if local is not None else None)
-
-
-def load_tokenizer(spec: str, text: str | None = None):
-    """"char" (built from `text`), "gpt2", or a path to GPT-2's r50k_base.tiktoken (or its folder)."""
-    if spec == "char":
-        if text is None:
-            raise ValueError("a character tokenizer is built from its training text; pass text=")
-        return CharTokenizer.from_text(text)
-    if spec in ("gpt2", "bpe", "r50k_base"):
-        return BPETokenizer()
-    if Path(spec).expanduser().exists():
-        return BPETokenizer(path=spec)
-    raise ValueError(f"unknown tokenizer {spec!r}; expected 'char', 'gpt2', or the path of {GPT2_TIKTOKEN_FILE}")
-
-
-def tokenizer_from_info(info: dict[str, Any]):
-    """The tokenizer a run was trained with, from the "data" section of its config.json."""
-    kind = info.get("tokenizer") if isinstance(info, dict) else None
-    if kind == "char":
-        chars = info.get("chars")
-        if not isinstance(chars, str) or not chars:
-            raise ValueError("the run's character tokenizer has no alphabet saved ('chars' is missing in config.json)")
-        return CharTokenizer(chars)
-    if kind == "gpt2":
-        return BPETokenizer()
-    raise ValueError(f"the run directory describes no text tokenizer (data.tokenizer = {kind!r}); expected a "
-                     f"language model run written by `anyformer train` with a text recipe")
-
-
 # --------------------------------------------------------------------------- text sources
 
 def resolve_text(spec: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
@@ -265,7 +65,7 @@ def resolve_text(spec: str | os.PathLike[str], *, cache_dir: str | os.PathLike[s
     """The files of a text source, in the order they are read."""
     key = _ALIASES.get(str(spec).lower()) if isinstance(spec, str) else None
     if key is not None and not Path(spec).exists():
-        return [_resolve_named(key, Path(cache_dir) if cache_dir else _default_cache_dir(), allow_download)]
+        return [_resolve_named(key, Path(cache_dir) if cache_dir else default_cache_dir(), allow_download)]
     path = Path(spec).expanduser()
     if path.is_file():
         return [path]
@@ -375,7 +175,7 @@ def load_corpus(spec: str | os.PathLike[str], tokenizer: str = "char", *, val_fr
     """
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
-    cache_root = Path(cache_dir).expanduser() if cache_dir else _default_cache_dir()
+    cache_root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     files = resolve_text(spec, cache_dir=cache_root, allow_download=allow_download)
     tok_key = _tokenizer_key(str(tokenizer))
     stats = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
@@ -442,35 +242,31 @@ def _encode_to_cache(files: list[Path], tokenizer: str, folder: Path) -> dict[st
     else:
         tok = load_tokenizer(tokenizer)
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tokens.", suffix=".part")
     n = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            last = "\n"
-            for k, p in enumerate(files):
-                if k and tok.kind == "char" and last != "\n":
-                    out.write(np.array(tok.encode("\n"), dtype=dtype).tobytes())
-                    n += 1
-                elif k and tok.kind != "char":
-                    out.write(np.array([tok.eot], dtype=dtype).tobytes())
-                    n += 1
-                chunks = _read_chunks(p)
-                for text in (chunks if tok.kind == "char" else _bpe_pieces(chunks)):
-                    sha.update(text.encode())
-                    ids = tok.encode_array(text).astype(dtype)
-                    out.write(ids.tobytes())
-                    n += len(ids)
-                    last = text[-1]
-        os.replace(tmp, folder / "tokens.bin")
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+
+    def write_tokens(out: IO[bytes]) -> None:
+        nonlocal n
+        last = "\n"
+        for k, p in enumerate(files):
+            if k and tok.kind == "char" and last != "\n":
+                out.write(np.array(tok.encode("\n"), dtype=dtype).tobytes())
+                n += 1
+            elif k and tok.kind != "char":
+                out.write(np.array([tok.eot], dtype=dtype).tobytes())
+                n += 1
+            chunks = _read_chunks(p)
+            for text in (chunks if tok.kind == "char" else _bpe_pieces(chunks)):
+                # The source's checksum is taken of the text as it streams by: it is read only once.
+                sha.update(text.encode())
+                ids = tok.encode_array(text).astype(dtype)
+                out.write(ids.tobytes())
+                n += len(ids)
+                last = text[-1]
+
+    atomic_write(folder / "tokens.bin", write_tokens)
     meta = {"version": _CACHE_VERSION, "tokenizer": tok.kind, "n_tokens": n, "dtype": np.dtype(dtype).name,
             "files": [str(p) for p in files], "sha256": sha.hexdigest()}
     if tok.kind == "char":
         meta["chars"] = tok.chars
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".meta.", suffix=".part")
-    with os.fdopen(fd, "w") as f:
-        json.dump(meta, f)
-    os.replace(tmp, folder / "meta.json")  # written last: its presence marks a complete cache
+    atomic_write_text(folder / "meta.json", json.dumps(meta))  # written last: its presence marks a complete cache
     return meta

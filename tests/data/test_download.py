@@ -43,7 +43,7 @@ def test_bad_checksum_leaves_nothing(tmp_path: Path) -> None:
 def test_bad_checksum_keeps_existing_file_untouched(tmp_path: Path) -> None:
     dest = tmp_path / "labels.gz"
     dest.write_bytes(b"previous content")
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match="sha256 mismatch for .*: expected f{64}, got [0-9a-f]{64}"):
         download(LABELS_GZ.as_uri(), dest, "f" * 64)
     assert dest.read_bytes() == b"previous content"
     assert _leftovers(tmp_path) == ["labels.gz"]

@@ -108,13 +108,20 @@ def test_truncated_gzip(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "content",
-    [b"", b"\x00", b"hello world, not idx", b"\x00\x00\x07\x01\x00\x00\x00\x01x", b"\x00\x00\x08\x00", b"\x1f\x8bgarbage"],
+    "content, message",
+    [
+        (b"", r"not an IDX file: .*garbage has 0 bytes, expected at least a 4-byte header"),
+        (b"\x00", r"not an IDX file: .*garbage has 1 bytes"),
+        (b"hello world, not idx", r"not an IDX file: .*garbage starts with 68656c6c, expected 0000 \+ dtype code"),
+        (b"\x00\x00\x07\x01\x00\x00\x00\x01x", r"not an IDX file: .*garbage starts with 00000701"),  # unknown dtype
+        (b"\x00\x00\x08\x00", r"not an IDX file: .*garbage starts with 00000800, .* \+ ndim>0"),  # no dimensions
+        (b"\x1f\x8bgarbage", r"corrupt gzip file .*garbage"),
+    ],
 )
-def test_garbage(tmp_path: Path, content: bytes) -> None:
+def test_garbage(tmp_path: Path, content: bytes, message: str) -> None:
     p = tmp_path / "garbage"
     p.write_bytes(content)
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=message):
         read_idx(p)
 
 

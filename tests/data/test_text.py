@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anyformer.data import DataError, text
+from anyformer.data import DataError, text, tokenizers
 from anyformer.data.text import (BPETokenizer, CharTokenizer, load_corpus, load_tokenizer, read_text,
                                  resolve_text, tokenizer_from_info)
 from tests.conftest import SHARED_DATA
@@ -87,7 +87,7 @@ def test_bpe_refuses_a_file_with_the_wrong_checksum(tmp_path):
 
 def test_bpe_is_found_through_anyformer_data(monkeypatch):
     monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
-    assert text._gpt2_file(None) == SHARED_DATA / "gpt2" / "r50k_base.tiktoken"
+    assert tokenizers._gpt2_file(None) == SHARED_DATA / "gpt2" / "r50k_base.tiktoken"
     assert load_tokenizer("gpt2").encode("Hello world") == [15496, 995]
 
 
@@ -161,6 +161,18 @@ def test_non_utf8_text_and_missing_sources_are_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="holds no text files"):
         resolve_text(tmp_path / "empty")
+
+
+def test_an_encoding_that_fails_midway_leaves_no_token_file(tmp_path, monkeypatch):
+    # The BPE pass writes tokens.bin as it reads: a bad byte in the second file comes after the first
+    # file's tokens were written, and they must not be left behind as a token file.
+    monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("To be, or not to be\n" * 50)
+    (tmp_path / "d" / "b.txt").write_bytes("olá".encode("latin-1"))
+    with pytest.raises(DataError, match=r"b.txt is not UTF-8 text: the byte at offset 2"):
+        load_corpus(tmp_path / "d", "gpt2", cache_dir=tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
 
 
 def test_the_name_shakespeare_resolves_like_the_image_datasets(tmp_path, monkeypatch):

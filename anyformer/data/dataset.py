@@ -1,0 +1,72 @@
+"""`ImageDataset`: the one in-memory form every image source decodes to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import DataError
+
+__all__ = ["ImageDataset"]
+
+
+@dataclass
+class ImageDataset:
+    """A labelled image set held in memory.
+
+    images: uint8 (N, C, H, W), C is 1 (grey) or 3 (RGB); labels: int64 (N,)
+    indexing `classes`; name: where it came from ("mnist", a folder name, ...).
+    """
+
+    images: torch.Tensor  # uint8 (N, C, H, W)
+    labels: torch.Tensor  # int64 (N,)
+    classes: list[str]
+    name: str
+
+    def __post_init__(self) -> None:
+        # Fail here, at construction, rather than deep inside a training step.
+        if not isinstance(self.images, torch.Tensor) or self.images.dtype != torch.uint8 or self.images.dim() != 4:
+            got = (
+                f"{self.images.dtype} {tuple(self.images.shape)}"
+                if isinstance(self.images, torch.Tensor)
+                else type(self.images).__name__
+            )
+            raise DataError(f"ImageDataset {self.name!r}: images must be a uint8 tensor (N, C, H, W), got {got}")
+        if not isinstance(self.labels, torch.Tensor) or self.labels.dtype != torch.int64 or self.labels.dim() != 1:
+            got = (
+                f"{self.labels.dtype} {tuple(self.labels.shape)}"
+                if isinstance(self.labels, torch.Tensor)
+                else type(self.labels).__name__
+            )
+            raise DataError(f"ImageDataset {self.name!r}: labels must be an int64 tensor (N,), got {got}")
+        if self.images.shape[0] != self.labels.shape[0]:
+            raise DataError(
+                f"ImageDataset {self.name!r}: {self.images.shape[0]} images but {self.labels.shape[0]} labels; "
+                "they must pair up one to one"
+            )
+        if not self.classes or not all(isinstance(c, str) for c in self.classes):
+            raise DataError(f"ImageDataset {self.name!r}: classes must be a non-empty list of str, got {self.classes!r}")
+        if self.labels.numel():
+            lo, hi = int(self.labels.min()), int(self.labels.max())
+            if lo < 0 or hi >= len(self.classes):
+                raise DataError(
+                    f"ImageDataset {self.name!r}: labels span [{lo}, {hi}] but there are {len(self.classes)} "
+                    f"classes; labels must be in [0, {len(self.classes) - 1}]"
+                )
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def channels(self) -> int:
+        return int(self.images.shape[1])
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(H, W)."""
+        return int(self.images.shape[2]), int(self.images.shape[3])
+
+    def __repr__(self) -> str:
+        n, c, h, w = self.images.shape
+        return f"ImageDataset(name={self.name!r}, n={n}, shape=({c}, {h}, {w}), classes={len(self.classes)})"

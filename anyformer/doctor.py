@@ -1,0 +1,214 @@
+"""`anyformer doctor`: the machine, the torch build, and the speed plan in force.
+
+`report()` returns the text; `main(argv)` prints it (wiring into the CLI is one line).
+`--measure` first plans the standard decisions for a default workload (the default MNIST model's
+linear and attention shapes, amp and AdamW), so that a fresh machine shows a populated plan.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from collections import Counter
+from typing import Any, Sequence
+
+import torch
+
+from . import plan
+from .plan import host
+from .plan.planner import Planner
+
+DEFAULT_MODEL, DEFAULT_BATCH = "vit-mnist-fast", 128  # the default `anyformer train` recipe's model and batch
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+
+
+def _machine_lines() -> list[str]:
+    cpu = host.cpu_info()
+    build = host.build_info()
+    cores = host.affinity()
+    bf16 = [f for f in cpu["flags"] if f in host.NATIVE_BF16_FLAGS]
+    cuda = "not available"
+    if torch.cuda.is_available():
+        cuda = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    return [
+        "Machine",
+        f"  CPU            {cpu['model']} ({platform.machine()})",
+        f"  flags          {' '.join(cpu['flags']) or '(none of the relevant ones)'}",
+        f"  native bf16    {'yes (' + ', '.join(bf16) + ')' if bf16 else 'no: bf16 is emulated through fp32'}",
+        f"  cores          {len(cores)} usable (affinity {host.as_ranges(cores)}), {os.cpu_count()} online",
+        f"  torch          {torch.__version__}: MKL {build['mkl']}, oneDNN {build['onednn']}, "
+        f"OpenMP {build['openmp']}, CPU capability {build['capability']}",
+        f"  threads        {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})",
+        f"  CUDA           {cuda}",
+    ]
+
+
+def _entry_lines(key: str, e: dict[str, Any], margin: float) -> list[str]:
+    stock = plan.decision(e["decision"]).stock if e["decision"] in plan.decisions() else None
+    times = e["times"]
+    choice = _current_choice(e, stock, margin)
+    fastest = min(times, key=times.__getitem__) if times else None
+    timed = "   ".join(f"{n} {_ms(t)}{'*' if n == fastest else ''}" for n, t in times.items()) or "nothing timed"
+    line = f"      {timed}   -> {choice}"
+    if e.get("measured_with"):
+        line += "   [timed at " + ", ".join(f"{k}={v}" for k, v in e["measured_with"].items()) + "]"
+    out = [f"    {key}", line]
+    out += [f"      dropped {n}: {why}" for n, why in (e.get("dropped") or {}).items()]
+    return out
+
+
+def _current_choice(e: dict[str, Any], stock: str | None, margin: float) -> str:
+    from .plan.timing import pick
+    if stock is None:
+        return e["choice"]
+    d = plan.decision(e["decision"])
+    return pick(e["times"], stock, d.margin if d.margin is not None else margin)
+
+
+def report(p: Planner | None = None) -> str:
+    """The report `anyformer doctor` prints; reads the plan file, measures nothing."""
+    p = p or plan.planner()
+    lines = ["anyformer doctor", "", *_machine_lines(), "", "Plan"]
+    try:
+        snap = p.snapshot()
+    except ValueError as e:  # a malformed ANYFORMER_PLAN: the one thing doctor must show, not hide
+        m = host.machine()
+        path = plan.plan_dir() / host.file_name(m)
+        return "\n".join([*lines, f"  cache file     {path}", f"  forced         INVALID: {e}"])
+    path, entries = snap["path"], snap["entries"]
+    exists = "exists" if path.exists() else "not written yet"
+    forced = snap["forced"]
+    known = plan.decisions()
+    if forced:
+        from .plan.choices import forced_choice
+        shown = ", ".join(f"{n}={forced_choice(forced, n) or 'auto'}" for n in sorted(known))
+        forced_text = f"{shown} (from {snap['forced_from']})"
+    else:
+        forced_text = f"nothing (from {snap['forced_from']}: {os.environ.get(plan.ENV_PLAN) or 'unset'})" \
+            if snap["forced_from"] == plan.ENV_PLAN else "nothing (force() set to auto)"
+    margins = ", ".join(f"{n} {d.margin:.0%}" for n, d in sorted(known.items()) if d.margin is not None)
+    lines += [
+        f"  cache file     {path} ({exists}, {len(entries)} decisions)",
+        f"  machine key    {snap['machine'].get('key', '?')}",
+        f"  forced         {forced_text}",
+        f"  margin         {snap['margin']:.0%}{' (' + margins + ')' if margins else ''}; "
+        f"timing budget {snap['budget_s']:g} s per decision",
+        f"  planning time  {snap['file_planning_s']:.2f} s recorded in the cache file; "
+        f"{snap['planning_s']:.2f} s in this process",
+        "  decisions      " + "; ".join(f"{n}: {' | '.join(d.choices)}" for n, d in sorted(known.items())),
+    ]
+    if entries:
+        lines.append("  measured (median time per call; * fastest; -> the choice at the current margin)")
+        for key in sorted(entries):
+            lines += _entry_lines(key, entries[key], snap["margin"])
+    else:
+        lines.append("  measured       nothing yet (`anyformer doctor --measure` plans a default workload)")
+    lines += [f"  note: {n}" for n in snap["notes"]]
+    return "\n".join(lines)
+
+
+def _shapes(model: torch.nn.Module, x: torch.Tensor) -> tuple[Counter, list[tuple[int, int, int, int]]]:
+    """Run one forward (plan forced to stock: shapes only) and record what each linear layer and
+    attention layer saw: ((rows, in, out) counts, [(batch, heads, tokens, head_dim)])."""
+    linears: Counter = Counter()
+    attns: list[tuple[int, int, int, int]] = []
+    hooks = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            hooks.append(m.register_forward_pre_hook(
+                lambda mod, args: linears.update([(args[0].numel() // args[0].shape[-1], mod.in_features,
+                                                   mod.out_features)])))
+        elif type(m).__name__ == "MultiHeadAttention" and hasattr(m, "heads") and hasattr(m, "head_dim"):
+            hooks.append(m.register_forward_pre_hook(
+                lambda mod, args: attns.append((args[0].shape[0], mod.heads, args[0].shape[1], mod.head_dim))))
+    try:
+        with plan.forcing("stock"), torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return linears, attns
+
+
+def measure_default(model_name: str = DEFAULT_MODEL, batch: int = DEFAULT_BATCH) -> list[str]:
+    """Plan the decisions a training run of `model_name` at `batch` asks for; returns
+    'question -> choice' lines. Decisions already in the plan file cost nothing."""
+    import anyformer as af
+    import anyformer.models  # noqa: F401 - af.models is loaded on first use
+    if batch < 1:
+        raise ValueError(f"--batch must be a positive int, got {batch}")
+    vit_presets, gpt_presets = af.models.presets_of("vit"), af.models.presets_of("gpt")
+    if model_name in vit_presets:
+        model = af.ViT.preset(model_name)
+        c = model.config
+        size = c.image_size if isinstance(c.image_size, (tuple, list)) else (c.image_size, c.image_size)
+        x, causal = torch.zeros(batch, c.in_chans, *size), False
+    elif model_name in gpt_presets:
+        model = af.GPT.preset(model_name)
+        x, causal = torch.zeros(batch, model.config.context, dtype=torch.long), True
+    else:
+        raise ValueError(f"doctor --measure takes an image or GPT preset; got {model_name!r}, expected one of "
+                         f"{', '.join(vit_presets + gpt_presets)}")
+    linears, attns = _shapes(model, x)
+    done = []
+    if attns:
+        b, heads, n, hd = attns[0]
+        width = heads * hd
+        # the MLP's hidden width: a layer width -> h whose output feeds a layer h -> width
+        hidden = next((o for (r, i, o) in sorted(linears) if i == width and o != width and (r, o, width) in linears),
+                      4 * width)
+        amp = plan.amp_dtype("cpu", width=width, hidden=hidden, rows=b * n)
+        done.append(f"amp width={width} hidden={hidden} rows={b * n} -> {amp}")
+        for training in (True, False):
+            dtype = torch.bfloat16 if amp == "bf16" and training else torch.float32
+            for (b, heads, n, hd) in sorted(set(attns)):
+                choice = plan.attention_kernel(b, heads, n, n, hd, dtype, causal, training)
+                done.append(f"attention B={b} H={heads} N={n} D_h={hd} {dtype} causal={causal} "
+                            f"training={training} -> {choice}")
+    for (rows, i, o) in sorted(linears):
+        for training in (True, False):
+            choice = plan.linear_kernel(rows, i, o, torch.float32, training)
+            done.append(f"linear rows={rows} in={i} out={o} training={training} -> {choice}")
+    choice = plan.adamw_impl(p for p in model.parameters() if p.requires_grad)
+    done.append(f"adamw {sum(1 for _ in model.parameters())} tensors -> {choice}")
+    return done
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `anyformer doctor`, for the CLI's subparser."""
+    parser.add_argument("--measure", action="store_true",
+                        help="plan the decisions of a default workload first (measures what is not cached)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"preset for --measure (default {DEFAULT_MODEL})")
+    parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"batch for --measure (default {DEFAULT_BATCH})")
+    parser.add_argument("--clear", action="store_true", help="delete this machine's plan file first")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report (after --clear / --measure); 2 if ANYFORMER_PLAN is malformed."""
+    p = plan.planner()
+    if args.clear:
+        path = plan.plan_dir() / host.file_name(host.machine())
+        path.unlink(missing_ok=True)
+        p.reset()
+        print(f"removed {path}")
+    if args.measure:
+        for line in measure_default(args.model, args.batch):
+            print(f"planned: {line}")
+        print()
+    text = report(p)
+    print(text)
+    return 2 if "forced         INVALID" in text else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="anyformer doctor", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -134,47 +134,57 @@ def _shapes(model: torch.nn.Module, x: torch.Tensor) -> tuple[Counter, list[tupl
     return linears, attns
 
 
+def _build(model_name: str, **overrides: Any) -> tuple[torch.nn.Module, Any]:
+    """(model, make_input(batch)) for an image or GPT preset."""
+    import anyformer as af
+    import anyformer.models  # noqa: F401 - af.models is loaded on first use
+    vit_presets, gpt_presets = af.models.presets_of("vit"), af.models.presets_of("gpt")
+    if model_name in vit_presets:
+        model = af.ViT.preset(model_name, **overrides)
+        c = model.config
+        size = tuple(c.image_size) if isinstance(c.image_size, (tuple, list)) else (c.image_size, c.image_size)
+        return model, lambda b: torch.zeros(b, c.in_chans, *size)
+    if model_name in gpt_presets:
+        model = af.GPT.preset(model_name, **overrides)
+        return model, lambda b: torch.zeros(b, model.config.context, dtype=torch.long)
+    raise ValueError(f"doctor --measure takes an image or GPT preset; got {model_name!r}, expected one of "
+                     f"{', '.join(vit_presets + gpt_presets)}")
+
+
 def measure_default(model_name: str = DEFAULT_MODEL, batch: int = DEFAULT_BATCH) -> list[str]:
     """Plan the decisions a training run of `model_name` at `batch` asks for; returns
     'question -> choice' lines. Decisions already in the plan file cost nothing."""
-    import anyformer as af
-    import anyformer.models  # noqa: F401 - af.models is loaded on first use
-    if batch < 1:
-        raise ValueError(f"--batch must be a positive int, got {batch}")
-    vit_presets, gpt_presets = af.models.presets_of("vit"), af.models.presets_of("gpt")
-    if model_name in vit_presets:
-        model = af.ViT.preset(model_name)
-        c = model.config
-        size = c.image_size if isinstance(c.image_size, (tuple, list)) else (c.image_size, c.image_size)
-        x, causal = torch.zeros(batch, c.in_chans, *size), False
-    elif model_name in gpt_presets:
-        model = af.GPT.preset(model_name)
-        x, causal = torch.zeros(batch, model.config.context, dtype=torch.long), True
-    else:
-        raise ValueError(f"doctor --measure takes an image or GPT preset; got {model_name!r}, expected one of "
-                         f"{', '.join(vit_presets + gpt_presets)}")
-    linears, attns = _shapes(model, x)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"--batch must be a positive int, got {batch!r}")
+    # Every block has the same layers: one block, one sample show every shape (rows scale with the
+    # batch), at a fraction of the cost; the optimiser's view needs every parameter, but no data.
+    small, make_input = _build(model_name, depth=1)
+    linears, attns = _shapes(small, make_input(1))
+    with torch.device("meta"):
+        full, _ = _build(model_name)
+    causal = getattr(full, "family", "") == "gpt"
     done = []
     if attns:
-        b, heads, n, hd = attns[0]
+        _, heads, n, hd = attns[0]
         width = heads * hd
         # the MLP's hidden width: a layer width -> h whose output feeds a layer h -> width
         hidden = next((o for (r, i, o) in sorted(linears) if i == width and o != width and (r, o, width) in linears),
                       4 * width)
-        amp = plan.amp_dtype("cpu", width=width, hidden=hidden, rows=b * n)
-        done.append(f"amp width={width} hidden={hidden} rows={b * n} -> {amp}")
+        amp = plan.amp_dtype("cpu", width=width, hidden=hidden, rows=batch * n)
+        done.append(f"amp width={width} hidden={hidden} rows={batch * n} -> {amp}")
         for training in (True, False):
             dtype = torch.bfloat16 if amp == "bf16" and training else torch.float32
-            for (b, heads, n, hd) in sorted(set(attns)):
-                choice = plan.attention_kernel(b, heads, n, n, hd, dtype, causal, training)
-                done.append(f"attention B={b} H={heads} N={n} D_h={hd} {dtype} causal={causal} "
+            for (_, heads, n, hd) in sorted(set(attns)):
+                choice = plan.attention_kernel(batch, heads, n, n, hd, dtype, causal, training)
+                done.append(f"attention B={batch} H={heads} N={n} D_h={hd} {dtype} causal={causal} "
                             f"training={training} -> {choice}")
     for (rows, i, o) in sorted(linears):
         for training in (True, False):
-            choice = plan.linear_kernel(rows, i, o, torch.float32, training)
-            done.append(f"linear rows={rows} in={i} out={o} training={training} -> {choice}")
-    choice = plan.adamw_impl(p for p in model.parameters() if p.requires_grad)
-    done.append(f"adamw {sum(1 for _ in model.parameters())} tensors -> {choice}")
+            choice = plan.linear_kernel(rows * batch, i, o, torch.float32, training)
+            done.append(f"linear rows={rows * batch} in={i} out={o} training={training} -> {choice}")
+    params = [p for p in full.parameters() if p.requires_grad]
+    choice = plan.adamw_impl(params, device="cpu")
+    done.append(f"adamw {len(params)} tensors, {sum(p.numel() for p in params):,} parameters -> {choice}")
     return done
 
 

@@ -216,10 +216,11 @@ def _amp_runs(rows: int, width: int, hidden: int, training: bool, kernels: tuple
 
 
 # --- AdamW -------------------------------------------------------------------------------------
-def adamw_impl(params: Iterable[Any]) -> str:
+def adamw_impl(params: Iterable[Any], *, device: torch.device | str | None = None) -> str:
     """"foreach" or "fused" for torch.optim.AdamW over `params` (tensors, or param groups: dicts
     with "params"), timed on a stand-in of the same device, dtypes, tensor count and size (at most
-    64 tensors and 1M elements, so the plan stays cheap for large models)."""
+    64 tensors and 1M elements, so the plan stays cheap for large models). `device`: where the
+    optimiser will run, if not where `params` are (e.g. a model built on the meta device)."""
     tensors = []
     for item in params:
         tensors.extend(item["params"] if isinstance(item, dict) else [item])
@@ -227,7 +228,7 @@ def adamw_impl(params: Iterable[Any]) -> str:
         return ADAMW.stock
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         raise ValueError(f"adamw_impl: expected tensors or param groups, got {type(tensors[0]).__name__}")
-    device = tensors[0].device
+    device = torch.device(device) if device is not None else tensors[0].device
     dtypes = tuple(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
     count, numel = len(tensors), sum(t.numel() for t in tensors)
     memo = ("adamw", device, dtypes, count, numel)

@@ -130,7 +130,8 @@ def test_real_smoke_run_of_every_helper(plan_cache):
         for ask, d in asks:
             start = time.perf_counter()
             assert ask() in d.choices
-            assert time.perf_counter() - start < 2.0  # ~0.1 s quiet; generous for a shared machine
+            elapsed = time.perf_counter() - start
+            assert elapsed < 5.0, (d.name, elapsed)  # ~0.1-0.3 s when quiet; a shared machine can be 10x slower
     entries = p.snapshot()["entries"]
     assert {e["decision"] for e in entries.values()} == {"linear", "attention", "amp", "adamw"}
     for key, e in entries.items():

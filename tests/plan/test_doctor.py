@@ -48,3 +48,14 @@ def test_main_measure_populates_the_plan_and_clear_removes_it(planner_with, plan
     assert "removed" in capsys.readouterr().out and not list(plan_cache.glob("*.json"))
     with pytest.raises(ValueError, match="expected one of"):
         doctor.measure_default("resnet50", 4)
+
+
+def test_measure_a_language_model_from_one_block(planner_with):
+    import anyformer as af
+    planner_with({"stock": 1.0, "onednn": 1.0, "fused": 1.0, "explicit": 2.0, "none": 1.0, "bf16": 2.0,
+                  "foreach": 1.0})
+    lines = doctor.measure_default("shakespeare-char", 2)
+    full = af.GPT.preset("shakespeare-char")
+    assert any(line.startswith("attention B=2 H=6 N=256 D_h=64") and "causal=True" in line for line in lines)
+    assert "linear rows=512 in=384 out=1536 training=True -> stock" in lines  # 2 x 256 tokens, MLP in
+    assert lines[-1] == f"adamw {len(list(full.parameters()))} tensors, {full.num_params():,} parameters -> foreach"

@@ -257,3 +257,17 @@ def test_real_timing_end_to_end(toy, planner_with, plan_cache):
     assert entry["rounds"] >= 3 and 0 < p.planning_s <= elapsed < 1.0
     saved = json.loads(next(plan_cache.glob("*.json")).read_text())
     assert saved["planning_s"] == pytest.approx(p.planning_s, abs=1e-5) and saved["machine"]["key"]
+
+
+def test_max_error_is_relative_to_the_reference_scale():
+    from anyformer.plan.planner import max_error
+    ref = torch.tensor([10.0, -20.0, 5.0])
+    assert max_error(ref + torch.tensor([0.0, 0.2, 0.0]), ref) == pytest.approx(0.01, rel=1e-5)
+    assert max_error((ref, [ref]), (ref, [ref])) == 0.0
+    assert max_error(ref, (ref, ref)) == float("inf")  # another structure
+    inf = torch.tensor([1.0, float("inf"), float("nan")])
+    assert max_error(inf.clone(), inf) == 0.0  # the same non-finite pattern: compared where finite
+    assert max_error(torch.tensor([1.0, float("inf"), 0.0]), inf) == float("inf")
+    assert max_error(torch.tensor([1.0, 2.0, float("nan")]), torch.tensor([1.0, 2.0, 3.0])) == float("inf")
+    assert max_error(torch.zeros(0), torch.zeros(0)) == 0.0
+    assert max_error(ref.bfloat16(), ref) < 1e-2

@@ -7,113 +7,30 @@ linear and attention shapes, amp and AdamW), so that a fresh machine shows a pop
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 from collections import Counter
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+if TYPE_CHECKING:  # torch is imported inside the functions: the CLI builds its parser before torch loads
+    import torch
 
-from . import plan
-from .plan import host
-from .plan.planner import Planner
+    from .plan.planner import Planner
 
 DEFAULT_MODEL, DEFAULT_BATCH = "vit-mnist-fast", 128  # the default `anyformer train` recipe's model and batch
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
-
-
-def _machine_lines() -> list[str]:
-    cpu = host.cpu_info()
-    build = host.build_info()
-    cores = host.affinity()
-    bf16 = [f for f in cpu["flags"] if f in host.NATIVE_BF16_FLAGS]
-    cuda = "not available"
-    if torch.cuda.is_available():
-        cuda = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-    return [
-        "Machine",
-        f"  CPU            {cpu['model']} ({platform.machine()})",
-        f"  flags          {' '.join(cpu['flags']) or '(none of the relevant ones)'}",
-        f"  native bf16    {'yes (' + ', '.join(bf16) + ')' if bf16 else 'no: bf16 is emulated through fp32'}",
-        f"  cores          {len(cores)} usable (affinity {host.as_ranges(cores)}), {os.cpu_count()} online",
-        f"  torch          {torch.__version__}: MKL {build['mkl']}, oneDNN {build['onednn']}, "
-        f"OpenMP {build['openmp']}, CPU capability {build['capability']}",
-        f"  threads        {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})",
-        f"  CUDA           {cuda}",
-    ]
-
-
-def _entry_lines(key: str, e: dict[str, Any], margin: float) -> list[str]:
-    stock = plan.decision(e["decision"]).stock if e["decision"] in plan.decisions() else None
-    times = e["times"]
-    choice = _current_choice(e, stock, margin)
-    fastest = min(times, key=times.__getitem__) if times else None
-    timed = "   ".join(f"{n} {_ms(t)}{'*' if n == fastest else ''}" for n, t in times.items()) or "nothing timed"
-    line = f"      {timed}   -> {choice}"
-    if e.get("measured_with"):
-        line += "   [timed at " + ", ".join(f"{k}={v}" for k, v in e["measured_with"].items()) + "]"
-    out = [f"    {key}", line]
-    out += [f"      dropped {n}: {why}" for n, why in (e.get("dropped") or {}).items()]
-    return out
-
-
-def _current_choice(e: dict[str, Any], stock: str | None, margin: float) -> str:
-    from .plan.timing import pick
-    if stock is None:
-        return e["choice"]
-    d = plan.decision(e["decision"])
-    return pick(e["times"], stock, d.margin if d.margin is not None else margin)
-
-
 def report(p: Planner | None = None) -> str:
     """The report `anyformer doctor` prints; reads the plan file, measures nothing."""
-    p = p or plan.planner()
-    lines = ["anyformer doctor", "", *_machine_lines(), "", "Plan"]
-    try:
-        snap = p.snapshot()
-    except ValueError as e:  # a malformed ANYFORMER_PLAN: the one thing doctor must show, not hide
-        m = host.machine()
-        path = plan.plan_dir() / host.file_name(m)
-        return "\n".join([*lines, f"  cache file     {path}", f"  forced         INVALID: {e}"])
-    path, entries = snap["path"], snap["entries"]
-    exists = "exists" if path.exists() else "not written yet"
-    forced = snap["forced"]
-    known = plan.decisions()
-    if forced:
-        from .plan.choices import forced_choice
-        shown = ", ".join(f"{n}={forced_choice(forced, n) or 'auto'}" for n in sorted(known))
-        forced_text = f"{shown} (from {snap['forced_from']})"
-    else:
-        forced_text = f"nothing (from {snap['forced_from']}: {os.environ.get(plan.ENV_PLAN) or 'unset'})" \
-            if snap["forced_from"] == plan.ENV_PLAN else "nothing (force() set to auto)"
-    margins = ", ".join(f"{n} {d.margin:.0%}" for n, d in sorted(known.items()) if d.margin is not None)
-    lines += [
-        f"  cache file     {path} ({exists}, {len(entries)} decisions)",
-        f"  machine key    {snap['machine'].get('key', '?')}",
-        f"  forced         {forced_text}",
-        f"  margin         {snap['margin']:.0%}{' (' + margins + ')' if margins else ''}; "
-        f"timing budget {snap['budget_s']:g} s per decision",
-        f"  planning time  {snap['file_planning_s']:.2f} s recorded in the cache file; "
-        f"{snap['planning_s']:.2f} s in this process",
-        "  decisions      " + "; ".join(f"{n}: {' | '.join(d.choices)}" for n, d in sorted(known.items())),
-    ]
-    if entries:
-        lines.append("  measured (median time per call; * fastest; -> the choice at the current margin)")
-        for key in sorted(entries):
-            lines += _entry_lines(key, entries[key], snap["margin"])
-    else:
-        lines.append("  measured       nothing yet (`anyformer doctor --measure` plans a default workload)")
-    lines += [f"  note: {n}" for n in snap["notes"]]
-    return "\n".join(lines)
+    from .plan.report import report as plan_report
+    return plan_report(p)
 
 
 def _shapes(model: torch.nn.Module, x: torch.Tensor) -> tuple[Counter, list[tuple[int, int, int, int]]]:
     """Run one forward (plan forced to stock: shapes only) and record what each linear layer and
     attention layer saw: ((rows, in, out) counts, [(batch, heads, tokens, head_dim)])."""
+    import torch
+
+    from . import plan
     linears: Counter = Counter()
     attns: list[tuple[int, int, int, int]] = []
     hooks = []
@@ -136,6 +53,8 @@ def _shapes(model: torch.nn.Module, x: torch.Tensor) -> tuple[Counter, list[tupl
 
 def _build(model_name: str, **overrides: Any) -> tuple[torch.nn.Module, Any]:
     """(model, make_input(batch)) for an image or GPT preset."""
+    import torch
+
     import anyformer as af
     import anyformer.models  # noqa: F401 - af.models is loaded on first use
     vit_presets, gpt_presets = af.models.presets_of("vit"), af.models.presets_of("gpt")
@@ -156,6 +75,9 @@ def measure_default(model_name: str = DEFAULT_MODEL, batch: int = DEFAULT_BATCH)
     'question -> choice' lines. Decisions already in the plan file cost nothing."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"--batch must be a positive int, got {batch!r}")
+    import torch
+
+    from . import plan
     # Every block has the same layers: one block, one sample show every shape (rows scale with the
     # batch), at a fraction of the cost; the optimiser's view needs every parameter, but no data.
     small, make_input = _build(model_name, depth=1)
@@ -199,6 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report (after --clear / --measure); 2 if ANYFORMER_PLAN is malformed."""
+    from . import plan
+    from .plan import host
     p = plan.planner()
     if args.clear:
         path = plan.plan_dir() / host.file_name(host.machine())

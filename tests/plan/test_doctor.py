@@ -59,3 +59,13 @@ def test_measure_a_language_model_from_one_block(planner_with):
     assert any(line.startswith("attention B=2 H=6 N=256 D_h=64") and "causal=True" in line for line in lines)
     assert "linear rows=512 in=384 out=1536 training=True -> stock" in lines  # 2 x 256 tokens, MLP in
     assert lines[-1] == f"adamw {len(list(full.parameters()))} tensors, {full.num_params():,} parameters -> foreach"
+
+
+def test_the_cli_can_build_doctors_parser_before_torch_loads():
+    """The CLI sets thread and allocator options before torch is imported (anyformer/runtime.py)."""
+    import subprocess
+    import sys
+    code = ("import argparse, sys, anyformer.doctor as d; p = argparse.ArgumentParser(); d.add_arguments(p); "
+            "a = p.parse_args(['--measure', '--batch', '8']); print(a.measure, a.batch, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "8", "False"]

@@ -235,6 +235,7 @@ class Planner:
         if self.planning_s >= self.total_budget_s:
             self._note(f"{key}: planning budget of {self.total_budget_s:g} s spent; using {d.stock} unmeasured")
             return d.stock
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # how busy: judges the times' noise
         start = time.perf_counter()
         try:
             entry = self._measure(d, build, avail, tolerance, margin, self.budget_s if budget_s is None else budget_s)
@@ -244,7 +245,8 @@ class Planner:
         finally:
             spent = time.perf_counter() - start
             self.planning_s += spent
-        entry.update(fields=dict(fields), seconds=round(spent, 6), when=store.now())
+        entry.update(fields=dict(fields), seconds=round(spent, 6), when=store.now(),
+                     load_1min=None if load is None else round(load, 2))
         if measured_with:
             entry["measured_with"] = dict(measured_with)
         entries[key] = entry

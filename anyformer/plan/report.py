@@ -50,7 +50,10 @@ def _entry_lines(key: str, e: dict[str, Any], margin: float) -> list[str]:
     line = f"      {timed}   -> {choice}"
     if e.get("measured_with"):
         line += "   [timed at " + ", ".join(f"{k}={v}" for k, v in e["measured_with"].items()) + "]"
-    out = [f"    {key}", line]
+    about = [f"planned in {_ms(e['seconds'])}" if isinstance(e.get("seconds"), (int, float)) else "",
+             f"load {e['load_1min']:g}" if isinstance(e.get("load_1min"), (int, float)) else ""]
+    about_text = ", ".join(a for a in about if a)
+    out = [f"    {key}" + (f"   ({about_text})" if about_text else ""), line]
     out += [f"      dropped {n}: {why}" for n, why in (e.get("dropped") or {}).items()]
     return out
 

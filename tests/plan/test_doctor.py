@@ -23,7 +23,7 @@ def test_report_shows_each_decision_with_its_times_and_choice(planner_with):
     text = doctor.report(p)
     assert "linear rows=128 in=16 out=32 dtype=float32 training=1" in text
     assert "stock 2 ms   onednn 1 ms*   -> onednn" in text
-    assert "planning time" in text and "(exists, 1 decisions)" in text
+    assert "planning time" in text and "(exists, 1 decisions)" in text and "(planned in " in text
 
 
 def test_report_shows_what_is_forced(planner_with, monkeypatch, capsys):

@@ -78,9 +78,10 @@ def measure_default(model_name: str = DEFAULT_MODEL, batch: int = DEFAULT_BATCH)
     import torch
 
     from . import plan
-    # Every block has the same layers: one block, one sample show every shape (rows scale with the
-    # batch), at a fraction of the cost; the optimiser's view needs every parameter, but no data.
-    small, make_input = _build(model_name, depth=1)
+    # Every block has the same layers: two blocks (a classifier's last one may query its class token
+    # only) and one sample show every shape (rows scale with the batch) at a fraction of the cost;
+    # the optimiser's view needs every parameter, but no data.
+    small, make_input = _build(model_name, depth=2)
     linears, attns = _shapes(small, make_input(1))
     with torch.device("meta"):
         full, _ = _build(model_name)

@@ -15,6 +15,9 @@ from . import choices, host, store
 from .planner import Planner, planner
 from .timing import pick
 
+# thread settings that change what is measured (runtime.configure sets the first two)
+_OMP_ENV = ("OMP_PROC_BIND", "OMP_PLACES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
@@ -33,10 +36,12 @@ def _machine_lines() -> list[str]:
         f"  CPU            {cpu['model']} ({platform.machine()})",
         f"  flags          {' '.join(cpu['flags']) or '(none of the relevant ones)'}",
         f"  native bf16    {'yes (' + ', '.join(bf16) + ')' if bf16 else 'no: bf16 is emulated through fp32'}",
-        f"  cores          {len(cores)} usable (affinity {host.as_ranges(cores)}), {os.cpu_count()} online",
+        f"  cores          {os.cpu_count()} online; this thread may run on {host.as_ranges(cores)}"
+        + (" (OpenMP binding pins it)" if os.environ.get("OMP_PROC_BIND") not in (None, "", "false") else ""),
         f"  torch          {torch.__version__}: MKL {build['mkl']}, oneDNN {build['onednn']}, "
         f"OpenMP {build['openmp']}, CPU capability {build['capability']}",
-        f"  threads        {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})",
+        f"  threads        {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})"
+        + "".join(f", {k}={os.environ[k]}" for k in _OMP_ENV if os.environ.get(k)),
         f"  CUDA           {cuda}",
     ]
 

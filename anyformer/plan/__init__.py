@@ -1,0 +1,59 @@
+"""The speed plan: every choice made for speed is measured on the machine at hand and cached per
+machine (DESIGN.md, "Speed: measured on the machine at hand").
+
+    from anyformer import plan
+    plan.linear_kernel(rows, 768, 3072, torch.float32, training=True)   # "stock" | "onednn"
+    plan.attention_kernel(B, H, Nq, Nk, D_h, dtype, causal, training)    # "fused" | "explicit"
+    plan.amp_dtype("cpu", width=384, hidden=1536)                         # "none" | "bf16"
+    plan.adamw_impl(model.parameters())                                   # "foreach" | "fused"
+
+Forcing: `ANYFORMER_PLAN="linear=stock,attention=explicit"`, `ANYFORMER_PLAN=stock` (all stock,
+nothing measured), or `plan.force(...)` / `with plan.forcing(...)` from Python, which replaces the
+variable. `plan.configure(margin=0.1, budget_s=0.2, total_budget_s=60)` tunes the planner.
+Floor: torch, numpy, the standard library and anyformer.files only; nn imports this package.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from .choices import ENV_PLAN, Decision, decision, decisions, register
+from .choose import adamw_impl, amp_dtype, attention_kernel, explicit_attention, linear_kernel
+from .kernels import onednn_linear, onednn_linear_op
+from .host import machine, native_bf16
+from .planner import Planner, max_error, planner, using
+from .store import ENV_CACHE, plan_dir
+
+__all__ = ["ENV_PLAN", "ENV_CACHE", "Decision", "Planner", "adamw_impl", "amp_dtype", "attention_kernel",
+           "configure", "decision", "decisions", "explicit_attention", "force", "forcing", "linear_kernel",
+           "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
+           "register", "reset", "using"]
+
+
+def force(spec: str | Mapping[str, str] | None = None, **by_name: str):
+    """Force choices in this process (replaces ANYFORMER_PLAN): `force("stock")`,
+    `force(linear="stock")`; `force()` hands control back to the environment."""
+    return planner().force(spec, **by_name)
+
+
+def forcing(spec: str | Mapping[str, str] | None = None, **by_name: str):
+    """`with forcing("stock"): ...`: forced inside the block only."""
+    return planner().forcing(spec, **by_name)
+
+
+def reset() -> None:
+    """Re-read ANYFORMER_PLAN and the plan file at the next decision."""
+    planner().reset()
+
+
+def configure(*, margin: float | None = None, budget_s: float | None = None,
+              total_budget_s: float | None = None) -> None:
+    """Tune the process's planner: the winning margin, and the timing budgets per decision and
+    per process. Cached timings are re-judged with the new margin; nothing is re-measured."""
+    p = planner()
+    for name, value in (("margin", margin), ("budget_s", budget_s), ("total_budget_s", total_budget_s)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"plan.configure: {name} must be a number >= 0, got {value!r}")
+        setattr(p, name, float(value))
+    p.reset()

@@ -1,0 +1,274 @@
+"""The speed choices the floors ask for, each decided by measuring on this machine.
+
+Each helper takes the shapes it is asked about and returns a choice name; the candidates are built
+inside, from random inputs drawn from a private generator (planning never moves the global RNG,
+so a run is reproducible whether its plan came from the cache or was measured). Shapes are keyed
+by power-of-two buckets (rows, lengths, batch) so that a growing KV cache or a short last batch
+does not trigger a measurement per size; each timed call is kept to about a GFLOP by timing fewer
+rows (or batch items) than asked for, recorded as `measured_with`. `linear_kernel` and
+`attention_kernel` are CPU questions (the floors ask them only on the CPU).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from . import planner as _planner
+from .choices import Decision, register
+from .kernels import onednn_linear, onednn_linear_op
+
+LINEAR = register(Decision("linear", ("stock", "onednn"), "fp32/bf16 CPU linear layers: F.linear (BLAS) "
+                                                          "or oneDNN's _linear_pointwise"))
+ATTENTION = register(Decision("attention", ("fused", "explicit"), "CPU attention: SDPA or softmax(QK^T)V "
+                                                                  "in plain matmuls"))
+AMP = register(Decision("amp", ("none", "bf16"), "amp=auto on the CPU: fp32 or bf16 autocast", margin=0.2))
+ADAMW = register(Decision("adamw", ("foreach", "fused"), "AdamW step: multi-tensor foreach or the fused kernel"))
+
+_CALL_FLOPS = 1e9  # one timed call: ~5-20 ms at the 50-200 GFLOP/s of a small CPU
+_MAX_ROWS, _MAX_LEN, _MAX_BATCH = 4096, 2048, 64
+_ADAMW_MAX_TENSORS, _ADAMW_MAX_NUMEL = 64, 1 << 20  # a 1M-element step: ~1-5 ms
+
+
+def _bucket(n: int, cap: int) -> int:
+    """The next power of two >= n, at most cap."""
+    return min(cap, 1 << max(0, (n - 1).bit_length()))
+
+
+def _floor_pow2(x: float) -> int:
+    return 1 << max(0, int(x).bit_length() - 1) if x >= 1 else 1
+
+
+def _positive(where: str, **sizes: Any) -> None:
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
+
+
+def _dtype(where: str, dtype: Any) -> str:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{where}: dtype must be a floating torch.dtype (e.g. torch.float32), got {dtype!r}")
+    return str(dtype).removeprefix("torch.")
+
+
+def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0,
+           device: torch.device | str = "cpu") -> torch.Tensor:
+    return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype)
+
+
+def _with_grads(fn: Callable[[], torch.Tensor], leaves: tuple[torch.Tensor, ...], dy: torch.Tensor) -> Callable:
+    """A call that runs fn forward and backward (as a training step does) and returns the output
+    and the gradients of `leaves`."""
+    def run():
+        with torch.enable_grad():
+            y = fn()
+            return (y.detach(), *torch.autograd.grad(y, leaves, dy))
+    return run
+
+
+# --- linear ------------------------------------------------------------------------------------
+def linear_kernel(batch_rows: int, in_features: int, out_features: int, dtype: torch.dtype, training: bool) -> str:
+    """"stock" (F.linear) or "onednn" (`kernels.onednn_linear`) for a CPU linear layer applied to
+    batch_rows rows (every dim but the last, multiplied); `training`: forward and backward."""
+    memo = ("linear", batch_rows, in_features, out_features, dtype, training)
+    p = _planner._PLANNER
+    choice = p.lookup(memo)
+    if choice is not None:
+        return choice
+    _positive("linear_kernel", batch_rows=batch_rows, in_features=in_features, out_features=out_features)
+    name = _dtype("linear_kernel", dtype)
+    rows = _bucket(batch_rows, _MAX_ROWS)
+    per_row = 2 * in_features * out_features * (3 if training else 1)
+    rep = min(rows, max(16, _floor_pow2(_CALL_FLOPS / per_row)))
+    fields = {"rows": rows, "in": in_features, "out": out_features, "dtype": name, "training": bool(training)}
+    native = onednn_linear_op() is not None and dtype in (torch.float32, torch.bfloat16)
+    return p.decide("linear", fields, lambda: _linear_runs(rep, in_features, out_features, dtype, training),
+                    memo_key=memo, available=LINEAR.choices if native else ("stock",),
+                    tolerance=1e-4 if dtype == torch.float32 else 2e-2,
+                    measured_with={"rows": rep} if rep != rows else None)
+
+
+def _linear_runs(rows: int, k: int, n: int, dtype: torch.dtype, training: bool) -> dict[str, Callable]:
+    g = torch.Generator().manual_seed(0)
+    x, w = _randn(g, rows, k, dtype=dtype), _randn(g, n, k, dtype=dtype, scale=k ** -0.5)
+    b, dy = _randn(g, n, dtype=dtype), _randn(g, rows, n, dtype=dtype)
+    if not training:
+        return {"stock": lambda: F.linear(x, w, b), "onednn": lambda: onednn_linear(x, w, b)}
+    leaves = (x.requires_grad_(), w.requires_grad_(), b.requires_grad_())
+    return {"stock": _with_grads(lambda: F.linear(x, w, b), leaves, dy),
+            "onednn": _with_grads(lambda: onednn_linear(x, w, b), leaves, dy)}
+
+
+# --- attention ---------------------------------------------------------------------------------
+def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: int, dtype: torch.dtype,
+                     causal: bool, training: bool, *, masked: bool = False) -> str:
+    """"fused" (F.scaled_dot_product_attention) or "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
+    matmuls) for CPU attention over (B, H, q_len, D_h) queries and k_len keys. `causal` is bottom-
+    right aligned (a KV cache's last queries); `masked`: a key-padding mask is passed too."""
+    memo = ("attention", batch, heads, q_len, k_len, head_dim, dtype, causal, training, masked)
+    p = _planner._PLANNER
+    choice = p.lookup(memo)
+    if choice is not None:
+        return choice
+    _positive("attention_kernel", batch=batch, heads=heads, q_len=q_len, k_len=k_len, head_dim=head_dim)
+    name = _dtype("attention_kernel", dtype)
+    b, q, k = _bucket(batch, _MAX_BATCH), _bucket(q_len, _MAX_LEN), _bucket(k_len, _MAX_LEN)
+    per_head = 4.0 * q * k * head_dim * (3.5 if training else 1.0)
+    rep_b, rep_h = b, heads  # fewer batch items first, then fewer heads: their cost is per item
+    while rep_b > 1 and rep_b * rep_h * per_head > _CALL_FLOPS:
+        rep_b //= 2
+    while rep_h > 1 and rep_b * rep_h * per_head > _CALL_FLOPS:
+        rep_h = (rep_h + 1) // 2
+    fields = {"batch": b, "heads": heads, "q": q, "k": k, "head_dim": head_dim, "dtype": name,
+              "causal": bool(causal), "training": bool(training), "masked": bool(masked)}
+    low = dtype in (torch.float16, torch.bfloat16)
+    reduced = {"batch": rep_b, "heads": rep_h} if (rep_b, rep_h) != (b, heads) else None
+    return p.decide("attention", fields,
+                    lambda: _attention_runs(rep_b, rep_h, q, k, head_dim, dtype, causal, training, masked),
+                    memo_key=memo, tolerance=5e-2 if low else 1e-4, measured_with=reduced)
+
+
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(D_h)) V, the softmax in at least fp32, as nn/attention.py computes it."""
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    low = scores.dtype in (torch.float16, torch.bfloat16)
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) if low else scores.softmax(dim=-1)
+    if allowed is not None:
+        weights = weights.nan_to_num(0.0)
+    return weights @ v
+
+
+def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype, causal: bool,
+                    training: bool, masked: bool) -> dict[str, Callable]:
+    g = torch.Generator().manual_seed(0)
+    q, k, v, dy = (_randn(g, b, h, n, d, dtype=dtype) for n in (nq, nk, nk, nq))
+    allowed = torch.ones(nq, nk, dtype=torch.bool).tril(diagonal=nk - nq) if causal else None
+    if masked and nk > 1:  # pad the last eighth of the keys; every query keeps key 0
+        pad = torch.ones(b, 1, 1, nk, dtype=torch.bool)
+        pad[..., nk - max(1, nk // 8):] = False
+        allowed = pad if allowed is None else allowed & pad
+    if causal and not masked and nq == nk:
+        def fused():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        def fused():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+    def explicit():
+        return explicit_attention(q, k, v, allowed)
+
+    if not training:
+        return {"fused": fused, "explicit": explicit}
+    leaves = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_())
+    return {"fused": _with_grads(fused, leaves, dy), "explicit": _with_grads(explicit, leaves, dy)}
+
+
+# --- amp ---------------------------------------------------------------------------------------
+def amp_dtype(device: torch.device | str = "cpu", *, width: int = 256, hidden: int | None = None,
+              rows: int = 4096, training: bool = True) -> str:
+    """amp=auto: "bf16" (autocast) or "none" (fp32). On the CPU, a model-sized MLP step
+    (rows x width -> hidden -> width, GELU, forward and backward) is timed both ways, fp32 on the
+    linear kernel the plan picks for it; bf16 must win by the amp decision's margin (20%). On CUDA:
+    bf16 where the GPU supports it (tensor cores compute it natively). Elsewhere: "none"."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "none"
+    if device.type != "cpu":
+        return "none"
+    hidden = hidden or 4 * width
+    memo = ("amp", width, hidden, rows, training)
+    p = _planner._PLANNER
+    choice = p.lookup(memo)
+    if choice is not None:
+        return choice
+    _positive("amp_dtype", width=width, hidden=hidden, rows=rows)
+    bucket = _bucket(rows, _MAX_ROWS)
+    rep = min(bucket, max(16, _floor_pow2(_CALL_FLOPS / (4 * width * hidden * (3 if training else 1)))))
+    fields = {"device": "cpu", "width": width, "hidden": hidden, "rows": bucket, "training": bool(training)}
+    # Asked before the measurement starts (a plan does not nest): fp32 runs as the model would.
+    fp32_kernels = tuple(linear_kernel(rep, i, o, torch.float32, training) for i, o in ((width, hidden), (hidden, width)))
+    return p.decide("amp", fields, lambda: _amp_runs(rep, width, hidden, training, fp32_kernels),
+                    memo_key=memo, tolerance=5e-2, measured_with={"rows": rep} if rep != bucket else None)
+
+
+def _amp_runs(rows: int, width: int, hidden: int, training: bool, kernels: tuple[str, str]) -> dict[str, Callable]:
+    g = torch.Generator().manual_seed(0)
+    x, dy = _randn(g, rows, width), _randn(g, rows, width)
+    w1, b1 = _randn(g, hidden, width, scale=width ** -0.5), _randn(g, hidden, scale=0.1)
+    w2, b2 = _randn(g, width, hidden, scale=hidden ** -0.5), _randn(g, width, scale=0.1)
+    lin1, lin2 = (onednn_linear if kind == "onednn" else F.linear for kind in kernels)
+
+    def fp32():
+        return lin2(F.gelu(lin1(x, w1, b1)), w2, b2)
+
+    def bf16():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+
+    if not training:
+        return {"none": fp32, "bf16": bf16}
+    leaves = (x.requires_grad_(), w1.requires_grad_(), w2.requires_grad_())
+    return {"none": _with_grads(fp32, leaves, dy), "bf16": _with_grads(bf16, leaves, dy)}
+
+
+# --- AdamW -------------------------------------------------------------------------------------
+def adamw_impl(params: Iterable[Any], *, device: torch.device | str | None = None) -> str:
+    """"foreach" or "fused" for torch.optim.AdamW over `params` (tensors, or param groups: dicts
+    with "params"), timed on a stand-in of the same device, dtypes, tensor count and size (at most
+    64 tensors and 1M elements, so the plan stays cheap for large models). `device`: where the
+    optimiser will run, if not where `params` are (e.g. a model built on the meta device)."""
+    tensors = []
+    for item in params:
+        tensors.extend(item["params"] if isinstance(item, dict) else [item])
+    if not tensors:
+        return ADAMW.stock
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise ValueError(f"adamw_impl: expected tensors or param groups, got {type(tensors[0]).__name__}")
+    device = torch.device(device) if device is not None else tensors[0].device
+    dtypes = tuple(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
+    count, numel = len(tensors), sum(t.numel() for t in tensors)
+    memo = ("adamw", device, dtypes, count, numel)
+    p = _planner._PLANNER
+    choice = p.lookup(memo)
+    if choice is not None:
+        return choice
+    fields = {"device": device.type, "dtypes": "+".join(dtypes), "tensors": _bucket(count, 1024),
+              "numel": _bucket(max(1, numel), 1 << 30)}
+    n = min(count, _ADAMW_MAX_TENSORS)
+    size = max(1, min(numel, _ADAMW_MAX_NUMEL) // n)
+    dtype = getattr(torch, dtypes[0])
+    reduced = {"tensors": n, "numel": n * size} if (n, n * size) != (count, numel) else None
+    return p.decide("adamw", fields, lambda: _adamw_runs(n, size, dtype, device), memo_key=memo,
+                    tolerance=1e-5, measured_with=reduced)
+
+
+def _adamw_runs(n: int, size: int, dtype: torch.dtype, device: torch.device) -> dict[str, Callable]:
+    g = torch.Generator().manual_seed(0)
+    start = _randn(g, n, size, dtype=dtype, device=device).unbind(0)  # one draw: randn is slow per call
+    grads = [0.1 * t.flip(0) for t in start]
+
+    def candidate(**impl: bool) -> Callable:
+        params = [torch.nn.Parameter(s.clone()) for s in start]
+        for p, gr in zip(params, grads):
+            p.grad = gr
+        try:
+            opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01, **impl)
+        except Exception as e:  # noqa: BLE001 - e.g. no fused kernel for this device or dtype
+            error = e
+
+            def unavailable():
+                raise error
+            return unavailable
+
+        def step():
+            opt.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return [p.detach() for p in params]
+        return step
+
+    return {"foreach": candidate(foreach=True), "fused": candidate(fused=True)}

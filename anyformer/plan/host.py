@@ -1,0 +1,123 @@
+"""What a speed choice depends on: the CPU (model and the instruction sets that pick kernels),
+the torch build and the thread count. Together they form the machine key that names a plan file.
+
+A choice measured on one machine says nothing about another: on the 2-core AMD EPYC this project
+was tuned on, oneDNN's fp32 Linear beat MKL 2x, while on an Intel Xeon without native bf16 it cost
+21% and bf16 ran 1.7x slower than fp32 (issue 13). So every flag that can flip a kernel choice is
+in the key, and nothing else (clock speed, microcode), so that the key stays stable on one host.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import re
+from typing import Any
+
+import torch
+
+# The flags that decide which kernels oneDNN, MKL and ATen dispatch to. x86 names as /proc/cpuinfo
+# spells them; the ARM ones come from its "Features" line.
+RELEVANT_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni",
+    "avx512_bf16", "avx512_fp16", "avx_vnni", "avx_vnni_int8", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+    "asimd", "asimdhp", "sve", "sve2", "bf16", "i8mm", "sme",
+)
+# Any of these computes bf16 products in hardware; without them bf16 is emulated through fp32.
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16", "sme")
+
+
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """The CPU model and its relevant flags from /proc/cpuinfo text (the first processor's)."""
+    model, flags = "", set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name in ("model name", "hardware", "cpu model") and not model:
+            model = " ".join(value.split())
+        elif name in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return {"model": model, "flags": [f for f in RELEVANT_FLAGS if f in flags]}
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_info() -> dict[str, Any]:
+    """{"model", "flags"}; read once: the CPU does not change while the process runs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = parse_cpuinfo(f.read())
+    except OSError:  # not Linux: the model is what platform knows; flags unknown
+        info = {"model": "", "flags": []}
+    info["model"] = info["model"] or platform.processor() or platform.machine() or "unknown CPU"
+    return info
+
+
+def native_bf16(flags: list[str] | None = None) -> bool:
+    """Whether the CPU has bf16 arithmetic in hardware (the flags only; the plan measures the rest)."""
+    return any(f in NATIVE_BF16_FLAGS for f in (cpu_info()["flags"] if flags is None else flags))
+
+
+def _cpu_capability() -> str:
+    # ATen's vectorised kernels follow this, and ATEN_CPU_CAPABILITY can lower it: part of the key.
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
+def machine(threads: int | None = None) -> dict[str, Any]:
+    """The machine key's fields and "key", a short hash of them."""
+    cpu = cpu_info()
+    fields = {
+        "cpu": cpu["model"], "arch": platform.machine(), "flags": list(cpu["flags"]),
+        "torch": torch.__version__, "capability": _cpu_capability(),
+        "onednn": bool(torch.backends.mkldnn.is_available()), "mkl": bool(torch.backends.mkl.is_available()),
+        "threads": int(torch.get_num_threads() if threads is None else threads),
+    }
+    blob = json.dumps(fields, sort_keys=True).encode()
+    return {**fields, "key": hashlib.sha256(blob).hexdigest()[:12]}
+
+
+def file_name(m: dict[str, Any]) -> str:
+    """A readable name that is also unique: 'amd-epyc-torch2.13.0-t2-<hash>.json'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", m["cpu"].lower()).strip("-")[:40] or "cpu"
+    version = re.sub(r"[^A-Za-z0-9.]+", "_", m["torch"])
+    return f"{slug}-torch{version}-t{m['threads']}-{m['key']}.json"
+
+
+def affinity() -> list[int]:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def as_ranges(cores: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            parts.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(parts)
+
+
+def build_info() -> dict[str, str]:
+    """The torch build's math libraries, from torch.__config__.show()."""
+    try:
+        text = torch.__config__.show()
+    except Exception:  # noqa: BLE001 - only a report; an odd build must not break it
+        text = ""
+    mkl = re.search(r"Math Kernel Library Version ([\w.\-]+)", text)
+    dnn = re.search(r"(?:MKL-DNN|oneDNN) (v[\w.]+)", text)
+    omp = re.search(r"OpenMP (\d+)", text)
+    return {
+        "mkl": (mkl.group(1) if mkl else "yes") if torch.backends.mkl.is_available() else "no",
+        "onednn": (dnn.group(1) if dnn else "yes") if torch.backends.mkldnn.is_available() else "no",
+        "openmp": (omp.group(1) if omp else "yes") if torch.backends.openmp.is_available() else "no",
+        "capability": _cpu_capability(),
+    }

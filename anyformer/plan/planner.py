@@ -1,0 +1,327 @@
+"""The planner: decides each speed choice by measuring its candidates once per shape key, and
+keeps the answers per machine (see store.py), like cuDNN's benchmark mode or FFTW's wisdom.
+
+Order of authority for one decision: a forced choice (`force()`, else `ANYFORMER_PLAN`), then the
+plan file, then a measurement. A measurement runs every candidate once and compares its output
+with stock's (a candidate that raises or disagrees is dropped), times the survivors, and keeps
+stock unless another is faster by the margin. Anything going wrong in here gives stock: a
+speed plan must never be the reason a run fails. Malformed forcing is the exception: it is the
+user's input and raises a one-line ValueError.
+
+`ANYFORMER_PLAN` is read at first use and again after `reset()`; answers are remembered in the
+process, so the hot path (`lookup`) is one dict look-up plus a thread-count check. One lock
+serialises planning in a process; separate processes may measure the same thing at once.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
+
+import torch
+
+from . import choices, host, store
+from .timing import Measurement, error_text, measure, pick
+
+Runs = Mapping[str, Callable[[], Any]]
+Timer = Callable[[Runs, float], Measurement]
+
+
+class _StockFailed(Exception):
+    pass
+
+
+def max_error(out: Any, ref: Any) -> float:
+    """Largest |out - ref| over all tensors, relative to the largest |ref|; inf when the structure,
+    a shape or the pattern of non-finite values differs."""
+    outs, refs = _tensors(out), _tensors(ref)
+    if len(outs) != len(refs):
+        return float("inf")
+    worst, scale = 0.0, 0.0
+    for o, r in zip(outs, refs):
+        if o.shape != r.shape:
+            return float("inf")
+        if r.numel() == 0:
+            continue
+        o, r = o.detach().float(), r.detach().float()  # no copy for fp32
+        if bool(torch.isfinite(r).all()):  # the usual case: no masks, no boolean indexing
+            if not bool(torch.isfinite(o).all()):
+                return float("inf")
+        else:
+            fo, fr = torch.isfinite(o), torch.isfinite(r)
+            if not torch.equal(fo, fr):
+                return float("inf")
+            o, r = o[fr], r[fr]
+            if r.numel() == 0:
+                continue
+        worst = max(worst, (o - r).abs().max().item())
+        scale = max(scale, r.abs().max().item())
+    return worst / scale if scale > 0 else (0.0 if worst == 0 else float("inf"))
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in _tensors(item)]
+    if x is None:
+        return []
+    raise TypeError(f"a candidate returns tensors, or lists or tuples of them; got {type(x).__name__}")
+
+
+def _tracing() -> bool:
+    return bool(torch.compiler.is_compiling() or torch.jit.is_tracing())
+
+
+@contextlib.contextmanager
+def _clean_state() -> Iterator[None]:
+    """Candidates run as if at top level: not under the caller's inference mode, autocast or
+    grad mode (a training candidate turns grad on itself)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.inference_mode(False))
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(torch.autocast("cpu", enabled=False))
+        if torch.cuda.is_available():
+            stack.enter_context(torch.autocast("cuda", enabled=False))
+        yield
+
+
+class Planner:
+    """`margin`: a candidate replaces stock when stock takes at least (1 + margin) times as long.
+    `budget_s`: timing time per decision. `total_budget_s`: planning time per process; past it,
+    new keys get stock unmeasured (and are measured by a later process). `clock` and `timer`
+    (runs, budget_s) -> Measurement can be replaced, e.g. by a fake timing table in tests."""
+
+    def __init__(self, *, margin: float = 0.10, budget_s: float = 0.2, total_budget_s: float = 60.0,
+                 clock: Callable[[], float] = time.perf_counter, timer: Timer | None = None,
+                 machine: Callable[[int], dict[str, Any]] = host.machine) -> None:
+        self.margin, self.budget_s, self.total_budget_s = margin, budget_s, total_budget_s
+        self.clock = clock
+        self.timer: Timer = timer or (lambda runs, budget: measure(runs, budget, clock=self.clock))
+        self._machine_fn = machine
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._api: dict[str, str | None] | None = None  # force(): replaces ANYFORMER_PLAN when set
+        self._forced: dict[str, str | None] = {}
+        self._threads = -1  # -1: re-read the environment and the plan file before the next answer
+        self._memo: dict[Hashable, str] = {}
+        self._entries: dict[str, dict] | None = None
+        self._machine: dict[str, Any] | None = None
+        self._path: Path | None = None
+        self.file_planning_s = 0.0  # recorded in the plan file, all processes together
+        self.planning_s = 0.0       # spent measuring in this process
+        self.measured: list[str] = []  # keys measured in this process
+        self.notes: list[str] = []
+
+    # --- forcing -------------------------------------------------------------------------------
+    def force(self, spec: str | Mapping[str, str] | None = None, **by_name: str) -> dict[str, str | None] | None:
+        """Force choices from Python, replacing ANYFORMER_PLAN: `force("stock")`,
+        `force(linear="stock", attention="explicit")`; `force()` gives control back to the
+        environment. Returns the previous setting (for `forcing`)."""
+        previous = self._api
+        if spec is None and not by_name:
+            new = None
+        else:
+            new = choices.parse(spec, where="force()") if spec is not None else {}
+            new.update(choices.parse(by_name, where="force()"))
+        with self._lock:
+            self._api = new
+            self.reset()
+        return previous
+
+    @contextlib.contextmanager
+    def forcing(self, spec: str | Mapping[str, str] | None = None, **by_name: str) -> Iterator[None]:
+        previous = self.force(spec, **by_name)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._api = previous
+                self.reset()
+
+    def forced(self) -> tuple[dict[str, str | None], str]:
+        """(what is forced, where it comes from); raises ValueError for a malformed ANYFORMER_PLAN."""
+        if self._api is not None:
+            return dict(self._api), "force()"
+        return choices.parse(os.environ.get(choices.ENV_PLAN)), choices.ENV_PLAN
+
+    # --- state ---------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget what this process remembers; the environment and the plan file are read again."""
+        with self._lock:
+            self._threads = -1
+            self._memo.clear()
+            self._entries = self._machine = self._path = None
+
+    def _sync(self) -> None:
+        threads = torch.get_num_threads()
+        if threads == self._threads:
+            return
+        forced, _ = self.forced()  # raises on malformed input before anything is changed
+        self.reset()
+        self._forced, self._threads = forced, threads
+
+    def _load(self) -> dict[str, dict]:
+        if self._entries is None:
+            self._machine = self._machine_fn(self._threads)
+            self._path = store.plan_dir() / host.file_name(self._machine)
+            self._entries, self.file_planning_s, why = store.load(self._path, self._machine)
+            if why:
+                self._note(why)
+        return self._entries
+
+    def _note(self, text: str) -> None:
+        if len(self.notes) < 100:
+            self.notes.append(text)
+
+    # --- deciding ------------------------------------------------------------------------------
+    def lookup(self, memo_key: Hashable) -> str | None:
+        """The remembered answer for `memo_key`, or None: the hot path, called on every layer call."""
+        if torch.get_num_threads() != self._threads:
+            return None
+        return self._memo.get(memo_key)
+
+    def decide(self, name: str, fields: Mapping[str, Any], build: Callable[[], Runs], *,
+               memo_key: Hashable | None = None, available: Sequence[str] | None = None, tolerance: float = 0.0,
+               margin: float | None = None, budget_s: float | None = None,
+               measured_with: Mapping[str, Any] | None = None) -> str:
+        """The choice for decision `name` at the shape `fields` (the plan file's key).
+
+        `build()` returns the candidates, name -> call returning tensors, stock first; it runs only
+        when a measurement is needed. `available`: the choices this build of torch can run
+        (default: all). `tolerance`: see `max_error`. `measured_with`: the sizes actually timed
+        where they differ from `fields` (recorded)."""
+        with self._lock:
+            self._sync()
+            d = choices.decision(name)
+            avail = tuple(d.choices if available is None else available)
+            forced = choices.forced_choice(self._forced, name)
+            if forced is not None:
+                if forced not in avail:
+                    raise ValueError(f"{name}={forced} is forced but not available here "
+                                     f"(available: {', '.join(avail)})")
+                return self._remember(memo_key, forced)
+            if getattr(self._local, "busy", False) or _tracing():
+                return d.stock  # never plan inside a measurement or a tracer; not remembered
+            if len(avail) <= 1:
+                return self._remember(memo_key, d.stock)
+            margin = d.margin if margin is None else margin
+            margin = self.margin if margin is None else margin
+            try:
+                return self._remember(memo_key, self._decide(d, fields, build, avail, tolerance, margin,
+                                                             budget_s, measured_with))
+            except Exception as e:  # noqa: BLE001 - a failing plan falls back to stock
+                self._note(f"{store.entry_key(name, fields)}: planning failed ({error_text(e)}); using {d.stock}")
+                return self._remember(memo_key, d.stock)
+
+    def _remember(self, memo_key: Hashable, choice: str) -> str:
+        if memo_key is not None:
+            self._memo[memo_key] = choice
+        return choice
+
+    def _decide(self, d: choices.Decision, fields: Mapping[str, Any], build: Callable[[], Runs],
+                avail: tuple[str, ...], tolerance: float, margin: float, budget_s: float | None,
+                measured_with: Mapping[str, Any] | None) -> str:
+        key = store.entry_key(d.name, fields)
+        entries = self._load()
+        entry = entries.get(key)
+        if entry is not None and entry["decision"] == d.name and set(entry["times"]) <= set(avail):
+            choice = pick(entry["times"], d.stock, margin)
+            if choice in avail:
+                return choice
+        if self.planning_s >= self.total_budget_s:
+            self._note(f"{key}: planning budget of {self.total_budget_s:g} s spent; using {d.stock} unmeasured")
+            return d.stock
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # how busy: judges the times' noise
+        start = time.perf_counter()
+        try:
+            entry = self._measure(d, build, avail, tolerance, margin, self.budget_s if budget_s is None else budget_s)
+        except _StockFailed as e:
+            self._note(f"{key}: stock raised {e}; using {d.stock}, nothing cached")
+            return d.stock
+        finally:
+            spent = time.perf_counter() - start
+            self.planning_s += spent
+        entry.update(fields=dict(fields), seconds=round(spent, 6), when=store.now(),
+                     load_1min=None if load is None else round(load, 2))
+        if measured_with:
+            entry["measured_with"] = dict(measured_with)
+        entries[key] = entry
+        self.measured.append(key)
+        try:
+            self.file_planning_s = store.save(self._path, self._machine, {key: entry}, spent)
+        except OSError as e:
+            self._note(f"could not write the plan file {self._path} ({error_text(e)}); kept in memory")
+        return entry["choice"]
+
+    def _measure(self, d: choices.Decision, build: Callable[[], Runs], avail: tuple[str, ...],
+                 tolerance: float, margin: float, budget_s: float) -> dict[str, Any]:
+        self._local.busy = True
+        try:
+            with _clean_state():
+                runs = dict(build())
+                names = list(runs)
+                if not names or names[0] != d.stock or not set(names) <= set(avail):
+                    raise ValueError(f"{d.name}: candidates must start with {d.stock!r} and be among "
+                                     f"{avail}; got {names}")
+                try:
+                    ref = runs[d.stock]()
+                except Exception as e:  # noqa: BLE001
+                    raise _StockFailed(error_text(e)) from e
+                kept, dropped, errors = {d.stock: runs[d.stock]}, {}, {}
+                for name in names[1:]:
+                    try:
+                        err = max_error(runs[name](), ref)
+                    except Exception as e:  # noqa: BLE001 - dropped, with the reason on record
+                        dropped[name] = f"raised {error_text(e)}"
+                        continue
+                    errors[name] = err
+                    if err <= tolerance:
+                        kept[name] = runs[name]
+                    else:
+                        dropped[name] = f"differs from {d.stock}: error {err:.2e} of scale > tolerance {tolerance:.0e}"
+                m = self.timer(kept, budget_s) if len(kept) > 1 else Measurement()
+        finally:
+            self._local.busy = False
+        if d.stock in m.errors:
+            raise _StockFailed(m.errors[d.stock])
+        dropped.update({n: f"raised {e}" for n, e in m.errors.items()})
+        return {"decision": d.name, "choice": pick(m.times, d.stock, margin), "margin": margin,
+                "times": {n: float(f"{t:.4g}") for n, t in m.times.items()},
+                "best": {n: float(f"{t:.4g}") for n, t in m.best.items()},
+                "error_vs_stock": {n: float(f"{e:.3g}") for n, e in errors.items()},
+                "tolerance": tolerance, "rounds": m.rounds, "dropped": dropped}
+
+    # --- reporting -----------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Everything `anyformer doctor` shows; reads the plan file, measures nothing."""
+        with self._lock:
+            self._sync()
+            entries = dict(self._load())
+            forced, source = self.forced()
+            return {"machine": dict(self._machine or {}), "path": self._path, "entries": entries,
+                    "forced": forced, "forced_from": source, "margin": self.margin, "budget_s": self.budget_s,
+                    "planning_s": self.planning_s, "file_planning_s": self.file_planning_s,
+                    "measured": list(self.measured), "notes": list(self.notes)}
+
+
+_PLANNER = Planner()
+
+
+def planner() -> Planner:
+    """The process's planner (what the decision helpers use)."""
+    return _PLANNER
+
+
+@contextlib.contextmanager
+def using(p: Planner) -> Iterator[Planner]:
+    """Make `p` the process's planner inside the block (tests: a fake timer, a fresh memory)."""
+    global _PLANNER
+    previous, _PLANNER = _PLANNER, p
+    try:
+        yield p
+    finally:
+        _PLANNER = previous

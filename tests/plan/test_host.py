@@ -1,0 +1,37 @@
+"""The machine key: CPU model and the flags that pick kernels, torch, threads."""
+import torch
+
+from anyformer.plan import host
+
+INTEL = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512vl avx512_vnni
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz
+"""
+ARM = """processor\t: 0
+Features\t: fp asimd evtstrm aes sve bf16 i8mm
+CPU implementer\t: 0x41
+"""
+
+
+def test_parse_cpuinfo_keeps_only_the_flags_that_matter():
+    info = host.parse_cpuinfo(INTEL)
+    assert info == {"model": "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz",
+                    "flags": ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"]}
+    assert not host.native_bf16(info["flags"])
+    arm = host.parse_cpuinfo(ARM)
+    assert arm["flags"] == ["asimd", "sve", "bf16", "i8mm"] and host.native_bf16(arm["flags"])
+
+
+def test_key_depends_on_threads_and_names_the_file():
+    a, b = host.machine(threads=1), host.machine(threads=2)
+    assert a["key"] != b["key"] and a["cpu"] == b["cpu"] == host.cpu_info()["model"]
+    assert host.machine(threads=1) == a  # stable
+    name = host.file_name(a)
+    assert name.endswith(f"-t1-{a['key']}.json") and "/" not in name and torch.__version__.split("+")[0] in name
+
+
+def test_as_ranges():
+    assert host.as_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert host.as_ranges([3]) == "3"

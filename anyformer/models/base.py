@@ -1,4 +1,9 @@
-"""What every model shares: a config dataclass, the preset table, save and load."""
+"""What every model shares: a config dataclass, the preset table, save and load.
+
+The models' `from_timm`, `to_timm`, `from_hf` and `to_hf` are delegates: they import
+`anyformer.interop` (the floor above) inside the method, when called, so that `models` never
+imports `interop` at module level and the house's imports still point down.
+"""
 from __future__ import annotations
 
 import dataclasses

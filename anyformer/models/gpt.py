@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -66,7 +66,25 @@ class GPT(Model):
 
     def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None,
                 return_attention: bool | Sequence[int] = False, last_only: bool = False):
-        """idx (B, T) -> logits (B, T, V); `last_only` computes the last position's logits only."""
+        """idx (B, T) -> logits (B, T, V); `last_only`: the last position's only, (B, 1, V).
+
+        `cache`: one KVCache per layer (`new_cache`); idx then continues the cached positions.
+        With `return_attention`: `forward_with_attention(idx, return_attention, ...)`."""
+        if return_attention is not False and return_attention is not None:
+            return self.forward_with_attention(idx, return_attention, cache=cache, last_only=last_only)
+        h = self.backbone(self.tokens(idx, cache), causal=True, cache=cache)
+        return self.lm_head(h[:, -1:] if last_only else h)
+
+    def forward_with_attention(self, idx: Tensor, layers: bool | Sequence[int] = True, *,
+                               cache: list[KVCache] | None = None, last_only: bool = False,
+                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(logits, weights), weights (B, heads, T, T) per layer asked: see Transformer.forward_with_attention."""
+        h, attn = self.backbone.forward_with_attention(self.tokens(idx, cache), layers, on_layer=on_layer,
+                                                       causal=True, cache=cache)
+        return self.lm_head(h[:, -1:] if last_only else h), attn
+
+    def tokens(self, idx: Tensor, cache: list[KVCache] | None = None) -> Tensor:
+        """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cached ones."""
         offset = cache[0].length if cache else 0
         T = idx.shape[-1] if idx.dim() == 2 else 0
         if offset + T > self.config.context:
@@ -74,11 +92,7 @@ class GPT(Model):
                              f"({self.config.context})")
         x = self.tok_embed(idx)
         x = x if self.pos is None else self.pos(x, offset)
-        x = x if self.drop is None else self.drop(x)
-        out = self.backbone(x, causal=True, cache=cache, return_attention=return_attention)
-        h, attn = (out, None) if return_attention is False or return_attention is None else out
-        logits = self.lm_head(h[:, -1:] if last_only else h)
-        return logits if attn is None else (logits, attn)
+        return x if self.drop is None else self.drop(x)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> list[KVCache]:
         """One empty key/value cache per layer, for `max_len` positions (default: the context)."""

@@ -30,17 +30,17 @@ def test_causal_backbone_ignores_the_future():
     torch.testing.assert_close(trunk(x2, causal=True)[:, :5], y[:, :5])
 
 
-def test_pre_and_post_norm_blocks_differ_as_written():
+def test_pre_and_post_norm_blocks_compute_the_seeds_equations():
     x = torch.randn(2, 4, 16)
     post = TransformerBlock(16, 2, norm="post").eval()
-    y, _ = post(x)
+    y = post(x)
     # Post-norm ends with a LayerNorm: every token has zero mean and unit variance.
     torch.testing.assert_close(y.mean(-1), torch.zeros(2, 4), atol=1e-5, rtol=0)
+    h = post.norm1(x + post.attn(x))  # x = LN(x + MHA(x));  x = LN(x + MLP(x))
+    torch.testing.assert_close(y, post.norm2(h + post.mlp(h)))
     pre = TransformerBlock(16, 2, norm="pre").eval()
-    y_pre, _ = pre(x)
-    a, _ = pre.attn(pre.norm1(x))
-    h = x + a
-    torch.testing.assert_close(y_pre, h + pre.mlp(pre.norm2(h)))
+    h = x + pre.attn(pre.norm1(x))  # x = x + MHA(LN(x));  x = x + MLP(LN(x))
+    torch.testing.assert_close(pre(x), h + pre.mlp(pre.norm2(h)))
 
 
 def test_drop_path_and_layer_scale():
@@ -48,10 +48,10 @@ def test_drop_path_and_layer_scale():
     assert block.ls1.gamma.shape == (16,)
     x = torch.randn(64, 3, 16)
     block.eval()
-    y, _ = block(x)
+    y = block(x)
     assert (y - x).abs().max() < 1e-3  # tiny layer scale: block is near identity at start
     block.train()
-    y, _ = block(x)
+    y = block(x)
     dropped = ((y - x).abs().amax(dim=(1, 2)) == 0).float().mean()
     assert 0.1 < dropped < 0.9  # whole samples' branches dropped
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import anyformer as af
+from anyformer.models import sample
 
 
 @pytest.fixture
@@ -108,6 +109,17 @@ def step_logits(gpt, ids, prompt_len=5):
     return torch.stack(logits, 1), cache
 
 
+def test_greedy_generation_takes_the_argmax_of_the_forward_logits():
+    gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=2, heads=4)).eval()
+    ids = torch.randint(0, 50, (3, 5))
+    out = gpt.generate(ids, 8, temperature=0)
+    with torch.no_grad():
+        for t in range(5, 13):
+            assert torch.equal(out[:, t], gpt(out[:, :t])[:, -1].argmax(-1))
+    # top_k=1 leaves only the argmax to draw, whatever the temperature
+    assert torch.equal(gpt.generate(ids, 8, temperature=1.5, top_k=1, generator=torch.Generator().manual_seed(0)), out)
+
+
 def test_gpt_cache_past_the_fused_attention_threshold():
     # On CPU short key lists take the explicit softmax path, long ones SDPA: cross from one to the other.
     gpt = af.GPT.from_config(dict(vocab_size=40, context=200, width=32, depth=2, heads=4)).eval()
@@ -118,6 +130,68 @@ def test_gpt_cache_past_the_fused_attention_threshold():
     logits = [gpt(a[:, :120], cache=cache)[:, -1]]
     logits += [gpt(a[:, t:t + 1], cache=cache)[:, -1] for t in range(120, a.shape[1] - 1)]
     torch.testing.assert_close(torch.stack(logits, 1), gpt(a[:, :-1])[:, 119:], atol=1e-5, rtol=1e-5)
+
+
+DRAWS = 4000
+
+
+def draw(logits, **kwargs):
+    """DRAWS samples of one (V,) row of logits, all in one call: (DRAWS,) token ids."""
+    return sample(logits.expand(DRAWS, -1), generator=torch.Generator().manual_seed(0), **kwargs)[:, 0]
+
+
+def frequencies(ids, vocab):
+    return torch.bincount(ids, minlength=vocab).double() / len(ids)
+
+
+@pytest.fixture
+def flat_logits():
+    # A flat distribution: most of the mass lies outside any small top-k set or nucleus.
+    return torch.randn(20, generator=torch.Generator().manual_seed(1)) * 0.5
+
+
+def test_sample_greedy_is_the_argmax():
+    logits = torch.randn(16, 30)
+    assert torch.equal(sample(logits, temperature=0), logits.argmax(-1, keepdim=True))
+    assert torch.equal(sample(logits, temperature=0, top_k=5, top_p=0.5), logits.argmax(-1, keepdim=True))
+
+
+def test_sample_draws_in_proportion_to_softmax_of_logits_over_temperature(flat_logits):
+    for temperature in (1.0, 0.5):
+        expected = (flat_logits.double() / temperature).softmax(-1)
+        got = frequencies(draw(flat_logits, temperature=temperature), 20)
+        assert (got - expected).abs().max() < 0.03  # 4000 draws: the standard error is at most 0.008
+
+
+def test_sample_top_k_draws_only_the_k_most_likely_in_their_proportions(flat_logits):
+    k = 4
+    top = flat_logits.topk(k).indices
+    got = frequencies(draw(flat_logits, top_k=k), 20)
+    outside = torch.ones(20, dtype=torch.bool)
+    outside[top] = False
+    assert got[outside].sum() == 0
+    expected = flat_logits[top].double().softmax(-1)
+    assert (got[top] - expected).abs().max() < 0.03
+
+
+def test_sample_top_p_draws_only_the_nucleus_in_its_proportions(flat_logits):
+    p = 0.5
+    probs = flat_logits.double().softmax(-1)
+    order = probs.argsort(descending=True)
+    # The nucleus by hand: the most likely tokens, in order, until their mass first reaches p.
+    size = int((probs[order].cumsum(0) < p).sum()) + 1
+    nucleus = order[:size]
+    assert 2 < size < 15  # a real cut, neither one token nor all of them
+    got = frequencies(draw(flat_logits, top_p=p), 20)
+    outside = torch.ones(20, dtype=torch.bool)
+    outside[nucleus] = False
+    assert got[outside].sum() == 0
+    assert (got[nucleus] - probs[nucleus] / probs[nucleus].sum()).abs().max() < 0.03
+
+
+def test_sample_top_k_and_top_p_together_keep_the_smaller_set(flat_logits):
+    top3 = set(flat_logits.topk(3).indices.tolist())
+    assert set(draw(flat_logits, top_k=3, top_p=0.99).tolist()) == top3
 
 
 def test_sampling_is_reproducible_with_a_generator():

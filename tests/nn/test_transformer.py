@@ -78,12 +78,35 @@ def test_sinusoidal_and_concat_positions():
         LearnedPosition(4, 8)(torch.randn(1, 5, 8))
 
 
-def test_rotary_depends_on_relative_offset_only():
+def test_rotary_q_dot_k_depends_on_the_position_difference_and_changes_with_it():
     rope = RotaryEmbedding(8)
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
-    d1 = (rope(q, 3) * rope(k, 1)).sum()
-    d2 = (rope(q, 10) * rope(k, 8)).sum()
-    torch.testing.assert_close(d1, d2)
+
+    def dot(m, n):
+        return (rope(q, m) * rope(k, n)).sum()
+    torch.testing.assert_close(dot(3, 1), dot(10, 8))
+    torch.testing.assert_close(dot(0, 0), (q * k).sum())  # position 0 is not rotated
+    assert not torch.allclose(dot(3, 1), dot(3, 2), atol=1e-3)  # another difference, another score
+
+
+def test_rotary_turns_each_channel_pair_by_position_times_its_frequency():
+    # By hand: pair i of a vector at position p turns by the angle p * base^(-2i / d_h).
+    rope = RotaryEmbedding(4, base=100.0)
+    t = torch.tensor([1.0, 0.0, 0.0, 2.0]).expand(1, 1, 3, 4)  # one vector at positions 5, 6, 7
+    for n, row in enumerate(rope(t, offset=5)[0, 0]):
+        a0, a1 = torch.tensor(5.0 + n), torch.tensor((5.0 + n) * 100.0 ** -0.5)
+        expected = torch.stack([a0.cos(), a0.sin(), -2 * a1.sin(), 2 * a1.cos()])
+        torch.testing.assert_close(row, expected)
+
+
+def test_rotary_attention_sees_order():
+    # Rotary positions act inside attention: without them the backbone is permutation equivariant.
+    trunk = Transformer(width=32, depth=2, heads=4, rotary=True).eval()
+    with torch.no_grad():  # scores far from zero, so attention is far from uniform
+        for block in trunk.blocks:
+            block.attn.qkv.weight.normal_(std=0.5)
+    x, perm = torch.randn(1, 8, 32), torch.arange(7, -1, -1)
+    assert not torch.allclose(trunk(x[:, perm]), trunk(x)[:, perm], atol=1e-4)
 
 
 def test_bad_input_is_named():

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
-from .base import Model, check_sizes
+from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -143,6 +143,16 @@ class GPT(Model):
                 yield nxt
         finally:
             self.train(was_training)
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the
+        context), counted as nanoGPT does (Kaplan et al.; PaLM's appendix B): per token, 2 per
+        weight of the blocks and of the LM head, and 4 T D per layer for attention's two products
+        over the T positions (the causally masked half included)."""
+        c = self.config
+        t = check_seq_len(seq_len, c.context, 1, c.context, "the model's context")
+        per_token = 2 * matmul_weights(self.backbone) + 2 * c.vocab_size * c.width + 4 * c.depth * t * c.width
+        return float(t * per_token)
 
     @classmethod
     def from_hf(cls, model, **overrides) -> "GPT":

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from ..nn import LearnedPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
 from ..nn.linear import Linear
-from .base import Model, check_sizes
+from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 
 @dataclass
@@ -99,6 +99,14 @@ class TextEncoder(Model):
         m = attention_mask.to(hidden.dtype)[..., None]
         mean = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
         return F.normalize(mean, dim=-1)
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default:
+        `max_positions`): 2 per block weight per token and 4 N^2 D per layer for attention's two
+        products. Embeddings are lookups; the pooler is not part of the forward (see `pool`)."""
+        c = self.config
+        n = check_seq_len(seq_len, c.max_positions, 1, c.max_positions, "the model's max_positions")
+        return float(2 * n * matmul_weights(self.backbone) + 4 * c.depth * n * n * c.width)
 
     @classmethod
     def from_hf(cls, model, **overrides) -> "TextEncoder":

@@ -15,7 +15,7 @@ from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, P
 from ..shapes import pair
 from ..nn.dropout import Dropout
 from ..nn.stems import ConvStem
-from .base import Model, check_sizes
+from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 VIT_POSITIONS = ("learned", "concat", "sinusoidal", "none")
 VIT_STEMS = ("patch", "conv")
@@ -130,6 +130,19 @@ class ViT(Model):
         registers, patches): see Transformer.forward_with_attention."""
         tokens, attn = self.backbone.forward_with_attention(self.tokens(images), layers, on_layer=on_layer)
         return self.head(tokens), attn
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of one image's forward pass, as train/perf.py has counted them: 2 per
+        weight per token it multiplies (the patch projection per patch, the blocks per token, the
+        head once) and 4 N^2 D per layer for attention's two products over N tokens. `seq_len`:
+        tokens per image, class and registers included (default: those of `image_size`). A conv
+        stem counts each weight once per patch token, as a patch projection would: the finer
+        positions its first convolutions also visit are left out."""
+        c, prefix = self.config, self.prefix.num_prefix
+        n = check_seq_len(seq_len, c.grid[0] * c.grid[1] + prefix, prefix + 1, None,
+                          f"tokens per image: {prefix} class and register tokens and at least one patch")
+        fwd = 2 * n * matmul_weights(self.backbone) + 2 * (n - prefix) * matmul_weights(self.patch_embed)
+        return float(fwd + 4 * c.depth * n * n * c.width + 2 * matmul_weights(self.head))
 
     @classmethod
     def from_timm(cls, model_or_state_dict, **kwargs) -> "ViT":

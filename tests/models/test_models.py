@@ -246,3 +246,25 @@ def test_load_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="does not describe an anyformer model"):
         af.load(tmp_path)
 
+
+@pytest.mark.parametrize("family", ["vit", "gpt", "text-encoder"])
+def test_forward_flops_equal_a_flop_counter_on_the_forward(family):
+    # torch's FlopCounterMode counts each matmul and convolution as it runs; every layer's attention
+    # on the explicit path, whose two products it sees (it has no count for CPU's fused kernel).
+    from torch.utils.flop_counter import FlopCounterMode
+    if family == "vit":
+        model = af.ViT.from_config(dict(image_size=(16, 12), patch_size=4, in_chans=3, num_classes=5, width=32,
+                                        depth=2, heads=4, mlp_hidden=64, head_hidden=8, num_registers=2))
+        inputs, n = (torch.randn(1, 3, 16, 12),), None
+    elif family == "gpt":
+        model = af.GPT.from_config(dict(vocab_size=50, context=16, width=32, depth=2, heads=4, tie_weights=False))
+        inputs, n = (torch.randint(0, 50, (1, 11)),), 11
+    else:
+        model = af.TextEncoder.from_config(dict(vocab_size=50, max_positions=12, width=32, depth=2, heads=4,
+                                                mlp_hidden=64))
+        inputs, n = (torch.randint(0, 50, (1, 9)),), 9
+    with FlopCounterMode(display=False) as counter:
+        model.eval().forward_with_attention(*inputs)
+    assert counter.get_total_flops() == model.forward_flops(n) > 0
+    with pytest.raises(ValueError, match=r"seq_len must be an int (in \[1, \d+\]|>= 4) \(.*\), got 0"):
+        model.forward_flops(0)

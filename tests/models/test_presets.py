@@ -5,6 +5,7 @@ import torch
 
 import anyformer as af
 from anyformer.models import PRESETS, REGISTRY
+from anyformer.train.perf import flops_per_item
 
 # Published parameter counts (timm's model cards for ViT, Hugging Face's for GPT-2 and BERT).
 PUBLISHED = {
@@ -65,6 +66,24 @@ def test_preset_shapes(name):
     elif model.family == "gpt":
         assert model.lm_head.weight.shape == (c.vocab_size, c.width)
         assert (model.lm_head.weight is model.tok_embed.weight) == c.tie_weights
+
+
+class _Task:
+    def __init__(self, seq_len):
+        self.seq_len = seq_len
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if PRESETS[n][0] in ("vit", "gpt")))
+def test_forward_flops_are_the_training_flops_perf_counts(name):
+    # Training FLOPs per item (image or token) = 3 x forward, exactly as train/perf.py counted them.
+    model = _on_meta(name)
+    if model.family == "vit":
+        assert 3 * model.forward_flops() == flops_per_item(model, None)
+        return
+    context = model.config.context
+    assert 3 * model.forward_flops() / context == flops_per_item(model, object())  # no seq_len: the context
+    for t in (1, 64, context):
+        assert 3 * model.forward_flops(t) / t == flops_per_item(model, _Task(t))
 
 
 @pytest.mark.parametrize("name", SMALL)

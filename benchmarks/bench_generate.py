@@ -6,9 +6,10 @@ the cache a new token costs one position (plus attention over the cached keys), 
 win by a margin that widens with the prefix. Weights are random (no pretrained GPT-2 ships in a
 package we may use): speed does not depend on their values. Greedy decoding (temperature 0).
 
-Also timed, alternated in one process: one cached step through the general forward and through
-generate's written-out step, and that step against its memory floor (every weight read once, and
-the bare matrix-vector products on oneDNN and on MKL): a one-token step is bound by memory.
+Also timed, alternated in one process: one cached step through the model's forward under
+`torch.no_grad()` and under `torch.inference_mode()` (what `generate` uses), and that step against
+its memory floor (every weight read once, and the bare matrix-vector products on oneDNN and on
+MKL): a one-token step is bound by memory.
 
     python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/generate.md
     python benchmarks/bench_generate.py --prefixes 32 128 --new-tokens 16 --no-write   # a quick look
@@ -113,32 +114,37 @@ def alternate(ways: dict, rounds: int, per_round: int) -> dict[str, float]:
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
-def one_step_setup(gpt, prefix: int):
-    """(tok, cache, rewind): a cache filled with `prefix` random tokens, one more token to feed, and
-    rewind() to set the cache back to `prefix` so that every timed step does the same work."""
+def one_step_setup(gpt, prefix: int, mode=torch.inference_mode):
+    """(rewind, step), as `alternate` takes them: a cache filled with `prefix` random tokens; step() feeds it one more token
+    through the model's forward under `mode` (generate's: inference mode), and rewind() sets the
+    cache back to `prefix` so that every timed step does the same work. The cache is made under
+    `mode` too: a cache made in inference mode cannot be written outside it."""
     tok = torch.zeros(1, 1, dtype=torch.long)
-    cache = gpt.new_cache(1, prefix + 1)
-    with torch.no_grad():
+    with mode():
+        cache = gpt.new_cache(1, prefix + 1)
         gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
             cache=cache)
+
+    def step():
+        with mode():
+            return gpt(tok, cache=cache, last_only=True)[:, -1]
 
     def rewind() -> None:
         for kv in cache:
             kv.length = prefix
-    return tok, cache, rewind
+    return rewind, step
 
 
 def bench_step(gpt, prefix: int, rounds: int = 20, per_round: int = 5) -> dict:
-    """One cached step (the token after `prefix` tokens) through the general forward and through
-    generate's written-out step (`GPT._next_token_logits`), alternated; per round the fastest of
-    `per_round` calls. Both restart from the same cache length, so they do identical work."""
-    tok, cache, rewind = one_step_setup(gpt, prefix)
-    with torch.no_grad():
-        row = alternate({"forward": (rewind, lambda: gpt(tok, cache=cache, last_only=True)[:, -1]),
-                         "step": (rewind, lambda: gpt._next_token_logits(tok, cache))}, rounds, per_round)
-    row.update(prefix=prefix, rounds=rounds, saved=1 - row["step"] / row["forward"])
-    print(f"one cached step after {prefix} tokens, median of {rounds} alternated rounds: general forward "
-          f"{row['forward']:.2f} ms, written-out step {row['step']:.2f} ms (saves {100 * row['saved']:.1f}%)", flush=True)
+    """One cached step (the token after `prefix` tokens) through the forward under `no_grad` and
+    under `inference_mode` (generate's), alternated; per round the fastest of `per_round` calls.
+    Both restart from the same cache length, so they do identical work."""
+    row = alternate({"no_grad": one_step_setup(gpt, prefix, torch.no_grad),
+                     "inference_mode": one_step_setup(gpt, prefix, torch.inference_mode)}, rounds, per_round)
+    row.update(prefix=prefix, rounds=rounds, saved=1 - row["inference_mode"] / row["no_grad"])
+    print(f"one cached step after {prefix} tokens, median of {rounds} alternated rounds: forward under no_grad "
+          f"{row['no_grad']:.2f} ms, under inference_mode {row['inference_mode']:.2f} ms "
+          f"(saves {100 * row['saved']:.1f}%)", flush=True)
     return row
 
 
@@ -159,15 +165,14 @@ def bench_floor(gpt, prefix: int, rounds: int = 15, per_round: int = 3) -> dict:
     mats = [m.weight for m in gpt.modules() if isinstance(m, torch.nn.Linear)] + [gpt.lm_head.weight]
     xs = {k: torch.randn(1, k) for k in {w.shape[1] for w in mats}}
     gbytes = sum(w.numel() * w.element_size() for w in mats) / 1e9
-    tok, cache, rewind = one_step_setup(gpt, prefix)
 
     def nothing() -> None:
         pass
     ways = {READ_ALL: (nothing, lambda: [w.sum() for w in mats]),
             MV_ONEDNN: (nothing, lambda: [_mm(xs[w.shape[1]], w) for w in mats]),
             MV_MKL: (nothing, lambda: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in mats]),
-            "anyformer's cached step": (rewind, lambda: gpt._next_token_logits(tok, cache))}
-    with torch.no_grad():
+            "anyformer's cached step": one_step_setup(gpt, prefix)}
+    with torch.inference_mode():
         rows = alternate(ways, rounds, per_round)
     print(f"weights read per step: {gbytes * 1e3:.0f} MB; median of {rounds} alternated rounds:", flush=True)
     for k, ms in rows.items():
@@ -247,13 +252,13 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
         "|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['prefix']} | {r['cached']:.1f} ({r['cached_cpu']:.1f}) | {r['uncached']:.2f} "
               f"({r['uncached_cpu']:.2f}) | x{r['ratio']:.1f} | x{r['ratio_cpu']:.1f} |" for r in rows]
-    lines += ["", "## The written-out generation step", "",
-              f"`GPT.generate` computes each token after the first with `GPT._next_token_logits`: the forward's "
-              f"operations for one position without the module calls and checks (tests/models check equal logits). "
+    lines += ["", "## The generation step", "",
+              f"`GPT.generate` computes every token with the model's one forward and the key/value cache, under "
+              f"`torch.inference_mode()`, which skips autograd's per-operation bookkeeping that `no_grad` still does. "
               f"One cached step after {step_row['prefix']} tokens, median of {step_row['rounds']} alternated rounds "
               f"(fastest of 5 calls each):", "",
-              "| general forward (ms) | written-out step (ms) | saved |", "|---:|---:|---:|",
-              f"| {step_row['forward']:.2f} | {step_row['step']:.2f} | {100 * step_row['saved']:.1f}% |"]
+              "| forward under no_grad (ms) | under inference_mode (ms) | saved |", "|---:|---:|---:|",
+              f"| {step_row['no_grad']:.2f} | {step_row['inference_mode']:.2f} | {100 * step_row['saved']:.1f}% |"]
     lines += ["", "## How close the step is to the memory floor", "",
               f"A cached step multiplies one vector by every weight matrix, so it reads all "
               f"{floor_row['gbytes'] * 1e3:.0f} MB of them once. Median of {floor_row['rounds']} alternated rounds "

@@ -3,6 +3,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
+
+# Every hypothesis test draws the same examples on every run (derandomised) and keeps no example
+# database, so CI is repeatable and writes nothing; no deadline, since a shared 2-core machine
+# makes timings jitter. Tests may still set their own max_examples: their settings inherit these.
+settings.register_profile("anyformer", derandomize=True, database=None, deadline=None)
+settings.load_profile("anyformer")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ANYFORMER_SHARED_DATA", REPO.parent / "shared" / "data"))

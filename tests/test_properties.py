@@ -1,9 +1,12 @@
 """Property-based tests: random valid configurations of the backbone, ViT, GPT and the text encoder
-run forward and backward on tiny inputs with the right shapes and finite values and gradients.
+run forward and backward on tiny inputs with the right shapes, finite values, and a gradient for
+every trainable parameter.
 
-Derandomised and without an example database, so that CI explores the same cases on every run and
-writes nothing.
+Derandomised and without an example database (here and for every hypothesis test: the profile in
+tests/conftest.py), so that CI explores the same cases on every run and writes nothing.
 """
+from typing import Callable
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -11,18 +14,33 @@ from hypothesis import strategies as st
 
 import anyformer as af
 
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, database=None)
+SETTINGS = settings(max_examples=25)  # derandomised, no database, no deadline: tests/conftest.py
+
+
+def test_hypothesis_is_derandomised_without_a_database():
+    for s in (settings(), SETTINGS):  # the default every @settings inherits from, and this module's
+        assert s.derandomize and s.database is None and s.deadline is None
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
 
 
-def assert_trains(model: torch.nn.Module, out: torch.Tensor) -> None:
-    """Finite output, and a backward pass that gives every parameter a finite gradient."""
-    assert torch.isfinite(out).all()
-    out.float().square().mean().backward()
-    for name, p in model.named_parameters():
-        assert p.grad is None or torch.isfinite(p.grad).all(), name
+def assert_trains(model: torch.nn.Module, forward: Callable[[], torch.Tensor]) -> None:
+    """In training mode a finite output and a finite gradient for every trainable parameter; in
+    eval mode, where no branch is dropped at random, a gradient that is not all zeros: each
+    parameter takes part in the output."""
+    for training in (True, False):
+        model.train(training)
+        model.zero_grad(set_to_none=True)
+        out = forward()
+        assert torch.isfinite(out).all()
+        out.float().square().mean().backward()
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            assert p.grad is not None, f"{name} gets no gradient"
+            assert torch.isfinite(p.grad).all(), f"{name} gets a non-finite gradient"
+            assert training or p.grad.count_nonzero() > 0, f"{name} gets an all-zero gradient"
 
 
 @st.composite
@@ -36,23 +54,30 @@ def widths(draw, head_dims=(2, 4, 6, 8)):
 def test_backbone(data):
     width, heads = data.draw(widths())
     depth = data.draw(st.integers(1, 3))
+    activation = data.draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "tanh"]))
+    # A narrow ReLU layer can be dead for every token (its weights then rightly get no gradient).
+    mlp_hidden = data.draw(st.integers(8 if activation == "relu" else 1, 16))
     trunk = af.Transformer(
-        width, depth, heads, mlp_hidden=data.draw(st.integers(1, 16)), mlp_layers=data.draw(st.integers(1, 2)),
+        width, depth, heads, mlp_hidden=mlp_hidden, mlp_layers=data.draw(st.integers(1, 2)),
         norm=data.draw(st.sampled_from(["pre", "post"])), final_norm=data.draw(st.booleans()),
-        activation=data.draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "tanh"])), bias=data.draw(st.booleans()),
+        activation=activation, bias=data.draw(st.booleans()),
         layer_scale=data.draw(st.sampled_from([None, 0.1])), drop_path=data.draw(st.sampled_from([0.0, 0.2])),
         rotary=data.draw(st.booleans()) and width // heads % 2 == 0)
     B, N = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 6))
     x = torch.randn(B, N, width)
     mask = data.draw(st.sampled_from([None, "padding", "full"]))
-    mask = {None: None, "padding": torch.rand(B, N) > 0.3, "full": torch.rand(B, N, N) > 0.3}[mask]
+    # Every query keeps a key to attend to (the first token, or itself), so no layer's attention
+    # input can be cut off from the output entirely.
+    padding = torch.rand(B, N) > 0.3
+    padding[:, 0] = True
+    mask = {None: None, "padding": padding, "full": (torch.rand(B, N, N) > 0.3) | torch.eye(N, dtype=torch.bool)}[mask]
     causal = data.draw(st.booleans())
     layers = data.draw(st.lists(st.integers(-depth, depth - 1), max_size=3))
     y, attn = trunk(x, causal=causal, mask=mask, return_attention=layers)
     assert y.shape == (B, N, width)
     assert [a.shape for a in attn] == [(B, heads, N, N)] * len(layers)
     assert all(torch.allclose(a.sum(-1)[a.sum(-1) > 0], torch.tensor(1.0), atol=1e-5) for a in attn)
-    assert_trains(trunk, y)
+    assert_trains(trunk, lambda: trunk(x, causal=causal, mask=mask, return_attention=layers)[0])
     trunk.eval()  # without stochastic depth the fused and explicit paths compute the same function
     with torch.no_grad():
         fused = trunk(x, causal=causal, mask=mask)
@@ -81,14 +106,15 @@ def test_vit(data):
         head_hidden=data.draw(st.sampled_from([None, 4])), final_norm=data.draw(st.booleans()),
         layer_scale=data.draw(st.sampled_from([None, 0.1])), drop_path=data.draw(st.sampled_from([0.0, 0.1])))
     if position == "sinusoidal" and width % 4:
-        with pytest.raises(ValueError):  # the constraint is named, not tripped over later
+        # the constraint is named, not tripped over later
+        with pytest.raises(ValueError, match=f"2-D sinusoidal positions need a width divisible by 4, got {width}"):
             af.ViT.from_config(config)
         return
     vit = af.ViT.from_config(config)
     B = data.draw(st.integers(1, 3))
-    logits = vit(torch.randn(B, config["in_chans"], *config["image_size"]))
-    assert logits.shape == (B, config["num_classes"])
-    assert_trains(vit, logits)
+    images = torch.randn(B, config["in_chans"], *config["image_size"])
+    assert vit(images).shape == (B, config["num_classes"])
+    assert_trains(vit, lambda: vit(images))
 
 
 @SETTINGS
@@ -102,15 +128,16 @@ def test_gpt(data):
                   mlp_hidden=data.draw(st.sampled_from([None, 8])), bias=data.draw(st.booleans()),
                   tie_weights=data.draw(st.booleans()))
     if position == "rotary" and width // heads % 2 or position == "sinusoidal" and width % 2:
-        with pytest.raises(ValueError):
+        expected = (f"rotary positions need an even head dimension, got {width // heads}" if position == "rotary"
+                    else f"sinusoidal positions need an even width, got {width}")
+        with pytest.raises(ValueError, match=expected):
             af.GPT.from_config(config)
         return
     gpt = af.GPT.from_config(config)
     B, T = data.draw(st.integers(1, 3)), data.draw(st.integers(1, context - 1))
     ids = torch.randint(0, config["vocab_size"], (B, T))
-    logits = gpt(ids)
-    assert logits.shape == (B, T, config["vocab_size"])
-    assert_trains(gpt, logits)
+    assert gpt(ids).shape == (B, T, config["vocab_size"])
+    assert_trains(gpt, lambda: gpt(ids))
     # The key/value cache is an optimisation only: greedy decoding is the same with and without it.
     new = context - T
     with_cache = gpt.generate(ids, new, temperature=0)
@@ -132,4 +159,4 @@ def test_text_encoder(data):
     hidden = enc(ids, mask)
     assert hidden.shape == (B, N, width)
     assert enc.sentence_embedding(ids, mask).norm(dim=-1).sub(1).abs().max() < 1e-4
-    assert_trains(enc, enc.pool(hidden))
+    assert_trains(enc, lambda: enc.pool(enc(ids, mask)))

@@ -1,4 +1,9 @@
-"""What every model shares: a config dataclass, the preset table, save and load."""
+"""What every model shares: a config dataclass, the preset table, save and load, FLOP counts.
+
+The models' `from_timm`, `to_timm`, `from_hf` and `to_hf` are delegates: they import
+`anyformer.interop` (the floor above) inside the method, when called, so that `models` never
+imports `interop` at module level and the house's imports still point down.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -37,6 +42,23 @@ def check_sizes(config: Any, names: tuple[str, ...]) -> None:
         raise ValueError(f"width must be divisible by heads: got width={config.width}, heads={config.heads}")
 
 
+def matmul_weights(module: nn.Module) -> int:
+    """Weights that multiply each token they see (linear and convolution layers): a forward pass
+    spends 2 FLOPs (a multiply and an add) per such weight per token."""
+    return sum(m.weight.numel() for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d)))
+
+
+def check_seq_len(seq_len: int | None, default: int, shortest: int, longest: int | None, what: str) -> int:
+    """`seq_len`, or `default` for None; a clear error for anything but an int in [shortest, longest]."""
+    if seq_len is None:
+        return default
+    if (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < shortest
+            or longest is not None and seq_len > longest):
+        bounds = f">= {shortest}" if longest is None else f"in [{shortest}, {longest}]"
+        raise ValueError(f"seq_len must be an int {bounds} ({what}), got {seq_len!r}")
+    return seq_len
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()}
 
@@ -64,6 +86,12 @@ class Model(nn.Module):
         if name not in valid:
             raise ValueError(f"unknown {cls.__name__} preset {name!r}; valid presets: {valid}")
         return cls.from_config({**PRESETS[name][1], **overrides})
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of one forward pass over ONE example: one image, or one sequence of
+        `seq_len` tokens (default: the longest the model takes). Training costs about 3x that
+        (the backward pass computes two products for each of the forward's)."""
+        raise NotImplementedError(f"{type(self).__name__} does not count its FLOPs")
 
     def num_params(self, trainable_only: bool = False) -> int:
         """Parameters counted once each (a tied LM head is not counted twice)."""

@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
-from ..nn.linear import Linear, linear
-from .base import Model, check_sizes
+from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -66,7 +64,25 @@ class GPT(Model):
 
     def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None,
                 return_attention: bool | Sequence[int] = False, last_only: bool = False):
-        """idx (B, T) -> logits (B, T, V); `last_only` computes the last position's logits only."""
+        """idx (B, T) -> logits (B, T, V); `last_only`: the last position's only, (B, 1, V).
+
+        `cache`: one KVCache per layer (`new_cache`); idx then continues the cached positions.
+        With `return_attention`: `forward_with_attention(idx, return_attention, ...)`."""
+        if return_attention is not False and return_attention is not None:
+            return self.forward_with_attention(idx, return_attention, cache=cache, last_only=last_only)
+        h = self.backbone(self.tokens(idx, cache), causal=True, cache=cache)
+        return self.lm_head(h[:, -1:] if last_only else h)
+
+    def forward_with_attention(self, idx: Tensor, layers: bool | Sequence[int] = True, *,
+                               cache: list[KVCache] | None = None, last_only: bool = False,
+                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(logits, weights), weights (B, heads, T, T) per layer asked: see Transformer.forward_with_attention."""
+        h, attn = self.backbone.forward_with_attention(self.tokens(idx, cache), layers, on_layer=on_layer,
+                                                       causal=True, cache=cache)
+        return self.lm_head(h[:, -1:] if last_only else h), attn
+
+    def tokens(self, idx: Tensor, cache: list[KVCache] | None = None) -> Tensor:
+        """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cached ones."""
         offset = cache[0].length if cache else 0
         T = idx.shape[-1] if idx.dim() == 2 else 0
         if offset + T > self.config.context:
@@ -74,11 +90,7 @@ class GPT(Model):
                              f"({self.config.context})")
         x = self.tok_embed(idx)
         x = x if self.pos is None else self.pos(x, offset)
-        x = x if self.drop is None else self.drop(x)
-        out = self.backbone(x, causal=True, cache=cache, return_attention=return_attention)
-        h, attn = (out, None) if return_attention is False or return_attention is None else out
-        logits = self.lm_head(h[:, -1:] if last_only else h)
-        return logits if attn is None else (logits, attn)
+        return x if self.drop is None else self.drop(x)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> list[KVCache]:
         """One empty key/value cache per layer, for `max_len` positions (default: the context)."""
@@ -116,68 +128,32 @@ class GPT(Model):
         was_training = self.training
         self.eval()
         try:
-            cache = self.new_cache(idx.shape[0], total) if use_cache else None
-            fast = use_cache and self._plain_modules()
-            seq, step_in = idx, idx
-            for i in range(max_new_tokens):
-                if fast and i > 0:
-                    logits = self._next_token_logits(step_in, cache).float()
-                else:
-                    logits = self(step_in if use_cache else seq, cache=cache, last_only=True)[:, -1].float()
+            # Every step is the one forward: with the cache it computes one position, attending
+            # over the cached keys and values (tests/models hold its logits equal to the uncached).
+            # Inference mode skips autograd's per-op bookkeeping: measured 5-12% of a small
+            # model's step, ~1% of gpt2's (memory-bound). Sampling runs outside it, so the tokens
+            # handed out are ordinary tensors; the cache, made inside, stays inside.
+            with torch.inference_mode():
+                cache = self.new_cache(idx.shape[0], total) if use_cache else None
+            step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
+            for _ in range(max_new_tokens):
+                with torch.inference_mode():
+                    logits = self(step_in, cache=cache, last_only=True)[:, -1].float()
                 nxt = sample(logits, temperature, top_k, top_p, generator)
-                seq = torch.cat([seq, nxt], dim=1) if not use_cache else seq
-                step_in = nxt
+                step_in = nxt if use_cache else torch.cat([step_in, nxt], dim=1)
                 yield nxt
         finally:
             self.train(was_training)
 
-    def _plain_modules(self) -> bool:
-        """True when `_next_token_logits` computes what forward would: every block is the one
-        GPT builds (pre-norm, anyformer Linear and LayerNorm layers, no layer scale, stochastic
-        depth, cross-attention or explicit attention), nothing swapped in (quantised or wrapped
-        layers, `gpt.compile()`), and no forward hooks, which the step would skip for the layers
-        it reads directly. Checked once per `generate`/`stream` call: a hook registered while a
-        stream is paused is not seen."""
-        hooks = nn.modules.module
-        if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
-            return False
-        if any(m._forward_hooks or m._forward_pre_hooks or getattr(m, "_compiled_call_impl", None) is not None
-               for m in self.modules()):
-            return False
-        return all(b.pre_norm and not b.cross and b.ls1 is None and b.ls2 is None and not b.drop_path
-                   and b.attn.impl != "explicit" and len(b.mlp.hidden) == 0
-                   and all(type(m) is Linear for m in (b.attn.qkv, b.attn.proj, b.mlp.fc1, b.mlp.fc2))
-                   and all(type(n) is nn.LayerNorm for n in (b.norm1, b.norm2))
-                   for b in self.backbone.blocks) and type(self.backbone.norm) is nn.LayerNorm
-
-    def _next_token_logits(self, tok: Tensor, cache: list[KVCache]) -> Tensor:
-        """Logits (B, V) of the token after `tok` (B, 1), whose predecessors are in `cache`.
-
-        forward(tok, cache=cache, last_only=True)[:, -1], written out for one position: the
-        same operations on the same weights in eval mode (tests/models check equal logits),
-        without most module calls and the shape checks and branches a general forward needs. A
-        one-token step streams every weight from memory once and does little arithmetic, so the
-        Python around it is a visible share of its time (benchmarks/results/generate.md times
-        both ways).
-        """
-        c, offset = self.config, cache[0].length
-        B, H, D = tok.shape[0], c.heads, c.width
-        x = self.tok_embed(tok)  # keeps the token-id check
-        if self.pos is not None:
-            x = self.pos(x, offset)
-        for block, kv in zip(self.backbone.blocks, cache):
-            attn, mlp, n1, n2 = block.attn, block.mlp, block.norm1, block.norm2
-            h = F.layer_norm(x, n1.normalized_shape, n1.weight, n1.bias, n1.eps)
-            # (B, 1, 3D) -> q, k, v of (B, H, 1, D_h): for one position a view, no copy.
-            q, k, v = linear(h, attn.qkv.weight, attn.qkv.bias).view(B, 3, H, 1, D // H).unbind(1)
-            if attn.rotary is not None:
-                q, k = attn.rotary(q, offset), attn.rotary(k, offset)
-            k, v = kv.append(k, v)
-            a = F.scaled_dot_product_attention(q, k, v)  # the last position sees every cached one
-            x = x + linear(a.reshape(B, 1, D), attn.proj.weight, attn.proj.bias)
-            h = F.layer_norm(x, n2.normalized_shape, n2.weight, n2.bias, n2.eps)
-            x = x + linear(mlp.act(linear(h, mlp.fc1.weight, mlp.fc1.bias)), mlp.fc2.weight, mlp.fc2.bias)
-        return self.lm_head(self.backbone.norm(x))[:, -1]
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the
+        context), counted as nanoGPT does (Kaplan et al.; PaLM's appendix B): per token, 2 per
+        weight of the blocks and of the LM head, and 4 T D per layer for attention's two products
+        over the T positions (the causally masked half included)."""
+        c = self.config
+        t = check_seq_len(seq_len, c.context, 1, c.context, "the model's context")
+        per_token = 2 * matmul_weights(self.backbone) + 2 * c.vocab_size * c.width + 4 * c.depth * t * c.width
+        return float(t * per_token)
 
     @classmethod
     def from_hf(cls, model, **overrides) -> "GPT":

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from ..nn import LearnedPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
 from ..nn.linear import Linear
-from .base import Model, check_sizes
+from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 
 @dataclass
@@ -47,7 +47,7 @@ class TextEncoder(Model):
         self.pos = LearnedPosition(c.max_positions, c.width)
         self.type_embed = TokenEmbedding(c.type_vocab_size, c.width)
         self.embed_norm = nn.LayerNorm(c.width, eps=c.norm_eps)
-        self.embed_drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.embed_drop = Dropout(c.dropout) if c.dropout > 0 else None
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm="post",
                                     final_norm=False, norm_eps=c.norm_eps, activation=c.activation,
                                     dropout=c.dropout, attn_dropout=c.attn_dropout, impl=c.attn_impl)
@@ -55,18 +55,34 @@ class TextEncoder(Model):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, return_attention: bool | Sequence[int] = False):
-        """input_ids (B, N); attention_mask (B, N), 1 for real tokens and 0 for padding."""
+        """input_ids (B, N); attention_mask (B, N), 1 for real tokens and 0 for padding -> hidden
+        states (B, N, D). With `return_attention`: `forward_with_attention(..., return_attention)`."""
+        if return_attention is not False and return_attention is not None:
+            return self.forward_with_attention(input_ids, attention_mask, token_type_ids, return_attention)
+        x, mask = self._embed(input_ids, attention_mask, token_type_ids)
+        return self.backbone(x, mask=mask)
+
+    def forward_with_attention(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                               token_type_ids: Tensor | None = None, layers: bool | Sequence[int] = True, *,
+                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(hidden states, weights): see Transformer.forward_with_attention."""
+        x, mask = self._embed(input_ids, attention_mask, token_type_ids)
+        return self.backbone.forward_with_attention(x, layers, on_layer=on_layer, mask=mask)
+
+    def _embed(self, input_ids: Tensor, attention_mask: Tensor | None,
+               token_type_ids: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """Tokens (B, N, D) after the embedding norm, and the key-padding mask (True = a real token)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.pos(self.tok_embed(input_ids)) + self.type_embed(token_type_ids)
-        x = self.embed_drop(self.embed_norm(x))
-        mask = None
-        if attention_mask is not None:
-            if attention_mask.shape != input_ids.shape:
-                raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
-                                 f"got {tuple(attention_mask.shape)}")
-            mask = attention_mask.bool()
-        return self.backbone(x, mask=mask, return_attention=return_attention)
+        x = self.embed_norm(self.pos(self.tok_embed(input_ids)) + self.type_embed(token_type_ids))
+        if self.embed_drop is not None:
+            x = self.embed_drop(x)
+        if attention_mask is None:
+            return x, None
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+                             f"got {tuple(attention_mask.shape)}")
+        return x, attention_mask.bool()
 
     def pool(self, hidden: Tensor) -> Tensor:
         """BERT's pooled output: tanh(W h_[CLS] + b)."""
@@ -83,6 +99,14 @@ class TextEncoder(Model):
         m = attention_mask.to(hidden.dtype)[..., None]
         mean = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
         return F.normalize(mean, dim=-1)
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default:
+        `max_positions`): 2 per block weight per token and 4 N^2 D per layer for attention's two
+        products. Embeddings are lookups; the pooler is not part of the forward (see `pool`)."""
+        c = self.config
+        n = check_seq_len(seq_len, c.max_positions, 1, c.max_positions, "the model's max_positions")
+        return float(2 * n * matmul_weights(self.backbone) + 4 * c.depth * n * n * c.width)
 
     @classmethod
     def from_hf(cls, model, **overrides) -> "TextEncoder":

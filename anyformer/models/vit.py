@@ -5,7 +5,7 @@ z0 = [x_class; x_p E] + E_pos;  z_l = blocks(z_{l-1});  y = head(LN(z_L)[class])
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +15,7 @@ from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, P
 from ..shapes import pair
 from ..nn.dropout import Dropout
 from ..nn.stems import ConvStem
-from .base import Model, check_sizes
+from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 VIT_POSITIONS = ("learned", "concat", "sinusoidal", "none")
 VIT_STEMS = ("patch", "conv")
@@ -86,12 +86,12 @@ class ViT(Model):
         self.pos = {"learned": lambda: LearnedPosition(n, c.width),
                     "concat": lambda: ConcatPosition(n, c.pos_width),
                     "sinusoidal": lambda: SinusoidalPosition(n, c.width, grid=c.grid, prefix=self.prefix.num_prefix),
-                    "none": lambda: nn.Identity()}[c.position]()
+                    "none": lambda: None}[c.position]()
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, mlp_layers=c.mlp_layers,
                                     final_norm=c.final_norm, norm_eps=c.norm_eps, activation=c.activation,
                                     bias=c.bias, dropout=c.dropout, attn_dropout=c.attn_dropout,
                                     drop_path=c.drop_path, layer_scale=c.layer_scale, impl=c.attn_impl)
-        self.pos_drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.pos_drop = Dropout(c.dropout) if c.dropout > 0 else None
         self.head = ClassifierHead(c.width, c.num_classes, pool=c.pool, hidden=c.head_hidden,
                                    activation=c.head_activation, num_prefix=self.prefix.num_prefix)
         self.head.apply(init_weights)
@@ -106,20 +106,43 @@ class ViT(Model):
         if images.dim() == 4 and tuple(images.shape[-2:]) != expected and self.config.position != "none":
             raise ValueError(f"expected images of size {expected[0]}x{expected[1]} (the model's image_size), "
                              f"got {images.shape[-2]}x{images.shape[-1]}")
-        return self.pos_drop(self.pos(self.prefix(self.patch_embed(images))))
+        x = self.prefix(self.patch_embed(images))
+        x = x if self.pos is None else self.pos(x)
+        return x if self.pos_drop is None else self.pos_drop(x)
 
     def forward_features(self, images: Tensor, return_attention: bool | Sequence[int] = False):
-        """Backbone output tokens (B, N, D), after the final norm."""
+        """Backbone output tokens (B, N, D), after the final norm (with `return_attention`: and the weights)."""
         return self.backbone(self.tokens(images), return_attention=return_attention)
 
     def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False):
-        if return_attention is False or return_attention is None:
-            # A class-token head reads token 0 alone: the last block computes nothing else (so
-            # hooks on it see one token). Any other head, e.g. one swapped in, gets every token.
-            keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
-            return self.head(self.backbone(self.tokens(images), keep=keep))
-        tokens, attn = self.forward_features(images, return_attention)
+        """images (B, C, H, W) -> logits (B, classes). With `return_attention`:
+        `forward_with_attention(images, return_attention)`."""
+        if return_attention is not False and return_attention is not None:
+            return self.forward_with_attention(images, return_attention)
+        # A class-token head reads token 0 alone: the last block computes nothing else (so
+        # hooks on it see one token). Any other head, e.g. one swapped in, gets every token.
+        keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
+        return self.head(self.backbone(self.tokens(images), keep=keep))
+
+    def forward_with_attention(self, images: Tensor, layers: bool | Sequence[int] = True, *,
+                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(logits, weights), weights (B, heads, N, N) per layer asked over every token (class,
+        registers, patches): see Transformer.forward_with_attention."""
+        tokens, attn = self.backbone.forward_with_attention(self.tokens(images), layers, on_layer=on_layer)
         return self.head(tokens), attn
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of one image's forward pass, as train/perf.py has counted them: 2 per
+        weight per token it multiplies (the patch projection per patch, the blocks per token, the
+        head once) and 4 N^2 D per layer for attention's two products over N tokens. `seq_len`:
+        tokens per image, class and registers included (default: those of `image_size`). A conv
+        stem counts each weight once per patch token, as a patch projection would: the finer
+        positions its first convolutions also visit are left out."""
+        c, prefix = self.config, self.prefix.num_prefix
+        n = check_seq_len(seq_len, c.grid[0] * c.grid[1] + prefix, prefix + 1, None,
+                          f"tokens per image: {prefix} class and register tokens and at least one patch")
+        fwd = 2 * n * matmul_weights(self.backbone) + 2 * (n - prefix) * matmul_weights(self.patch_embed)
+        return float(fwd + 4 * c.depth * n * n * c.width + 2 * matmul_weights(self.head))
 
     @classmethod
     def from_timm(cls, model_or_state_dict, **kwargs) -> "ViT":

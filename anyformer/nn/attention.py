@@ -2,14 +2,15 @@
 
 Two paths compute the same thing. The fused path calls
 `torch.nn.functional.scaled_dot_product_attention`; the explicit path builds the attention
-matrix with a softmax and can return it. A layer takes the explicit path only when its weights
-are asked for, or when `impl="explicit"`, or when `impl="auto"` judges plain matmuls faster for
-the case (CPU, training in bf16 or fp16, short sequences; see `_CPU_EXPLICIT_MAX_KEYS`).
+matrix with a softmax and hands it to a `sink` when one is given. A layer takes the explicit
+path only when its weights are asked for (a sink is given), or when `impl="explicit"`, or when
+`impl="auto"` judges plain matmuls faster for the case (CPU, training in bf16 or fp16, short
+sequences; see `_CPU_EXPLICIT_MAX_KEYS`).
 """
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -49,14 +50,16 @@ class KVCache:
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store (B, H, T, D_h) new keys/values; return all keys/values so far."""
-        t = k.shape[2]
-        if self.length + t > self.max_len:
+        start, t = self.length, k.shape[2]
+        end = start + t
+        if end > self.max_len:
             raise ValueError(f"KV cache holds at most {self.max_len} positions; "
-                             f"got {self.length} cached + {t} new")
-        self.k[:, :, self.length:self.length + t] = k
-        self.v[:, :, self.length:self.length + t] = v
-        self.length += t
-        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+                             f"got {start} cached + {t} new")
+        # narrow + copy_: two ops where slice assignment goes through Python indexing (several).
+        self.k.narrow(2, start, t).copy_(k)
+        self.v.narrow(2, start, t).copy_(v)
+        self.length = end
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
 
 
 def _as_attn_mask(mask: Tensor | None, batch: int, nq: int, nk: int) -> Tensor | None:
@@ -133,15 +136,21 @@ class MultiHeadAttention(nn.Module):
 
         Unbinding dim 2 of (B, N, n, H, D_h) makes the backward stack the n gradients straight
         into t's layout: one pass, where unbinding a permuted (n, B, H, N, D_h) view costs a
-        stack and then a copy back.
+        stack and then a copy back. One position (a generation step) needs no transpose.
         """
+        B, N = t.shape[0], t.shape[1]
+        if N == 1:
+            return list(t.reshape(B, n, self.heads, 1, self.head_dim).unbind(1))
         return [u.transpose(1, 2) for u in t.unflatten(-1, (n, self.heads, self.head_dim)).unbind(2)]
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                mask: Tensor | None = None, need_weights: bool = False,
-                cache: KVCache | None = None, queries: int | None = None) -> tuple[Tensor, Tensor | None]:
-        """x: (B, N, D); context: (B, M, D_c) for cross-attention. Returns (y, weights or None).
+                mask: Tensor | None = None, cache: KVCache | None = None, queries: int | None = None,
+                sink: Callable[[Tensor], None] | None = None) -> Tensor:
+        """x: (B, N, D); context: (B, M, D_c) for cross-attention. Returns y: (B, N, D).
 
+        `sink`: this call takes the explicit path and hands its weights (B, H, N, M) to
+        `sink(weights)`; how they are kept is the caller's business (the backbone's
+        `forward_with_attention` lists them).
         `queries=n`: only the first n tokens query (all N are keys and values); y is (B, n, D).
         A classifier that reads the class token needs no more from the last layer.
         """
@@ -157,30 +166,32 @@ class MultiHeadAttention(nn.Module):
             if context is not None:
                 raise ValueError("this attention layer is self-attention; it takes no context")
             q, k, v = self._heads(self.qkv(x), 3)
-        offset = cache.length if cache is not None else 0
         if self.rotary is not None:
+            offset = 0 if cache is None else cache.length
             q, k = self.rotary(q, offset), self.rotary(k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
         if queries is not None:
             q, N = q[:, :, :queries], min(queries, N)
         nk = k.shape[2]
-        attn_mask = _as_attn_mask(mask, B, N, nk)
+        attn_mask = None if mask is None else _as_attn_mask(mask, B, N, nk)
         drop = self.attn_dropout if self.training else 0.0
-        weights = None
-        if need_weights or self._explicit(nk, q, causal):
+        if sink is not None or self._explicit(nk, q, causal):
             out, weights = attention_explicit(q, k, v, causal=causal, mask=attn_mask,
                                               dropout=drop, training=self.training)
+            if sink is not None:
+                sink(weights)
+        elif causal and attn_mask is None and N == nk:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
         else:
-            if causal and attn_mask is None and N == nk:
-                out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
-            else:
-                if causal and N > 1:
-                    cm = _causal_mask(N, nk, x.device)
-                    attn_mask = cm if attn_mask is None else attn_mask & cm
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
-        y = self.proj(out.transpose(1, 2).reshape(B, N, self.width))
-        return (y if self.proj_drop is None else self.proj_drop(y)), (weights if need_weights else None)
+            if causal and N > 1:  # one query after a cache sees every key: no mask needed
+                cm = _causal_mask(N, nk, x.device)
+                attn_mask = cm if attn_mask is None else attn_mask & cm
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
+        # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
+        out = out.reshape(B, 1, self.width) if N == 1 else out.transpose(1, 2).reshape(B, N, self.width)
+        y = self.proj(out)
+        return y if self.proj_drop is None else self.proj_drop(y)
 
     def _explicit(self, nk: int, q: Tensor, causal: bool) -> bool:
         if self.impl != "auto":

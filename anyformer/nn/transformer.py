@@ -5,7 +5,8 @@ Post-norm (BERT):                              x = LN(x + MHA(x));  x = LN(x + M
 """
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from functools import partial
+from typing import Callable, Literal, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -40,7 +41,9 @@ class LayerScale(nn.Module):
 class TransformerBlock(nn.Module):
     """One block: multi-head self-attention and a token-wise MLP, each behind a residual.
 
-    With `cross=True` a cross-attention sub-layer sits between them (decoder style).
+    With `cross=True` a cross-attention sub-layer sits between them (decoder style). A `sink`
+    given to forward receives the self-attention weights. `queries=n` (the last block of a
+    class-token classifier): outputs for the first n tokens only, which attend to all of them.
     """
 
     def __init__(self, width: int, heads: int, *, mlp_hidden: int | None = None, mlp_layers: int = 1,
@@ -62,10 +65,8 @@ class TransformerBlock(nn.Module):
                                                  attn_dropout=attn_dropout, proj_dropout=dropout, impl=impl)
         self.norm2 = nn.LayerNorm(width, eps=norm_eps)
         # `dropout` acts where GPT-2, nanoGPT, BERT and HF's ViT put it: on each residual branch's
-        # output (after the attention projection and after the MLP); the models add one after the
-        # embeddings. Not on the MLP's hidden activations (timm's Mlp also drops there: a 4x wider
-        # tensor to mask, which nanoGPT and GPT-2 do not do) and not on the attention matrix unless
-        # `attn_dropout` asks, since on CPU a dropped attention matrix forces SDPA off its fast kernel.
+        # output; not on the MLP's 4x wider hidden activations (as timm also does), nor on the
+        # attention matrix unless `attn_dropout` asks (on CPU that forces SDPA off its fast kernel).
         self.mlp = MLP(width, mlp_hidden or 4 * width, layers=mlp_layers, activation=activation, bias=bias)
         # Unused parts are None rather than nn.Identity: each module call costs about a microsecond
         # of Python, and a one-token generation step of gpt2 makes over a hundred of them.
@@ -74,37 +75,52 @@ class TransformerBlock(nn.Module):
         self.ls2 = LayerScale(width, layer_scale) if layer_scale else None
         self.drop_path = drop_path
 
-    def _residual(self, x: Tensor, branch: Tensor, ls: nn.Module | None, norm: nn.Module) -> Tensor:
-        if ls is not None:
-            branch = ls(branch)
-        if self.drop_path:
-            branch = drop_path(branch, self.drop_path, self.training)
-        x = x + branch
-        return x if self.pre_norm else norm(x)
-
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 context: Tensor | None = None, context_mask: Tensor | None = None,
-                need_weights: bool = False, cache: KVCache | None = None,
-                queries: int | None = None) -> tuple[Tensor, Tensor | None]:
-        """`queries=n`: outputs for the first n tokens only, which attend to all of them."""
-        h = self.norm1(x) if self.pre_norm else x
-        a, weights = self.attn(h, causal=causal, mask=mask, need_weights=need_weights, cache=cache, queries=queries)
-        x = self._residual(x if queries is None else x[:, :queries], a, self.ls1, self.norm1)
+                cache: KVCache | None = None, queries: int | None = None,
+                sink: Callable[[Tensor], None] | None = None) -> Tensor:
+        """x (B, N, D) -> (B, N, D); with `queries=n`, (B, n, D)."""
+        if self.pre_norm:
+            return self._pre_norm(x, causal, mask, context, context_mask, cache, queries, sink)
+        return self._post_norm(x, causal, mask, context, context_mask, cache, queries, sink)
+
+    def _pre_norm(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
+                  context_mask: Tensor | None, cache: KVCache | None, queries: int | None,
+                  sink: Callable[[Tensor], None] | None) -> Tensor:
+        """x = x + MHA(LN(x));  x = x + MLP(LN(x))"""
+        a = self.attn(self.norm1(x), causal=causal, mask=mask, cache=cache, queries=queries, sink=sink)
+        x = (x if queries is None else x[:, :queries]) + self._branch(a, self.ls1)
         if self.cross:
-            h = self.norm_cross(x) if self.pre_norm else x
-            c, _ = self.cross_attn(h, context, mask=context_mask)
-            x = self._residual(x, c, None, self.norm_cross)
-        h = self.norm2(x) if self.pre_norm else x
+            x = x + self._branch(self.cross_attn(self.norm_cross(x), context, mask=context_mask))
+        return x + self._branch(self._mlp(self.norm2(x)), self.ls2)
+
+    def _post_norm(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
+                   context_mask: Tensor | None, cache: KVCache | None, queries: int | None,
+                   sink: Callable[[Tensor], None] | None) -> Tensor:
+        """x = LN(x + MHA(x));  x = LN(x + MLP(x))"""
+        a = self.attn(x, causal=causal, mask=mask, cache=cache, queries=queries, sink=sink)
+        x = self.norm1((x if queries is None else x[:, :queries]) + self._branch(a, self.ls1))
+        if self.cross:
+            x = self.norm_cross(x + self._branch(self.cross_attn(x, context, mask=context_mask)))
+        return self.norm2(x + self._branch(self._mlp(x), self.ls2))
+
+    def _mlp(self, h: Tensor) -> Tensor:
         m = self.mlp(h)
-        x = self._residual(x, m if self.mlp_drop is None else self.mlp_drop(m), self.ls2, self.norm2)
-        return x, weights
+        return m if self.mlp_drop is None else self.mlp_drop(m)
+
+    def _branch(self, h: Tensor, ls: LayerScale | None = None) -> Tensor:
+        """A residual branch as it joins the stream: layer-scaled, and dropped per sample in training."""
+        if ls is not None:
+            h = ls(h)
+        return drop_path(h, self.drop_path, self.training) if self.drop_path else h
 
 
 class Transformer(nn.Module):
     """The backbone: (B, N, D) tokens in, (B, N, D) tokens out.
 
-    `return_attention=True` returns every layer's weights, a list of ints only those layers (in
-    the order asked); only the layers asked take the explicit, slower path.
+    Attention weights come from `forward_with_attention(x, layers)`; only the layers asked take
+    the explicit, slower path. `trunk(x, return_attention=...)` is the public contract's
+    shorthand for it.
     """
 
     def __init__(self, width: int, depth: int, heads: int, *, mlp_hidden: int | None = None,
@@ -128,48 +144,70 @@ class Transformer(nn.Module):
                              drop_path=drop_path * i / max(depth - 1, 1))  # deeper blocks drop more
             for i in range(depth))
         # Pre-norm leaves the residual stream unnormalised, so a final norm precedes the heads.
-        self.norm = nn.LayerNorm(width, eps=norm_eps) if final_norm else nn.Identity()
+        self.norm = nn.LayerNorm(width, eps=norm_eps) if final_norm else None
         self.apply(init_weights)
-
-    def _layers_asked(self, return_attention: bool | Sequence[int]) -> list[int]:
-        if return_attention is True:
-            return list(range(self.depth))
-        if return_attention is False or return_attention is None:
-            return []
-        layers = []
-        for i in return_attention:
-            if not isinstance(i, int) or not -self.depth <= i < self.depth:
-                raise ValueError(f"return_attention layers must be ints in [-{self.depth}, {self.depth}); got {i!r}")
-            layers.append(i % self.depth)
-        return layers
 
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False, context: Tensor | None = None,
                 context_mask: Tensor | None = None, cache: list[KVCache] | None = None,
                 keep: int | None = None):
-        """`keep=n`: return only the first n tokens (e.g. 1: the class token). The last block then
-        computes its attention queries, MLP and the final norm for those n alone: the same
-        values, for half (MLP as wide as the tokens) to three quarters (MLP 4x) of a block's work
-        less. Attention weights asked of the last block then have n query rows."""
+        """(B, N, D) -> (B, N, D). With `return_attention` (True, or layer numbers) it returns
+        `forward_with_attention(x, return_attention, ...)`: (tokens, weights).
+
+        `cache`: one KVCache per layer (generation). `keep=n`: return only the first n tokens
+        (e.g. 1: the class token). The last block then computes its attention queries, MLP and
+        the final norm for those n alone: the same values, for half (MLP as wide as the tokens)
+        to three quarters (MLP 4x) of a block's work less."""
+        if return_attention is not False and return_attention is not None:
+            return self.forward_with_attention(x, return_attention, causal=causal, mask=mask, context=context,
+                                               context_mask=context_mask, cache=cache, keep=keep)
+        return self._blocks(x, causal, mask, context, context_mask, cache, keep, {})
+
+    def forward_with_attention(self, x: Tensor, layers: bool | Sequence[int] = True, *,
+                               on_layer: Callable[[int, Tensor], None] | None = None, causal: bool = False,
+                               mask: Tensor | None = None, context: Tensor | None = None,
+                               context_mask: Tensor | None = None, cache: list[KVCache] | None = None,
+                               keep: int | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(tokens, weights): weights a list of (B, heads, N, N), one per layer asked (`True`: all;
+        ints, negative from the end: those, in that order). With `keep=n` the last layer's have n
+        query rows.
+
+        `on_layer(i, weights)` instead receives each asked layer's weights as soon as it has
+        computed them and the list comes back empty: nothing keeps them, so the extra memory is
+        one layer's weights, not all of them (for rollout over a large image)."""
+        asked = self._layers_asked(layers)
+        kept: dict[int, Tensor] = {}
+        hand_over = kept.__setitem__ if on_layer is None else on_layer
+        y = self._blocks(x, causal, mask, context, context_mask, cache, keep, {i: partial(hand_over, i) for i in asked})
+        return y, [kept[i] for i in asked] if on_layer is None else []
+
+    def _blocks(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
+                context_mask: Tensor | None, cache: list[KVCache] | None, keep: int | None,
+                sinks: dict[int, Callable[[Tensor], None]]) -> Tensor:
         if keep is not None and not (isinstance(keep, int) and keep >= 1):
             raise ValueError(f"keep must be a positive int, got {keep!r}")
         if x.dim() != 3 or x.shape[-1] != self.width:
             raise ValueError(f"expected tokens of shape (B, N, {self.width}), got {tuple(x.shape)}")
         if cache is not None and len(cache) != self.depth:
             raise ValueError(f"cache must hold one KVCache per layer ({self.depth}), got {len(cache)}")
-        asked = self._layers_asked(return_attention)
-        weights: dict[int, Tensor] = {}
+        last = self.depth - 1
         for i, block in enumerate(self.blocks):
-            last = i == self.depth - 1
-            x, w = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
-                         need_weights=i in asked, cache=None if cache is None else cache[i],
-                         queries=keep if last else None)
-            if w is not None:
-                weights[i] = w
-        x = self.norm(x)
-        if return_attention is False or return_attention is None:
-            return x
-        return x, [weights[i] for i in asked]
+            x = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
+                      cache=None if cache is None else cache[i], queries=keep if i == last else None,
+                      sink=sinks.get(i))
+        return x if self.norm is None else self.norm(x)
+
+    def _layers_asked(self, layers: bool | Sequence[int]) -> list[int]:
+        if layers is True:
+            return list(range(self.depth))
+        if layers is False or layers is None:
+            return []
+        asked = []
+        for i in layers:
+            if not isinstance(i, int) or not -self.depth <= i < self.depth:
+                raise ValueError(f"return_attention layers must be ints in [-{self.depth}, {self.depth}); got {i!r}")
+            asked.append(i % self.depth)
+        return asked
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:

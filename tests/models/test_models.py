@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import anyformer as af
+from anyformer.models import sample
 
 
 @pytest.fixture
@@ -79,39 +80,14 @@ def test_gpt_cached_generation_equals_uncached(position):
     torch.testing.assert_close(torch.stack(logits, 1), full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("cfg", [dict(position="learned"), dict(position="rotary", bias=False),
-                                 dict(position="sinusoidal", tie_weights=False), dict(position="none", activation="relu")])
-def test_gpt_one_token_step_equals_forward(cfg):
-    # generate's written-out step must compute exactly what the general forward computes.
-    gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=3, heads=4, **cfg)).eval()
-    ids = torch.randint(0, 50, (2, 12))
-    fast, slow = gpt.new_cache(2), gpt.new_cache(2)
-    with torch.no_grad():
-        gpt(ids[:, :8], cache=fast), gpt(ids[:, :8], cache=slow)
-        for t in range(8, 12):
-            a = gpt._next_token_logits(ids[:, t:t + 1], fast)
-            b = gpt(ids[:, t:t + 1], cache=slow, last_only=True)[:, -1]
-            assert torch.equal(a, b)
-    assert torch.equal(fast[0].k[:, :, :12], slow[0].k[:, :, :12])
-
-
-def test_gpt_generate_takes_the_general_forward_for_hooks_explicit_attention_or_swapped_layers(monkeypatch):
+def test_generate_steps_through_the_one_forward_so_hooks_and_swapped_layers_count():
     gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=2, heads=4)).eval()
     prompt = torch.randint(0, 50, (1, 5))
-    steps = []
-    real_step = af.GPT._next_token_logits
-    monkeypatch.setattr(af.GPT, "_next_token_logits", lambda self, *a: steps.append(1) or real_step(self, *a))
-    expected = gpt.generate(prompt, 6, temperature=0)
-    assert len(steps) == 5  # every token after the first
     calls = []
-    handle = gpt.backbone.blocks[1].attn.register_forward_hook(lambda *_: calls.append(1))
-    assert torch.equal(gpt.generate(prompt, 6, temperature=0), expected)
-    assert len(calls) == 6  # the prefix, then each of the 5 steps after the first token
+    handle = gpt.backbone.blocks[1].attn.register_forward_hook(lambda _m, _a, out: calls.append(out.shape[1]))
+    expected = gpt.generate(prompt, 6, temperature=0)
     handle.remove()
-    assert gpt._plain_modules()
-    gpt.backbone.blocks[0].attn.impl = "explicit"
-    assert not gpt._plain_modules()
-    gpt.backbone.blocks[0].attn.impl = "auto"
+    assert calls == [5, 1, 1, 1, 1, 1]  # the prompt, then one position for each token after the first
 
     class Doubled(torch.nn.Linear):  # a layer that computes something else from the same weights
         def forward(self, x):
@@ -119,10 +95,29 @@ def test_gpt_generate_takes_the_general_forward_for_hooks_explicit_attention_or_
     fc1 = gpt.backbone.blocks[0].mlp.fc1
     gpt.backbone.blocks[0].mlp.fc1 = swapped = Doubled(fc1.in_features, fc1.out_features)
     swapped.load_state_dict(fc1.state_dict())
-    assert not gpt._plain_modules()
-    steps.clear()
+    with torch.no_grad():
+        steps, _ = step_logits(gpt, expected)
+        torch.testing.assert_close(steps, gpt(expected[:, :-1])[:, 4:], atol=1e-5, rtol=1e-5)
     assert torch.equal(gpt.generate(prompt, 6, temperature=0), gpt.generate(prompt, 6, temperature=0, use_cache=False))
-    assert steps == []
+
+
+def step_logits(gpt, ids, prompt_len=5):
+    """Logits of each cached one-token step after `prompt_len` tokens, as generate computes them."""
+    cache = gpt.new_cache(ids.shape[0])
+    logits = [gpt(ids[:, :prompt_len], cache=cache, last_only=True)[:, -1]]
+    logits += [gpt(ids[:, t:t + 1], cache=cache, last_only=True)[:, -1] for t in range(prompt_len, ids.shape[1] - 1)]
+    return torch.stack(logits, 1), cache
+
+
+def test_greedy_generation_takes_the_argmax_of_the_forward_logits():
+    gpt = af.GPT.from_config(dict(vocab_size=50, context=64, width=32, depth=2, heads=4)).eval()
+    ids = torch.randint(0, 50, (3, 5))
+    out = gpt.generate(ids, 8, temperature=0)
+    with torch.no_grad():
+        for t in range(5, 13):
+            assert torch.equal(out[:, t], gpt(out[:, :t])[:, -1].argmax(-1))
+    # top_k=1 leaves only the argmax to draw, whatever the temperature
+    assert torch.equal(gpt.generate(ids, 8, temperature=1.5, top_k=1, generator=torch.Generator().manual_seed(0)), out)
 
 
 def test_gpt_cache_past_the_fused_attention_threshold():
@@ -135,6 +130,68 @@ def test_gpt_cache_past_the_fused_attention_threshold():
     logits = [gpt(a[:, :120], cache=cache)[:, -1]]
     logits += [gpt(a[:, t:t + 1], cache=cache)[:, -1] for t in range(120, a.shape[1] - 1)]
     torch.testing.assert_close(torch.stack(logits, 1), gpt(a[:, :-1])[:, 119:], atol=1e-5, rtol=1e-5)
+
+
+DRAWS = 4000
+
+
+def draw(logits, **kwargs):
+    """DRAWS samples of one (V,) row of logits, all in one call: (DRAWS,) token ids."""
+    return sample(logits.expand(DRAWS, -1), generator=torch.Generator().manual_seed(0), **kwargs)[:, 0]
+
+
+def frequencies(ids, vocab):
+    return torch.bincount(ids, minlength=vocab).double() / len(ids)
+
+
+@pytest.fixture
+def flat_logits():
+    # A flat distribution: most of the mass lies outside any small top-k set or nucleus.
+    return torch.randn(20, generator=torch.Generator().manual_seed(1)) * 0.5
+
+
+def test_sample_greedy_is_the_argmax():
+    logits = torch.randn(16, 30)
+    assert torch.equal(sample(logits, temperature=0), logits.argmax(-1, keepdim=True))
+    assert torch.equal(sample(logits, temperature=0, top_k=5, top_p=0.5), logits.argmax(-1, keepdim=True))
+
+
+def test_sample_draws_in_proportion_to_softmax_of_logits_over_temperature(flat_logits):
+    for temperature in (1.0, 0.5):
+        expected = (flat_logits.double() / temperature).softmax(-1)
+        got = frequencies(draw(flat_logits, temperature=temperature), 20)
+        assert (got - expected).abs().max() < 0.03  # 4000 draws: the standard error is at most 0.008
+
+
+def test_sample_top_k_draws_only_the_k_most_likely_in_their_proportions(flat_logits):
+    k = 4
+    top = flat_logits.topk(k).indices
+    got = frequencies(draw(flat_logits, top_k=k), 20)
+    outside = torch.ones(20, dtype=torch.bool)
+    outside[top] = False
+    assert got[outside].sum() == 0
+    expected = flat_logits[top].double().softmax(-1)
+    assert (got[top] - expected).abs().max() < 0.03
+
+
+def test_sample_top_p_draws_only_the_nucleus_in_its_proportions(flat_logits):
+    p = 0.5
+    probs = flat_logits.double().softmax(-1)
+    order = probs.argsort(descending=True)
+    # The nucleus by hand: the most likely tokens, in order, until their mass first reaches p.
+    size = int((probs[order].cumsum(0) < p).sum()) + 1
+    nucleus = order[:size]
+    assert 2 < size < 15  # a real cut, neither one token nor all of them
+    got = frequencies(draw(flat_logits, top_p=p), 20)
+    outside = torch.ones(20, dtype=torch.bool)
+    outside[nucleus] = False
+    assert got[outside].sum() == 0
+    assert (got[nucleus] - probs[nucleus] / probs[nucleus].sum()).abs().max() < 0.03
+
+
+def test_sample_top_k_and_top_p_together_keep_the_smaller_set(flat_logits):
+    top3 = set(flat_logits.topk(3).indices.tolist())
+    assert set(draw(flat_logits, top_k=3, top_p=0.99).tolist()) == top3
 
 
 def test_sampling_is_reproducible_with_a_generator():
@@ -188,3 +245,26 @@ def test_load_errors_name_the_problem(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"family": "rnn", "config": {}}))
     with pytest.raises(ValueError, match="does not describe an anyformer model"):
         af.load(tmp_path)
+
+
+@pytest.mark.parametrize("family", ["vit", "gpt", "text-encoder"])
+def test_forward_flops_equal_a_flop_counter_on_the_forward(family):
+    # torch's FlopCounterMode counts each matmul and convolution as it runs; every layer's attention
+    # on the explicit path, whose two products it sees (it has no count for CPU's fused kernel).
+    from torch.utils.flop_counter import FlopCounterMode
+    if family == "vit":
+        model = af.ViT.from_config(dict(image_size=(16, 12), patch_size=4, in_chans=3, num_classes=5, width=32,
+                                        depth=2, heads=4, mlp_hidden=64, head_hidden=8, num_registers=2))
+        inputs, n = (torch.randn(1, 3, 16, 12),), None
+    elif family == "gpt":
+        model = af.GPT.from_config(dict(vocab_size=50, context=16, width=32, depth=2, heads=4, tie_weights=False))
+        inputs, n = (torch.randint(0, 50, (1, 11)),), 11
+    else:
+        model = af.TextEncoder.from_config(dict(vocab_size=50, max_positions=12, width=32, depth=2, heads=4,
+                                                mlp_hidden=64))
+        inputs, n = (torch.randint(0, 50, (1, 9)),), 9
+    with FlopCounterMode(display=False) as counter:
+        model.eval().forward_with_attention(*inputs)
+    assert counter.get_total_flops() == model.forward_flops(n) > 0
+    with pytest.raises(ValueError, match=r"seq_len must be an int (in \[1, \d+\]|>= 4) \(.*\), got 0"):
+        model.forward_flops(0)

@@ -1,9 +1,11 @@
-"""Every preset: built, run forward and backward, saved and loaded; published sizes hold."""
+"""Every preset: its published size and shapes on the meta device; the small ones also built for
+real, run forward and backward, saved and loaded."""
 import pytest
 import torch
 
 import anyformer as af
 from anyformer.models import PRESETS, REGISTRY
+from anyformer.train.perf import flops_per_item
 
 # Published parameter counts (timm's model cards for ViT, Hugging Face's for GPT-2 and BERT).
 PUBLISHED = {
@@ -12,14 +14,21 @@ PUBLISHED = {
     "gpt2": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080, "gpt2-xl": 1_557_611_200,
     "bert-base": 109_482_240, "minilm-l6": 22_713_216,
 }
-# Over 50M parameters: too slow to initialise, run and save on every CI run on 2 cores. Their full
-# size is built on the meta device above; here they run with their own widths and heads at depth 2.
+# Over 50M parameters: too slow to initialise, run and save on every CI run on 2 cores. They are
+# built on the meta device only (no memory, no arithmetic): counts and shapes. Each family keeps
+# a small preset of the same code built for real below (vit-ti/16, shakespeare-char, minilm-l6).
 LARGE = {name for name, n in PUBLISHED.items() if n > 50_000_000}
+SMALL = sorted(set(PRESETS) - LARGE)
 
 
 def _build(name, **overrides):
     family = PRESETS[name][0]
     return REGISTRY[family].preset(name, **overrides)
+
+
+def _on_meta(name):
+    with torch.device("meta"):
+        return _build(name)
 
 
 def _tiny_input(model):
@@ -32,25 +41,62 @@ def _tiny_input(model):
     return (torch.randint(0, c.vocab_size, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2]))
 
 
+def test_every_family_has_a_small_preset_built_for_real():
+    assert {PRESETS[name][0] for name in SMALL} == set(REGISTRY)
+
+
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_published_parameter_counts(name):
-    with torch.device("meta"):
-        model = _build(name)
-    assert model.num_params() == PUBLISHED[name]
+    assert _on_meta(name).num_params() == PUBLISHED[name]
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_shapes(name):
+    model = _on_meta(name)
+    c = model.config
+    blocks = model.backbone.blocks
+    hidden = c.mlp_hidden or 4 * c.width
+    assert len(blocks) == c.depth and {b.attn.heads for b in blocks} == {c.heads}
+    for block in blocks:
+        assert block.attn.qkv.weight.shape == (3 * c.width, c.width)
+        assert block.attn.proj.weight.shape == (c.width, c.width)
+        assert block.mlp.fc1.weight.shape == (hidden, c.width) and block.mlp.fc2.weight.shape == (c.width, hidden)
+    if model.family == "vit":
+        assert model.head.fc.weight.shape[0] == c.num_classes
+    elif model.family == "gpt":
+        assert model.lm_head.weight.shape == (c.vocab_size, c.width)
+        assert (model.lm_head.weight is model.tok_embed.weight) == c.tie_weights
+
+
+class _Task:
+    def __init__(self, seq_len):
+        self.seq_len = seq_len
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if PRESETS[n][0] in ("vit", "gpt")))
+def test_forward_flops_are_the_training_flops_perf_counts(name):
+    # Training FLOPs per item (image or token) = 3 x forward, exactly as train/perf.py counted them.
+    model = _on_meta(name)
+    if model.family == "vit":
+        assert 3 * model.forward_flops() == flops_per_item(model, None)
+        return
+    context = model.config.context
+    assert 3 * model.forward_flops() / context == flops_per_item(model, object())  # no seq_len: the context
+    for t in (1, 64, context):
+        assert 3 * model.forward_flops(t) / t == flops_per_item(model, _Task(t))
+
+
+@pytest.mark.parametrize("name", SMALL)
 def test_preset_forward_backward_save_load(name, tmp_path):
-    model = _build(name, depth=2) if name in LARGE else _build(name)
+    model = _build(name)
     model.train()
     out = model(*_tiny_input(model))
     loss = out.float().square().mean()
     if model.family == "text-encoder":
         loss = loss + model.pool(out).square().mean()  # the pooler is a head of its own
     loss.backward()
-    grads = [p.grad for p in model.parameters()]
-    assert all(g is not None for g in grads), "every parameter gets a gradient"
-    assert all(torch.isfinite(g).all() for g in grads)
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), f"{pname} gets a finite gradient"
     model.eval()
     inputs = _tiny_input(model)
     expected = model(*inputs)

@@ -10,9 +10,17 @@ def _mha(impl, **kw):
     return MultiHeadAttention(32, 4, impl=impl, **kw)
 
 
+def weights_of(m, *args, **kwargs):
+    """(output, weights) of one attention call, the weights taken by a sink."""
+    got = []
+    y = m(*args, sink=got.append, **kwargs)
+    assert isinstance(y, torch.Tensor) and len(got) == 1
+    return y, got[0]
+
+
 def test_weights_are_a_distribution_over_keys():
-    m = _mha("explicit")
-    _, w = m(torch.randn(3, 7, 32), need_weights=True)
+    m = _mha("fused")  # a sink takes the explicit path whatever the layer's impl
+    y, w = weights_of(m, torch.randn(3, 7, 32))
     assert w.shape == (3, 4, 7, 7)
     assert (w >= 0).all()
     torch.testing.assert_close(w.sum(-1), torch.ones(3, 4, 7))
@@ -27,7 +35,7 @@ def test_fused_and_explicit_agree_forward_and_backward(causal, masked):
     outs, grads = [], []
     for impl in ("fused", "explicit"):
         m = _mha(impl)
-        y, _ = m(x, causal=causal, mask=mask if masked else None)
+        y = m(x, causal=causal, mask=mask if masked else None)
         y.pow(2).sum().backward()
         outs.append(y.detach())
         grads.append((x.grad.clone(), m.qkv.weight.grad.clone()))
@@ -42,17 +50,17 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda q, k, v: attention_explicit(q, k, v, causal=True)[0], (q, k, v))
     m = MultiHeadAttention(8, 2, impl="fused").double()
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: m(x)[0], (x,))
+    assert torch.autograd.gradcheck(lambda x: m(x), (x,))
 
 
 def test_causal_output_ignores_the_future():
     m = _mha("auto")
     x = torch.randn(1, 10, 32)
-    y, _ = m(x, causal=True)
+    y = m(x, causal=True)
     for t in range(9):
         x2 = x.clone()
         x2[:, t + 1:] = torch.randn_like(x2[:, t + 1:])
-        y2, _ = m(x2, causal=True)
+        y2 = m(x2, causal=True)
         torch.testing.assert_close(y2[:, : t + 1], y[:, : t + 1])
         assert not torch.allclose(y2[:, t + 1:], y[:, t + 1:])
 
@@ -61,25 +69,25 @@ def test_key_padding_mask_hides_keys():
     m = _mha("explicit")
     x = torch.randn(1, 6, 32)
     mask = torch.tensor([[True, True, True, True, False, False]])
-    y, w = m(x, mask=mask, need_weights=True)
+    y, w = weights_of(m, x, mask=mask)
     assert (w[..., 4:] == 0).all()
     x2 = x.clone()
     x2[:, 4:] = 5 * torch.randn(1, 2, 32)
-    y2, _ = m(x2, mask=mask)
+    y2 = m(x2, mask=mask)
     torch.testing.assert_close(y2[:, :4], y[:, :4])
 
 
 def test_cross_attention_attends_to_the_other_sequence_only():
     m = MultiHeadAttention(32, 4, cross=True, context_width=16, impl="explicit")
     x, ctx = torch.randn(2, 5, 32), torch.randn(2, 3, 16)
-    y, w = m(x, ctx, need_weights=True)
+    y, w = weights_of(m, x, ctx)
     assert w.shape == (2, 4, 5, 3)  # queries from x, keys from the context alone
-    y_other, _ = m(x, torch.randn(2, 3, 16))
+    y_other = m(x, torch.randn(2, 3, 16))
     assert not torch.allclose(y, y_other)
     # A query's output depends on the context and its own token only, not on the other queries.
     x2 = x.clone()
     x2[:, 1:] = torch.randn(2, 4, 32)
-    y2, _ = m(x2, ctx)
+    y2 = m(x2, ctx)
     torch.testing.assert_close(y2[:, 0], y[:, 0])
 
 
@@ -95,8 +103,24 @@ def test_return_attention_only_layers_asked():
     torch.testing.assert_close(attn_some[1], attn_all[1])
     torch.testing.assert_close(y_some, y_all, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(trunk(x), y_all, atol=1e-6, rtol=1e-5)
-    with pytest.raises(ValueError, match="return_attention layers"):
+    with pytest.raises(ValueError, match=r"return_attention layers must be ints in \[-4, 4\); got 4"):
         trunk(x, return_attention=[4])
+    # the public shorthand is a delegate of forward_with_attention
+    y_fwa, attn_fwa = trunk.forward_with_attention(x, [3, 1])
+    assert torch.equal(y_fwa, y_some) and all(map(torch.equal, attn_fwa, attn_some))
+    assert isinstance(trunk(x, return_attention=False), torch.Tensor)
+
+
+def test_forward_with_attention_can_hand_each_layer_over_instead_of_keeping_it():
+    trunk = Transformer(width=32, depth=3, heads=4).eval()
+    x = torch.randn(2, 6, 32)
+    y, kept = trunk.forward_with_attention(x, [2, 0])
+    handed = []
+    y2, none_kept = trunk.forward_with_attention(x, [2, 0], on_layer=lambda i, w: handed.append((i, w)))
+    assert none_kept == [] and torch.equal(y2, y)
+    assert [i for i, _ in handed] == [0, 2]  # in the order computed
+    torch.testing.assert_close(handed[0][1], kept[1])
+    torch.testing.assert_close(handed[1][1], kept[0])
 
 
 def test_only_the_asked_layer_takes_the_explicit_path(monkeypatch):

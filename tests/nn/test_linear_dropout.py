@@ -62,7 +62,8 @@ def test_linear_edge_cases_fall_back_or_refuse_clearly():
     layer = Linear(4, 3)
     x = torch.randn(2, 4, requires_grad=True)
     (gx,) = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError):  # the oneDNN backward is once-differentiable
+    # the oneDNN backward is once-differentiable: the first gradient carries no graph to differentiate
+    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
         gx.sum().backward()
     # torch.func transforms see F.linear: per-sample gradients work
     per_sample = torch.func.vmap(torch.func.grad(

@@ -30,17 +30,17 @@ def test_causal_backbone_ignores_the_future():
     torch.testing.assert_close(trunk(x2, causal=True)[:, :5], y[:, :5])
 
 
-def test_pre_and_post_norm_blocks_differ_as_written():
+def test_pre_and_post_norm_blocks_compute_the_seeds_equations():
     x = torch.randn(2, 4, 16)
     post = TransformerBlock(16, 2, norm="post").eval()
-    y, _ = post(x)
+    y = post(x)
     # Post-norm ends with a LayerNorm: every token has zero mean and unit variance.
     torch.testing.assert_close(y.mean(-1), torch.zeros(2, 4), atol=1e-5, rtol=0)
+    h = post.norm1(x + post.attn(x))  # x = LN(x + MHA(x));  x = LN(x + MLP(x))
+    torch.testing.assert_close(y, post.norm2(h + post.mlp(h)))
     pre = TransformerBlock(16, 2, norm="pre").eval()
-    y_pre, _ = pre(x)
-    a, _ = pre.attn(pre.norm1(x))
-    h = x + a
-    torch.testing.assert_close(y_pre, h + pre.mlp(pre.norm2(h)))
+    h = x + pre.attn(pre.norm1(x))  # x = x + MHA(LN(x));  x = x + MLP(LN(x))
+    torch.testing.assert_close(pre(x), h + pre.mlp(pre.norm2(h)))
 
 
 def test_drop_path_and_layer_scale():
@@ -48,10 +48,10 @@ def test_drop_path_and_layer_scale():
     assert block.ls1.gamma.shape == (16,)
     x = torch.randn(64, 3, 16)
     block.eval()
-    y, _ = block(x)
+    y = block(x)
     assert (y - x).abs().max() < 1e-3  # tiny layer scale: block is near identity at start
     block.train()
-    y, _ = block(x)
+    y = block(x)
     dropped = ((y - x).abs().amax(dim=(1, 2)) == 0).float().mean()
     assert 0.1 < dropped < 0.9  # whole samples' branches dropped
 
@@ -78,12 +78,35 @@ def test_sinusoidal_and_concat_positions():
         LearnedPosition(4, 8)(torch.randn(1, 5, 8))
 
 
-def test_rotary_depends_on_relative_offset_only():
+def test_rotary_q_dot_k_depends_on_the_position_difference_and_changes_with_it():
     rope = RotaryEmbedding(8)
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
-    d1 = (rope(q, 3) * rope(k, 1)).sum()
-    d2 = (rope(q, 10) * rope(k, 8)).sum()
-    torch.testing.assert_close(d1, d2)
+
+    def dot(m, n):
+        return (rope(q, m) * rope(k, n)).sum()
+    torch.testing.assert_close(dot(3, 1), dot(10, 8))
+    torch.testing.assert_close(dot(0, 0), (q * k).sum())  # position 0 is not rotated
+    assert not torch.allclose(dot(3, 1), dot(3, 2), atol=1e-3)  # another difference, another score
+
+
+def test_rotary_turns_each_channel_pair_by_position_times_its_frequency():
+    # By hand: pair i of a vector at position p turns by the angle p * base^(-2i / d_h).
+    rope = RotaryEmbedding(4, base=100.0)
+    t = torch.tensor([1.0, 0.0, 0.0, 2.0]).expand(1, 1, 3, 4)  # one vector at positions 5, 6, 7
+    for n, row in enumerate(rope(t, offset=5)[0, 0]):
+        a0, a1 = torch.tensor(5.0 + n), torch.tensor((5.0 + n) * 100.0 ** -0.5)
+        expected = torch.stack([a0.cos(), a0.sin(), -2 * a1.sin(), 2 * a1.cos()])
+        torch.testing.assert_close(row, expected)
+
+
+def test_rotary_attention_sees_order():
+    # Rotary positions act inside attention: without them the backbone is permutation equivariant.
+    trunk = Transformer(width=32, depth=2, heads=4, rotary=True).eval()
+    with torch.no_grad():  # scores far from zero, so attention is far from uniform
+        for block in trunk.blocks:
+            block.attn.qkv.weight.normal_(std=0.5)
+    x, perm = torch.randn(1, 8, 32), torch.arange(7, -1, -1)
+    assert not torch.allclose(trunk(x[:, perm]), trunk(x)[:, perm], atol=1e-4)
 
 
 def test_bad_input_is_named():

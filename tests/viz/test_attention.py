@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 import anyformer.nn.attention as attention_module
-from anyformer.models import GPT, GPTConfig, ViT, ViTConfig
+from anyformer.models import GPT, GPTConfig, TextEncoder, TextEncoderConfig, ViT, ViTConfig
+from anyformer.nn import Transformer
 from anyformer.viz import (attention_rollout, cls_attention_maps, image_attention, plot_digit_attention,
                            plot_image_attention, plot_token_attention, rollout_map, stream_attention)
 
@@ -35,7 +36,7 @@ def hand_attention(vit: ViT, images: torch.Tensor, layer: int) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d)) of one layer from the weights, in float64, without the attention module."""
     x = vit.tokens(images)
     for block in vit.backbone.blocks[:layer]:
-        x = block(x)[0]
+        x = block(x)
     block = vit.backbone.blocks[layer]
     x = x.double()
     h = F.layer_norm(x, (x.shape[-1],), block.norm1.weight.double(), block.norm1.bias.double(), block.norm1.eps)
@@ -134,6 +135,23 @@ def test_stream_attention_hands_over_each_layer_and_leaves_no_hooks():
         torch.testing.assert_close(w, full)
     torch.testing.assert_close(out, logits)
     assert all(not b._forward_hooks for b in vit.backbone.blocks)
+
+
+def test_stream_attention_works_on_the_backbone_and_text_encoder_and_refuses_other_modules():
+    trunk = Transformer(width=16, depth=2, heads=2).eval()
+    x = torch.randn(1, 5, 16)
+    seen = []
+    torch.testing.assert_close(stream_attention(trunk, x, lambda i, w: seen.append(i), layers=[1]), trunk(x))
+    assert seen == [1]
+    enc = TextEncoder(TextEncoderConfig(vocab_size=11, max_positions=8, width=16, depth=2, heads=2, mlp_hidden=32)).eval()
+    ids, mask = torch.randint(0, 11, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    layers = []
+    out = stream_attention(enc, ids, lambda i, w: layers.append(w), attention_mask=mask)
+    torch.testing.assert_close(out, enc(ids, mask))
+    assert len(layers) == 2 and (layers[0][1, :, :, 4:] == 0).all()  # padding gets no attention
+    with pytest.raises(TypeError, match="Linear cannot hand out its attention: expected an anyformer model or "
+                                        "Transformer"):
+        stream_attention(torch.nn.Linear(2, 2), torch.randn(1, 2), lambda i, w: None)
 
 
 def test_streamed_rollout_on_a_causal_language_model():

@@ -57,7 +57,7 @@ def test_curves_refuse_bad_input(tmp_path):
         plot_curves(bad, tmp_path / "x.png")
     with pytest.raises(ValueError, match="no metrics to plot"):
         plot_curves([{"step": 1, "note": "hi"}], tmp_path / "x.png")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"no metrics file at .*missing\.jsonl \(expected metrics\.jsonl"):
         plot_curves(tmp_path / "missing.jsonl", tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
 

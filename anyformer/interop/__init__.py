@@ -7,7 +7,7 @@ what it needs when called and says what to `pip install` when it is missing.
     sd = vit.to_timm()
     vit = ViT.from_hf(vit_model); hf = vit.to_hf()                     # anyformer.interop.hf
     gpt = GPT.from_hf(gpt2_lm_head_model); hf = gpt.to_hf()
-    enc = TextEncoder.from_hf(bert_model)
+    enc = TextEncoder.from_hf(bert_model)                              # anyformer.interop.hf_bert
     enc, tok = load_minilm(); emb = embed_sentences(enc, tok, ["a", "b"])   # anyformer.interop.minilm
 """
 from ._common import check_state_dict, require_timm, require_transformers, resample_pos_embed

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..shapes import pair
 from ._torchvision_compat import ensure_torchvision_importable
 
 # Which pip package provides each reference library, for the ImportError's advice.

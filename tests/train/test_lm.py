@@ -4,7 +4,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import anyformer as af
 from anyformer.data.text import load_corpus, tokenizer_from_info
@@ -14,7 +13,7 @@ from anyformer.train.distributed import Distributed
 from anyformer.train.lm import LanguageModelling
 from tests.conftest import SHARED_DATA
 
-from .conftest import interrupt_at
+from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at
 
 TINY = dict(width=48, depth=2, heads=4, context=64, dropout=0.0)
 
@@ -108,9 +107,8 @@ def test_resume_of_a_language_model_run_continues_exactly(tmp_path, corpus):
     resumed = trainer(lm_config(tmp_path / "b", resume=True, **kw), corpus)
     resumed.run()
     assert resumed.step == 24
-    a = load_file(tmp_path / "a" / "run" / "model.safetensors")
-    b = load_file(tmp_path / "b" / "run" / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    assert_same_checkpoints(tmp_path / "a" / "run", tmp_path / "b" / "run")
     strip = lambda p: [{k: v for k, v in json.loads(l).items() if k not in ("time", "tokens_per_s")}
                        for l in p.read_text().splitlines()]
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")

@@ -53,6 +53,7 @@ def test_batches_are_shifted_windows_fixed_by_seed_and_step_and_shared_over_rank
     assert torch.equal(torch.cat([xr for (xr, _), _ in shares]), x)
     assert task.model_overrides() == {"vocab_size": 65, "context": 64}
     assert task.seq_len == 32 and task.steps_per_epoch == -(-200_000 // (16 * 32))
+    assert (task.unit, task.items_per_example) == ("tokens", 32)  # throughput counts tokens, not sequences
 
 
 def test_evaluation_uses_the_same_windows_and_shards_add_up(tmp_path, corpus):
@@ -84,6 +85,10 @@ def test_short_run_on_shakespeare_learns_and_writes_the_run_directory(tmp_path, 
     assert lines[0]["eval_loss"] < 3.1  # from ln(65) = 4.17 at step 0 (measured: 2.92)
     assert lines[-1]["eval_loss"] < lines[0]["eval_loss"] - 0.15 and lines[-1]["eval_loss"] < 2.8  # (2.68)
     assert summary["val_loss"] == lines[-1]["eval_loss"]
+    best = min(lines, key=lambda m: m["eval_loss"])
+    assert (summary["best_val_loss"], summary["best_val_step"], summary["best_val_seconds"]) == (
+        best["eval_loss"], best["step"], best["time"])
+    assert "test_accuracy" not in summary and "train_accuracy" not in lines[0]
     assert json.loads((run / "summary.json").read_text())["val_loss"] == summary["val_loss"]
     for name in ("config.json", "model.safetensors", "curves.png"):
         assert (run / name).is_file(), name

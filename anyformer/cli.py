@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from . import runtime

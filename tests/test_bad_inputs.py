@@ -222,7 +222,8 @@ def test_eval_and_predict_of_damaged_runs(vit, tmp_path, capsys):
     for argv, message in (
             (["eval", str(tmp_path / "run")], f"{weights} is not a readable safetensors file"),
             (["predict", str(tmp_path / "run"), "x.png"], f"{weights} is not a readable safetensors file"),
-            (["generate", str(nowhere), "--prompt", "hi"], f"no model in {nowhere}: expected {nowhere / 'config.json'}")):
+            (["generate", str(nowhere), "--prompt", "hi"],
+             f"no model in {nowhere}: expected {nowhere / 'config.json'}")):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"anyformer: error: {message}"), err

@@ -51,7 +51,8 @@ class ImageClassification:
         else:
             self.preprocess = ImagePreprocess.from_images(self.train.images)
         # Corners that a warp brings in are filled with what a black pixel becomes.
-        self._black = float(self.preprocess(torch.zeros(self.train.images.shape[1], 1, 1, dtype=torch.uint8))[0, 0, 0])
+        black = torch.zeros(self.train.images.shape[1], 1, 1, dtype=torch.uint8)
+        self._black = float(self.preprocess(black)[0, 0, 0])
         self.images = self.train.images.to(device)
         self.labels = self.train.labels.to(device)
         self.steps_per_epoch = math.ceil(len(self.train) / cfg.batch_size)
@@ -119,7 +120,9 @@ class ImageClassification:
         return f"test loss {line['eval_loss']:.4f}  test acc {line['eval_accuracy']:.4f}"
 
     def summary_fields(self, line: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"test_accuracy": line["eval_accuracy"], "test_loss": line["eval_loss"]} if "eval_accuracy" in line else {}
+        if "eval_accuracy" not in line:
+            return {}
+        return {"test_accuracy": line["eval_accuracy"], "test_loss": line["eval_loss"]}
 
     def final_line(self, summary: dict[str, Any]) -> str:
         return (f"test accuracy {summary['test_accuracy']:.4f} after {summary['epochs']} epochs "

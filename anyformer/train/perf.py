@@ -11,7 +11,7 @@ import time
 import torch
 from torch import nn
 
-from .precision import cpu_has_native_bf16, resolve_amp  # noqa: F401 - their old home; benchmarks import them here
+from .precision import resolve_amp
 
 
 @functools.lru_cache(maxsize=None)

@@ -193,8 +193,8 @@ class Trainer:
         for step, n_global, keys, _ in self._pending:
             loss = values[at] / n_global
             if not math.isfinite(loss):
-                raise TrainingError(f"the loss became {loss} at step {step + 1}; stopping. The last good "
-                                    f"checkpoint is kept in {self.run_dir}/{CKPT_DIR} (try a lower --lr or --grad-clip)")
+                raise TrainingError(f"the loss became {loss} at step {step + 1}; stopping. The last good checkpoint "
+                                    f"is kept in {self.run_dir}/{CKPT_DIR} (try a lower --lr or --grad-clip)")
             for k, v in zip(keys, values[at + 1:at + 1 + len(keys)]):
                 self.sums[k] = self.sums.get(k, 0) + v
             self.sums["loss"] = self.sums.get("loss", 0.0) + loss

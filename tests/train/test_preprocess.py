@@ -29,7 +29,8 @@ def test_normalises_exactly_as_training_does(mnist_slice):
     assert pre(x).dtype == torch.float32 and pre(x).shape == x.shape
     # Division by 255 std instead of multiplying by its reciprocal differs in the last bit somewhere:
     # the check above can tell the two apart.
-    divided = (x.float() - torch.tensor(pre.mean).view(1, -1, 1, 1) * 255) / (torch.tensor(pre.std).view(1, -1, 1, 1) * 255)
+    mean, std = (torch.tensor(v).view(1, -1, 1, 1) * 255 for v in (pre.mean, pre.std))
+    divided = (x.float() - mean) / std
     assert not torch.equal(divided, pre(x))
 
 
@@ -53,7 +54,8 @@ def test_saved_with_the_run_and_read_back(tmp_path, mnist_slice):
     make_trainer(tiny_config(tmp_path, max_steps=1), mnist_slice).run()
     info = read_config(tmp_path / "run")["data"]
     pre = ImagePreprocess.from_info(info)
-    assert info["preprocess"] == pre.to_dict() == ImagePreprocess.from_dict(json.loads(json.dumps(pre.to_dict()))).to_dict()
+    again = ImagePreprocess.from_dict(json.loads(json.dumps(pre.to_dict())))
+    assert info["preprocess"] == pre.to_dict() == again.to_dict()
     assert (pre.mean, pre.std, pre.channels, pre.image_size) == (info["mean"], info["std"], 1, (28, 28))
     # A run written before "preprocess" existed: mean, std, channels and image_size beside it.
     old = {k: v for k, v in info.items() if k != "preprocess"}

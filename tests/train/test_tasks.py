@@ -75,7 +75,9 @@ class EvenOdd(ImageClassification):
     @torch.no_grad()
     def evaluate(self, model, dist):
         x, y = self.normalise(self.test.images), self.test.labels % 2
-        return {"eval_loss": float(F.cross_entropy(model(x), y)), "parity_accuracy": float((model(x).argmax(-1) == y).float().mean())}
+        logits = model(x)
+        return {"eval_loss": float(F.cross_entropy(logits, y)),
+                "parity_accuracy": float((logits.argmax(-1) == y).float().mean())}
 
     def eval_text(self, line):
         return f"parity {line['parity_accuracy']:.3f}"

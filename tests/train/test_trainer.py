@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 import anyformer as af
 from anyformer.train import Interrupted, TrainingError

@@ -51,6 +51,8 @@ def autocast(amp: str, device: torch.device) -> AbstractContextManager:
 
 def make_scaler(amp: str, device: torch.device) -> torch.amp.GradScaler | None:
     """A GradScaler for fp16 (dynamic loss scale: halved on an overflow, doubled after 2000 clean
-    steps); None for bf16 and fp32, which need none."""
+    steps); None for bf16 and fp32, which need none. Without --grad-clip the fused AdamW reads the
+    overflow flag on the device; clipping needs the gradients unscaled first, and then the scaler
+    reads the flag on the host each step."""
     check_amp(amp, device)
     return torch.amp.GradScaler(device.type) if resolve_amp(amp, device) == "fp16" else None

@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from . import runtime
@@ -100,17 +99,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     values = {k: v for k, v in vars(args).items() if k not in ("command", "recipe")}
     values["model_overrides"] = dict(args.model_overrides or [])
     cfg = recipe_config(args.recipe, **values)
-    summary = Trainer(cfg).run()
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 speaks for the run
-        return 0
-    run_dir = cfg.out or f"runs/{cfg.recipe}"
-    if "test_accuracy" in summary:
-        print(f"test accuracy {summary['test_accuracy']:.4f} after {summary['epochs']} epochs "
-              f"in {summary['train_seconds']:.0f}s of training ({summary['images_per_s']:.0f} images/s)")
-    elif "val_loss" in summary:
-        print(f"validation loss {summary['val_loss']:.4f} after {summary['steps']} steps "
-              f"in {summary['train_seconds']:.0f}s")
-    print(f"run directory: {run_dir}")
+    trainer = Trainer(cfg)
+    summary = trainer.run()
+    if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run
+        print(trainer.task.final_line(summary))
+        print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
     return 0
 
 
@@ -129,35 +122,39 @@ def _run_info(directory: str) -> tuple[Any, dict[str, Any]]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
     from .train import TrainConfig
     from .train.distributed import Distributed
     from .train.tasks import make_task
-    import torch
     model, meta = _run_info(args.dir)
     if "train" not in meta:
         raise ValueError(f"{args.dir} holds a model but no training settings; `anyformer eval` needs a run "
                          f"directory written by `anyformer train`")
     cfg = TrainConfig.from_dict({**meta["train"], "limit_train": 1})
-    task = make_task(cfg, torch.device("cpu"))
+    # The run's own data section: its test set is scored with the preprocessing it was trained with.
+    task = make_task(cfg, torch.device("cpu"), info=meta.get("data"))
     result = task.evaluate(model, Distributed())
     shown = {k: round(v, 6) for k, v in result.items() if isinstance(v, float)}
     print(json.dumps(shown))
     return 0
 
 
+def _image_preprocess(directory: str, info: dict[str, Any]):
+    """The normalisation the run was trained with (the same arithmetic, to the bit)."""
+    from .data.preprocess import ImagePreprocess
+    if info.get("kind") != "images":
+        raise ValueError(f"{directory} is not an image classifier run (its data kind is {info.get('kind')!r})")
+    return ImagePreprocess.from_info(info)
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     import torch
-    from .data import load_image
     model, meta = _run_info(args.dir)
     info = meta.get("data", {})
-    if info.get("kind") != "images":
-        raise ValueError(f"{args.dir} is not an image classifier run (its data kind is {info.get('kind')!r})")
-    mean = torch.tensor(info["mean"]).view(-1, 1, 1) * 255
-    std = torch.tensor(info["std"]).view(-1, 1, 1) * 255
+    pre = _image_preprocess(args.dir, info)
     for path in args.images:
-        x = load_image(path, info["channels"], tuple(info["image_size"]))
         with torch.no_grad():
-            probs = model(((x.float() - mean) / std)[None]).softmax(-1)[0]
+            probs = model(pre(pre.load(path))[None]).softmax(-1)[0]
         top = probs.topk(min(args.top, probs.numel()))
         shown = ", ".join(f"{info['classes'][i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
         print(f"{path}: {shown}")
@@ -189,11 +186,9 @@ def cmd_attention(args: argparse.Namespace) -> int:
     model, meta = _run_info(args.dir)
     info = meta.get("data", {})
     if model.family == "vit":
-        from .data import load_image
-        x = load_image(args.input, info["channels"], tuple(info["image_size"]))
-        mean = torch.tensor(info["mean"]).view(-1, 1, 1) * 255
-        std = torch.tensor(info["std"]).view(-1, 1, 1) * 255
-        result = viz.image_attention(model, ((x.float() - mean) / std)[None], layers=args.layers)
+        pre = _image_preprocess(args.dir, info)
+        x = pre.load(args.input)
+        result = viz.image_attention(model, pre(x)[None], layers=args.layers)
         viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads,
                                  class_names=info.get("classes"))
     elif model.family == "gpt":

@@ -192,7 +192,8 @@ CLI_CASES = {
     "no such data": (["--data", "/nonexistent/digits"], "no dataset '/nonexistent/digits'"),
     "empty data folder": (["--data", "{empty}"], "no images found in"),
     "unreadable data file": (["--data", "{garbage}"], "unsupported dataset file"),
-    "out under a file": (["--out", "{garbage}/run"], "cannot create the run directory"),
+    "out under a file": (["--out", "{garbage}/run"], "cannot create the run directory {garbage}/run: Not a directory"),
+    "fp16 on a CPU": (["--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a CUDA device"),
 }
 
 
@@ -210,17 +211,34 @@ def test_the_command_line_answers_bad_input_in_one_line(case, tmp_path, capsys, 
     out = capsys.readouterr()
     assert code == 2, out
     assert out.err.count("\n") == 1 and out.err.startswith("anyformer: error: "), out.err
-    assert fragment in out.err
+    assert fragment.format(garbage=tmp_path / "garbage.tar") in out.err
 
 
 def test_eval_and_predict_of_damaged_runs(vit, tmp_path, capsys):
     vit.save(tmp_path / "run")
     (tmp_path / "run" / "model.safetensors").write_bytes(b"garbage")
-    for argv in (["eval", str(tmp_path / "run")], ["predict", str(tmp_path / "run"), "x.png"],
-                 ["generate", str(tmp_path / "nowhere"), "--prompt", "hi"]):
+    weights = tmp_path / "run" / "model.safetensors"
+    nowhere = tmp_path / "nowhere"
+    for argv, message in (
+            (["eval", str(tmp_path / "run")], f"{weights} is not a readable safetensors file"),
+            (["predict", str(tmp_path / "run"), "x.png"], f"{weights} is not a readable safetensors file"),
+            (["generate", str(nowhere), "--prompt", "hi"],
+             f"no model in {nowhere}: expected {nowhere / 'config.json'}")):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("anyformer: error: "), err
+        assert err.count("\n") == 1 and err.startswith(f"anyformer: error: {message}"), err
+
+
+def test_eval_and_predict_of_a_model_without_its_run(vit, tmp_path, capsys):
+    """A model saved by `model.save` has no training settings or data: eval and predict say so."""
+    vit.save(tmp_path / "plain")
+    assert main(["eval", str(tmp_path / "plain")]) == 2
+    assert capsys.readouterr().err == (f"anyformer: error: {tmp_path / 'plain'} holds a model but no training "
+                                       f"settings; `anyformer eval` needs a run directory written by "
+                                       f"`anyformer train`\n")
+    assert main(["predict", str(tmp_path / "plain"), "x.png"]) == 2
+    assert capsys.readouterr().err == (f"anyformer: error: {tmp_path / 'plain'} is not an image classifier run "
+                                       f"(its data kind is None)\n")
 
 
 def test_a_real_process_prints_one_line_and_no_usage():
@@ -252,5 +270,6 @@ def test_an_empty_dataset_given_by_the_caller_is_refused_not_replaced():
     from anyformer.train.tasks import ImageClassification
     empty = ImageDataset(torch.zeros(0, 1, 28, 28, dtype=torch.uint8), torch.zeros(0, dtype=torch.long),
                          [str(i) for i in range(10)], "empty")
-    with pytest.raises(ValueError, match="has no examples"):
+    with pytest.raises(ValueError, match=re.escape("dataset 'mnist' has no examples in its train or test split "
+                                                   "(0 train, 0 test)")):
         ImageClassification(TrainConfig(), torch.device("cpu"), empty, empty)

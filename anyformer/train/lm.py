@@ -8,6 +8,7 @@ validation split: the same windows at every evaluation, so successive losses are
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,41 +18,24 @@ from torch import Tensor, nn
 
 from ..data.text import TokenCorpus, load_corpus
 from ..models import PRESETS
+from . import perf
+from .batches import rank_share, step_generator
 from .config import TrainConfig
-from .tasks import autocast, step_generator
+from .precision import autocast
 
 VAL_FRACTION = 0.1  # the last 10% of the tokens are the validation split (nanoGPT's split)
-
-# nanoGPT's config/train_shakespeare_char.py, exactly: 6 x 6 heads x 384, context 256, dropout 0.2.
-_SHAKESPEARE_CHAR = dict(
-    task="lm", model="shakespeare-char", data="shakespeare", tokenizer="char", seq_len=256,
-    max_steps=5000, batch_size=64, lr=1e-3, min_lr_ratio=0.1, warmup_steps=100, betas=(0.9, 0.99),
-    weight_decay=0.1, grad_clip=1.0, eval_every=250, eval_iters=200)
-
-LM_RECIPES: dict[str, dict[str, Any]] = {
-    "shakespeare-char": dict(
-        about="nanoGPT's Tiny Shakespeare character model: 6 layers x 6 heads x 384, context 256, "
-              "dropout 0.2, batch 64, 5000 steps (a GPU job: val loss ~1.47)",
-        **_SHAKESPEARE_CHAR),
-    # Tuned on a shared 2-core AMD EPYC (benchmarks/results/shakespeare_cpu.md): bf16 autocast halves the
-    # step time there; 4 blocks of width 192 at context 128 crossed val loss 1.70 after 3.3M tokens (step
-    # 800 of a 1200-step trial, 1.59 at its end). No dropout, like nanoGPT's CPU recipe.
-    "shakespeare-cpu": dict(
-        about="Tiny Shakespeare characters on a CPU: 4 layers x 6 heads x 192, context 128, bf16; "
-              "val loss <= 1.70 within 10 minutes on 2 cores",
-        task="lm", model="shakespeare-char", data="shakespeare", tokenizer="char", seq_len=128,
-        max_steps=1000, batch_size=32, lr=3e-3, min_lr_ratio=0.1, warmup_steps=100, betas=(0.9, 0.99),
-        weight_decay=0.1, grad_clip=1.0, eval_every=100, eval_iters=20, amp="bf16",
-        model_overrides=dict(width=192, depth=4, heads=6, context=128, dropout=0.0)),
-}
 
 
 class LanguageModelling:
     """Next-token prediction on a text file, a folder, or a named corpus ("shakespeare")."""
 
     family, unit = "gpt", "tokens"
+    pictures: tuple[str, ...] = ()
 
-    def __init__(self, cfg: TrainConfig, device: torch.device, corpus: TokenCorpus | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, device: torch.device, corpus: TokenCorpus | None = None, *,
+                 info: dict[str, Any] | None = None) -> None:
+        # `info` (a finished run's data section) adds nothing: the tokenizer and the split are rebuilt
+        # from the same text, and the same settings, exactly.
         self.cfg, self.device = cfg, torch.device(device)
         self.corpus = corpus or load_corpus(cfg.data, cfg.tokenizer, val_fraction=VAL_FRACTION)
         self.tokenizer = self.corpus.tokenizer
@@ -60,6 +44,7 @@ class LanguageModelling:
             raise ValueError(f"a language model run needs a GPT preset, got {cfg.model!r}; valid: {gpts}")
         self.context = int(cfg.model_overrides.get("context", PRESETS[cfg.model][1].get("context", 1024)))
         self.seq_len = int(cfg.seq_len or self.context)
+        self.items_per_example = self.seq_len  # throughput counts tokens; a batch counts sequences
         if not 1 <= self.seq_len <= self.context:
             raise ValueError(f"seq_len {self.seq_len} must lie in [1, the model's context {self.context}]; "
                              f"lower seq_len or raise the context (--set context={self.seq_len})")
@@ -92,14 +77,21 @@ class LanguageModelling:
         n = self.cfg.batch_size
         g = step_generator(self.cfg.seed, step)
         starts = torch.randint(0, len(self.train_tokens) - self.seq_len, (n,), generator=g).numpy()
-        # Every rank draws the same global batch, then keeps its own contiguous share.
-        share = math.ceil(n / world)
-        return self._windows(self.train_tokens, starts[rank * share:(rank + 1) * share]), n
+        return self._windows(self.train_tokens, starts[rank_share(n, rank, world)]), n
 
-    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, dict[str, Any]]:
         x, y = batch
         logits = model(x)
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten()), {}
+
+    def train_metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        return {}
+
+    def progress_fields(self, sums: dict[str, float]) -> dict[str, str]:
+        return {}
+
+    def flops_per_item(self, model: nn.Module) -> float:
+        return perf.flops_per_item(model, self)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, dist: Any) -> dict[str, Any]:
@@ -118,6 +110,24 @@ class LanguageModelling:
         model.train(was_training)
         total, count = float(dist.sum(total)), float(dist.sum(count))
         return {"eval_loss": total / max(count, 1.0)}
+
+    def eval_text(self, line: dict[str, Any]) -> str:
+        return f"val loss {line['eval_loss']:.4f}"
+
+    def summary_fields(self, line: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+        """The last validation loss, and the best one with its step and time (when it was reached)."""
+        if "eval_loss" not in line:
+            return {}
+        best = min(history, key=lambda m: m.get("eval_loss", float("inf")), default=line)
+        return {"val_loss": line["eval_loss"], "best_val_loss": best["eval_loss"], "best_val_step": best["step"],
+                "best_val_seconds": best["time"]}
+
+    def final_line(self, summary: dict[str, Any]) -> str:
+        return (f"validation loss {summary['val_loss']:.4f} after {summary['steps']} steps "
+                f"in {summary['train_seconds']:.0f}s")
+
+    def draw(self, model: nn.Module, result: dict[str, Any], run_dir: Path) -> None:
+        """No pictures beyond the curves every run has."""
 
     def run_info(self) -> dict[str, Any]:
         return {"kind": "text", **self.tokenizer.to_info(), **self.corpus.info(), "seq_len": self.seq_len,

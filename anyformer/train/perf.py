@@ -11,6 +11,8 @@ import time
 import torch
 from torch import nn
 
+from .precision import resolve_amp
+
 
 @functools.lru_cache(maxsize=None)
 def _peak(device_type: str, device_index: int | None, dtype: torch.dtype) -> float:
@@ -33,27 +35,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_has_native_bf16() -> bool:
-    """avx512_bf16 or AMX: bf16 matmuls run several times faster than fp32 (about 5x measured on a
-    2-core EPYC). Without them bf16 is emulated and slower, so `amp=auto` stays in fp32."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def resolve_amp(amp: str, device: torch.device) -> str:
-    """`auto`: bf16 where the hardware computes it natively, else full precision."""
-    if amp != "auto":
-        return amp
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "none"
-    return "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "none"
-
-
 def measured_peak_flops(device: torch.device, amp: str = "none") -> float:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(resolve_amp(amp, device), torch.float32)
     return _peak(device.type, device.index, dtype)
@@ -64,7 +45,9 @@ def _linear_params(module: nn.Module) -> int:
 
 
 def flops_per_item(model: nn.Module, task) -> float:
-    """Training FLOPs (forward + backward = 3 x forward) per image or per token."""
+    """Training FLOPs (forward + backward = 3 x forward) per image or per token.
+
+    Called by the tasks only (their `flops_per_item`), until the models count their own forward."""
     c = model.config
     if model.family == "vit":
         gh, gw = c.grid

@@ -33,6 +33,8 @@ def make_trainer(cfg, mnist_slice):
     from anyformer.train import Trainer
     from anyformer.train.tasks import ImageClassification
     train, test = mnist_slice
+    if cfg.threads:  # as the Trainer will: the dataset's mean and std, parallel sums, differ in the last
+        torch.set_num_threads(cfg.threads)  # bit between thread counts, and so would the whole first run
     return Trainer(cfg, task=ImageClassification(cfg, torch.device("cpu"), train, test))
 
 
@@ -46,3 +48,41 @@ def interrupt_at(trainer, step: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
         return loss
     trainer.train_step = stepper
+
+
+def assert_same_weights(a, b) -> None:
+    """Every tensor of two run directories' model.safetensors bit for bit: the same names in both
+    (a key only one file has fails), and every one of them equal."""
+    from safetensors.torch import load_file
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa, f"{a / 'model.safetensors'} holds no tensors"
+    assert sorted(wa) == sorted(wb), f"keys differ: {sorted(set(wa) ^ set(wb))}"
+    differ = [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert not differ, f"tensors differ: {differ}"
+
+
+def assert_same_checkpoints(a, b) -> None:
+    """The last checkpoints of two run directories hold the same model and optimiser state: every
+    key at every depth, every tensor bit for bit (resuming from either continues the same way)."""
+    from anyformer.train.checkpoint import list_checkpoints, load_checkpoint
+    ca, cb = list_checkpoints(a)[-1], list_checkpoints(b)[-1]
+    assert ca.name == cb.name
+    sa, sb = load_checkpoint(ca), load_checkpoint(cb)
+
+    def same(x, y, where):
+        # A resumed optimiser holds its betas as a list where a fresh one has a tuple: same numbers.
+        assert type(x) is type(y) or {type(x), type(y)} == {list, tuple}, where
+        if isinstance(x, dict):
+            assert sorted(map(str, x)) == sorted(map(str, y)), f"{where}: keys {sorted(map(str, set(x) ^ set(y)))}"
+            for k in x:
+                same(x[k], y[k], f"{where}.{k}")
+        elif isinstance(x, (list, tuple)):
+            assert len(x) == len(y), where
+            for i, (u, v) in enumerate(zip(x, y)):
+                same(u, v, f"{where}[{i}]")
+        elif isinstance(x, torch.Tensor):
+            assert torch.equal(x, y), where
+        else:
+            assert x == y, where
+    for key in ("step", "model", "optimizer", "model_config", "rng", "metrics_lines"):
+        same(sa[key], sb[key], key)

@@ -4,7 +4,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import anyformer as af
 from anyformer.data.text import load_corpus, tokenizer_from_info
@@ -14,7 +13,7 @@ from anyformer.train.distributed import Distributed
 from anyformer.train.lm import LanguageModelling
 from tests.conftest import SHARED_DATA
 
-from .conftest import interrupt_at
+from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at
 
 TINY = dict(width=48, depth=2, heads=4, context=64, dropout=0.0)
 
@@ -54,6 +53,7 @@ def test_batches_are_shifted_windows_fixed_by_seed_and_step_and_shared_over_rank
     assert torch.equal(torch.cat([xr for (xr, _), _ in shares]), x)
     assert task.model_overrides() == {"vocab_size": 65, "context": 64}
     assert task.seq_len == 32 and task.steps_per_epoch == -(-200_000 // (16 * 32))
+    assert (task.unit, task.items_per_example) == ("tokens", 32)  # throughput counts tokens, not sequences
 
 
 def test_evaluation_uses_the_same_windows_and_shards_add_up(tmp_path, corpus):
@@ -85,6 +85,10 @@ def test_short_run_on_shakespeare_learns_and_writes_the_run_directory(tmp_path, 
     assert lines[0]["eval_loss"] < 3.1  # from ln(65) = 4.17 at step 0 (measured: 2.92)
     assert lines[-1]["eval_loss"] < lines[0]["eval_loss"] - 0.15 and lines[-1]["eval_loss"] < 2.8  # (2.68)
     assert summary["val_loss"] == lines[-1]["eval_loss"]
+    best = min(lines, key=lambda m: m["eval_loss"])
+    assert (summary["best_val_loss"], summary["best_val_step"], summary["best_val_seconds"]) == (
+        best["eval_loss"], best["step"], best["time"])
+    assert "test_accuracy" not in summary and "train_accuracy" not in lines[0]
     assert json.loads((run / "summary.json").read_text())["val_loss"] == summary["val_loss"]
     for name in ("config.json", "model.safetensors", "curves.png"):
         assert (run / name).is_file(), name
@@ -108,9 +112,8 @@ def test_resume_of_a_language_model_run_continues_exactly(tmp_path, corpus):
     resumed = trainer(lm_config(tmp_path / "b", resume=True, **kw), corpus)
     resumed.run()
     assert resumed.step == 24
-    a = load_file(tmp_path / "a" / "run" / "model.safetensors")
-    b = load_file(tmp_path / "b" / "run" / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    assert_same_checkpoints(tmp_path / "a" / "run", tmp_path / "b" / "run")
     strip = lambda p: [{k: v for k, v in json.loads(l).items() if k not in ("time", "tokens_per_s")}
                        for l in p.read_text().splitlines()]
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")

@@ -2,14 +2,12 @@
 import json
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 import anyformer as af
 from anyformer.train import Interrupted, TrainingError
 from anyformer.train.optim import lr_at, param_groups
 
-from .conftest import interrupt_at, make_trainer, tiny_config
+from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at, make_trainer, tiny_config
 
 
 def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
@@ -38,9 +36,8 @@ def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):
                            mnist_slice)
     assert resumed.step == 0
     resumed.run()
-    a = load_file(tmp_path / "a" / "run" / "model.safetensors")
-    b = load_file(tmp_path / "b" / "run" / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    assert_same_checkpoints(tmp_path / "a" / "run", tmp_path / "b" / "run")
     strip = lambda p: [{k: v for k, v in json.loads(l).items() if k not in ("time", "images_per_s")}
                        for l in p.read_text().splitlines()]
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")

@@ -1,0 +1,24 @@
+"""What every task's batches share: randomness fixed by (seed, step), and each rank's share of
+the global batch. A resumed run, or a run on more processes, draws exactly the same examples."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
+    """Randomness of one step derived from (seed, step): a resumed run draws exactly the same."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + salt) % (2 ** 63))
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
+    """The shuffled order of n examples in one epoch."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 10_007 + epoch))
+
+
+def rank_share(n: int, rank: int, world: int) -> slice:
+    """Every rank draws the same global batch of n, then keeps its own contiguous share."""
+    share = math.ceil(n / world)
+    return slice(rank * share, (rank + 1) * share)

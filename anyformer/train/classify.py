@@ -1,0 +1,148 @@
+"""Image classification: labelled images in memory as uint8, a cross-entropy loss, accuracy, and a
+confusion matrix and attention maps drawn at the end of the run."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data import ImageDataset, load_image_dataset, random_affine, random_crop_flip
+from ..data.preprocess import ImagePreprocess
+from . import perf
+from .batches import epoch_order, rank_share, step_generator
+from .config import TrainConfig
+from .precision import autocast
+
+
+class ImageClassification:
+    """Each step slices a shuffled batch, normalises it on the device and augments it."""
+
+    family, unit = "vit", "images"
+    pictures = ("confusion.png", "attention.png")
+    items_per_example = 1
+
+    def __init__(self, cfg: TrainConfig, device: torch.device, train: ImageDataset | None = None,
+                 test: ImageDataset | None = None, *, info: dict[str, Any] | None = None) -> None:
+        self.cfg, self.device = cfg, device
+        # `is None`, not `or`: an empty dataset given by the caller must be refused, not replaced.
+        self.train = load_image_dataset(cfg.data, "train") if train is None else train
+        self.test = load_image_dataset(cfg.data, "test") if test is None else test
+        if cfg.limit_train:
+            self.train = _head(self.train, cfg.limit_train)
+        if cfg.limit_eval:
+            self.test = _head(self.test, cfg.limit_eval)
+        if len(self.train) == 0 or len(self.test) == 0:
+            raise ValueError(f"dataset {cfg.data!r} has no examples in its train or test split "
+                             f"({len(self.train)} train, {len(self.test)} test)")
+        if self.train.images.shape[1:] != self.test.images.shape[1:]:
+            raise ValueError(f"train and test images differ in shape: {tuple(self.train.images.shape[1:])} "
+                             f"vs {tuple(self.test.images.shape[1:])}")
+        # A finished run is scored with the statistics it was trained with, whatever part of the
+        # training split is loaded now (`anyformer eval` loads one example of it).
+        if info is not None:
+            self.preprocess = ImagePreprocess.from_info(info)
+        elif cfg.normalize == "symmetric":  # seed 000: pixels scaled to [-1, 1]
+            _, c, h, w = self.train.images.shape
+            self.preprocess = ImagePreprocess.symmetric(c, (h, w))
+        else:
+            self.preprocess = ImagePreprocess.from_images(self.train.images)
+        # Corners that a warp brings in are filled with what a black pixel becomes.
+        black = torch.zeros(self.train.images.shape[1], 1, 1, dtype=torch.uint8)
+        self._black = float(self.preprocess(black)[0, 0, 0])
+        self.images = self.train.images.to(device)
+        self.labels = self.train.labels.to(device)
+        self.steps_per_epoch = math.ceil(len(self.train) / cfg.batch_size)
+
+    def model_overrides(self) -> dict[str, Any]:
+        _, c, h, w = self.train.images.shape
+        return {"num_classes": len(self.train.classes), "in_chans": c, "image_size": [h, w]}
+
+    def normalise(self, images: Tensor) -> Tensor:
+        return self.preprocess(images.to(self.device))
+
+    # ---------------------------------------------------------------- training
+    def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, Tensor], int]:
+        epoch, i = divmod(step, self.steps_per_epoch)
+        order = epoch_order(len(self.train), self.cfg.seed, epoch)
+        idx = order[i * self.cfg.batch_size:(i + 1) * self.cfg.batch_size]
+        x = self.normalise(self.images[idx])
+        g = step_generator(self.cfg.seed, step)
+        if self.cfg.augment == "digits":
+            x = random_affine(x, generator=g, fill=self._black)
+        elif self.cfg.augment == "crop_flip":
+            x = random_crop_flip(x, generator=g)
+        share = rank_share(len(idx), rank, world)
+        return (x[share], self.labels[idx][share]), len(idx)
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, dict[str, Any]]:
+        x, y = batch
+        logits = model(x)
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=self.cfg.label_smoothing)
+        return loss, {"correct": (logits.argmax(-1) == y).sum(), "count": y.numel()}
+
+    def train_metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        return {"train_accuracy": sums["correct"] / max(1, sums["count"])} if "correct" in sums else {}
+
+    def progress_fields(self, sums: dict[str, float]) -> dict[str, str]:
+        return {"acc": f"{sums['correct'] / max(1, sums['count']):.3f}"} if "correct" in sums else {}
+
+    def flops_per_item(self, model: nn.Module) -> float:
+        return perf.flops_per_item(model, self)
+
+    # ---------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, dist: Any) -> dict[str, Any]:
+        """Each rank scores its shard of the test set; the sums are added across ranks."""
+        model.eval()
+        k = len(self.test.classes)
+        confusion = torch.zeros(k, k, dtype=torch.long, device=self.device)
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        shard = dist.shard(len(self.test))
+        for i in range(shard.start, shard.stop, self.cfg.eval_batch_size):
+            j = min(i + self.cfg.eval_batch_size, shard.stop)
+            x = self.normalise(self.test.images[i:j])
+            y = self.test.labels[i:j].to(self.device)
+            with autocast(self.cfg.amp, self.device):
+                logits = model(x).float()
+            total_loss += F.cross_entropy(logits, y, reduction="sum").double()
+            confusion += torch.bincount(y * k + logits.argmax(-1), minlength=k * k).view(k, k)
+        model.train()
+        confusion, total_loss = dist.sum(confusion).cpu(), float(dist.sum(total_loss))
+        n = int(confusion.sum())
+        return {"eval_loss": total_loss / n, "eval_accuracy": float(confusion.diag().sum()) / n,
+                "confusion": confusion.numpy()}
+
+    def eval_text(self, line: dict[str, Any]) -> str:
+        return f"test loss {line['eval_loss']:.4f}  test acc {line['eval_accuracy']:.4f}"
+
+    def summary_fields(self, line: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+        if "eval_accuracy" not in line:
+            return {}
+        return {"test_accuracy": line["eval_accuracy"], "test_loss": line["eval_loss"]}
+
+    def final_line(self, summary: dict[str, Any]) -> str:
+        return (f"test accuracy {summary['test_accuracy']:.4f} after {summary['epochs']} epochs "
+                f"in {summary['train_seconds']:.0f}s of training ({summary['images_per_s']:.0f} images/s)")
+
+    def draw(self, model: nn.Module, result: dict[str, Any], run_dir: Path) -> None:
+        """confusion.png, and attention.png: where the model looks in the first 8 test images."""
+        from ..viz import plot_confusion, plot_digit_attention  # matplotlib only when a run ends
+        plot_confusion(result["confusion"], self.test.classes, run_dir / "confusion.png")
+        device = next(model.parameters()).device
+        images = self.normalise(self.test.images[:8]).to(device)
+        plot_digit_attention(model, images, self.test.labels[:8], self.test.classes, run_dir / "attention.png")
+
+    def run_info(self) -> dict[str, Any]:
+        _, c, h, w = self.train.images.shape
+        return {"kind": "images", "dataset": self.cfg.data, "classes": self.train.classes,
+                "channels": c, "image_size": [h, w], "mean": self.preprocess.mean, "std": self.preprocess.std,
+                "train_examples": len(self.train), "test_examples": len(self.test),
+                "preprocess": self.preprocess.to_dict()}
+
+
+def _head(ds: ImageDataset, n: int) -> ImageDataset:
+    return ImageDataset(ds.images[:n], ds.labels[:n], ds.classes, ds.name)

@@ -1,0 +1,107 @@
+"""The run directory and every write into it.
+
+It holds config.json + model.safetensors (loadable by `anyformer.load`), metrics.jsonl (one line
+per evaluation), summary.json, curves.png and the task's pictures, and checkpoints/ to resume from.
+Under torchrun rank 0 alone writes; a write that fails there stops every rank with the same
+one-line error, so that no rank waits for a rank that has stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..files import atomic_write_text, remove_temp_files
+from .checkpoint import CKPT_DIR, list_checkpoints
+from .distributed import Distributed
+
+RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png")
+_CKPT_TEMP = re.compile(r"^\.(step-\d{9}\.pt)\.")  # atomic_write's temporary name for a checkpoint
+
+
+class TrainingError(ValueError):
+    """The run cannot go on (a non-finite loss, a checkpoint that does not fit, a failed write)."""
+
+
+class RunDir:
+    def __init__(self, path: Path, dist: Distributed, pictures: Sequence[str] = ()) -> None:
+        self.path, self.dist = Path(path), dist
+        self.files = (*RUN_FILES, *pictures)
+        self.metrics = self.path / "metrics.jsonl"
+
+    def on_main(self, what: str, path: Path, write: Callable[[], Any]) -> Any:
+        """Run `write` on rank 0; if it fails, every rank stops with the same one-line error."""
+        from safetensors import SafetensorError
+        result, error = None, None
+        if self.dist.is_main:
+            try:
+                result = write()
+            except (OSError, RuntimeError, SafetensorError) as e:  # torch.save reports a failed write as RuntimeError
+                error = write_error(what, path, e)
+        error = self.dist.broadcast(error)
+        if error:
+            raise TrainingError(error)
+        return result
+
+    def prepare(self, resume: bool) -> None:
+        """Create it; clear what a kill left half-written; unless resuming, remove an earlier run's files."""
+        self.on_main("create the run directory", self.path, lambda: self._prepare(resume))
+
+    def _prepare(self, resume: bool) -> None:
+        d = self.path
+        d.mkdir(parents=True, exist_ok=True)
+        if not os.access(d, os.W_OK):
+            raise PermissionError(13, "Permission denied (not writable)")
+        remove_temp_files(d, self.files)
+        ckpts = d / CKPT_DIR
+        if ckpts.is_dir():
+            remove_temp_files(ckpts, {m.group(1) for p in ckpts.iterdir() if (m := _CKPT_TEMP.match(p.name))})
+        if resume and list_checkpoints(d):
+            return
+        for name in self.files:  # a fresh run (or a resume with nothing to resume) replaces an old one
+            (d / name).unlink(missing_ok=True)
+        shutil.rmtree(ckpts, ignore_errors=True)
+
+    # ---------------------------------------------------------------- metrics.jsonl
+    def append_metrics(self, line: dict[str, Any]) -> None:
+        def append() -> None:
+            with open(self.metrics, "a") as f:
+                f.write(json.dumps(line) + "\n")
+        self.on_main("append to", self.metrics, append)
+
+    def keep_metrics(self, n: int) -> None:
+        """Keep the first n lines: those written after a checkpoint are written again when it resumes."""
+        def truncate() -> None:
+            lines = self.metrics.read_text().splitlines(keepends=True)[:n] if self.metrics.exists() else []
+            atomic_write_text(self.metrics, "".join(lines))
+        self.on_main("rewrite", self.metrics, truncate)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        text = self.metrics.read_text() if self.metrics.exists() else ""
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    # ---------------------------------------------------------------- the end
+    def finish(self, summary: dict[str, Any], draw: Callable[[Path], None]) -> None:
+        """summary.json, curves.png, and the task's pictures (rank 0 writes; the model is already saved)."""
+        def write() -> None:
+            atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2))
+            from ..viz import plot_curves  # matplotlib only when a run ends
+            plot_curves(self.metrics, self.path / "curves.png")
+            draw(self.path)
+        self.on_main("write the summary and plots to", self.path, write)
+
+
+def write_error(what: str, path: Path, e: BaseException) -> str:
+    """One line: what could not be written, why, and how much room is left there."""
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())[:200]
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = f"; {shutil.disk_usage(where).free / 2**20:,.0f} MiB free there"
+    except OSError:
+        free = ""
+    return f"cannot {what} {path}: {reason}{free}. Free some space or choose another --out"

@@ -9,7 +9,7 @@ anything is timed. Timed rounds alternate between contestants; each round synchr
 before and after, so a time is the step's wall time on the GPU.
 
 MFU = model FLOPs per second / the device's peak. Model FLOPs per step are the same count for
-every contestant (anyformer.train.perf.flops_per_item: 6 x parameters in matmuls per token or patch,
+every contestant (anyformer's Model.forward_flops: 6 x parameters in matmuls per token or patch,
 plus attention, causal counted in full as nanoGPT and PaLM do). anyformer's ViT skips most of its
 last block's work for tokens other than the class token (`Transformer(keep=1)`), about 6% of
 ViT-B/16's FLOPs, so its ViT MFU is an equivalent rate on the full count. Two peaks are reported:
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from types import SimpleNamespace
 
 from bench_common import machine, setup_env, table, write_results, RESULTS
 
@@ -38,7 +37,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import anyformer as af  # noqa: E402
-from anyformer.train.perf import flops_per_item, measured_peak_flops  # noqa: E402
+from anyformer.train.perf import measured_peak_flops  # noqa: E402
 from peers.nanogpt_ref import RefConfig, RefGPT, state_dict_from_anyformer  # noqa: E402
 
 # bf16 dense peak (FLOP/s) from the data sheets, by a substring of torch.cuda.get_device_name()
@@ -123,11 +122,11 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
         vocab = ref_model.config.vocab_size
         x = torch.randint(0, vocab, (batch, size), generator=g).to(device)
         y = torch.randint(0, vocab, (batch, size), generator=g).to(device)
-        items, per_item = batch * size, flops_per_item(ref_model, SimpleNamespace(seq_len=size))
+        items, per_item = batch * size, 3 * ref_model.forward_flops(size) / size
     else:
         x = torch.randn(batch, 3, size, size, generator=g).to(device)
         y = torch.randint(0, ref_model.config.num_classes, (batch,), generator=g).to(device)
-        items, per_item = batch, flops_per_item(ref_model, None)
+        items, per_item = batch, 3 * ref_model.forward_flops()
     diffs, steps = [], []
     with torch.no_grad():
         ref_logits = None

@@ -8,6 +8,7 @@ from .download import download, sha256_file
 from .errors import DataError
 from .idx import parse_idx, read_idx
 from .numpy_pickle import load_numpy_pickle
+from .preprocess import ImagePreprocess
 from .registry import DATASET_NAMES, default_cache_dir
 from .text import TEXT_NAMES, TokenCorpus, load_corpus, read_text
 from .tokenizers import BPETokenizer, CharTokenizer, load_tokenizer, tokenizer_from_info
@@ -19,6 +20,7 @@ __all__ = [
     "DATASET_NAMES",
     "DataError",
     "ImageDataset",
+    "ImagePreprocess",
     "default_cache_dir",
     "download",
     "load_image",

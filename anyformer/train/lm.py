@@ -18,7 +18,6 @@ from torch import Tensor, nn
 
 from ..data.text import TokenCorpus, load_corpus
 from ..models import PRESETS
-from . import perf
 from .batches import rank_share, step_generator
 from .config import TrainConfig
 from .precision import autocast
@@ -91,7 +90,7 @@ class LanguageModelling:
         return {}
 
     def flops_per_item(self, model: nn.Module) -> float:
-        return perf.flops_per_item(model, self)
+        return 3.0 * model.forward_flops(self.seq_len) / self.seq_len  # per token
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, dist: Any) -> dict[str, Any]:

@@ -82,17 +82,19 @@ def test_generate_writes_each_token_before_computing_the_next(lm_run, monkeypatc
 
         def flush(self):
             events.append(("flush", None))
-    # The first token comes from the forward over the prompt, later ones from the one-token step.
-    for name in ("forward", "_next_token_logits"):
-        def computing(self, *a, _real=getattr(af.GPT, name), _name=name, **kw):
-            events.append((_name, None))
-            return _real(self, *a, **kw)
-        monkeypatch.setattr(af.GPT, name, computing)
+    # Every token comes from the one forward: the first over the prompt, later ones over one position.
+    real_forward = af.GPT.forward
+
+    def computing(self, idx, *a, **kw):
+        events.append(("forward", idx.shape[1]))
+        return real_forward(self, idx, *a, **kw)
+    monkeypatch.setattr(af.GPT, "forward", computing)
     monkeypatch.setattr(sys, "stdout", Terminal())
     assert cli.main(["generate", str(run_dir), "--prompt", "KING", "--max-new-tokens", "5", "--seed", "0"]) == 0
     kinds = [k for k, _ in events]
     # prompt, then five times: one computation (cached: one position each), the token written and flushed
-    assert kinds == ["write"] + ["forward", "write", "flush"] + ["_next_token_logits", "write", "flush"] * 4 + ["write"]
+    assert kinds == ["write"] + ["forward", "write", "flush"] * 5 + ["write"]
+    assert [n for k, n in events if k == "forward"] == [len("KING"), 1, 1, 1, 1]
     assert events[0][1] == "KING" and events[-1][1] == "\n"
 
 

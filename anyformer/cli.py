@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from . import runtime
+from . import doctor, runtime
 
 
 def _kv(text: str) -> tuple[str, Any]:
@@ -85,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     ge.add_argument("--top-k", type=int, default=None)
     ge.add_argument("--top-p", type=float, default=None)
     ge.add_argument("--seed", type=int, default=None)
+    doctor.add_arguments(sub.add_parser("doctor", help="the machine, the torch build and the speed plan in force"))
     at = sub.add_parser("attention", help="draw what a trained model attends to")
     at.add_argument("dir")
     at.add_argument("input", help="an image file (image models) or text (language models)")
@@ -205,7 +206,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
-            "generate": cmd_generate, "attention": cmd_attention}
+            "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ A cell's ratio is fused time / explicit time: above 1 the explicit path wins. Th
 prints, per (mode, dtype, causal, head dim), the largest N at which the explicit path still wins
 (the crossover), which anyformer/nn/attention.py's `_CPU_EXPLICIT_MAX_KEYS` table encodes.
 
-    python benchmarks/bench_attention_kernels.py             # full grid (~5 min on a quiet machine); writes results/attention_kernels.md
+    python benchmarks/bench_attention_kernels.py             # full grid (~5 min on a quiet machine); writes results/amd-epyc/attention_kernels.md
     python benchmarks/bench_attention_kernels.py --quick --no-write
 """
 from __future__ import annotations

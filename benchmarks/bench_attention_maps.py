@@ -7,7 +7,7 @@ the model, resets the kernel's RSS high-water mark (/proc/self/clear_refs, "5"),
 `resource.getrusage`. "extra" is that peak minus the RSS just before the first forward (the
 model's weights at rest), i.e. what the forward with maps needed on top of holding the model.
 
-    python benchmarks/bench_attention_maps.py            # table + benchmarks/results/attention_maps.md
+    python benchmarks/bench_attention_maps.py            # table + benchmarks/results/amd-epyc/attention_maps.md
     python benchmarks/bench_attention_maps.py --repeats 5 --models vit-mnist
 """
 from __future__ import annotations
@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "attention_maps.md"
+from bench_common import processor_folder  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / processor_folder() / "attention_maps.md"  # one folder per CPU model
 
 MODELS = {  # name -> (preset, overrides)
     "vit-mnist": ("vit-mnist", {}),

@@ -87,6 +87,19 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown cpu"
 
 
+def _cpu_flags() -> list[str]:
+    """The instruction-set flags that decide kernel speed (AVX-512, native bf16, AMX)."""
+    from anyformer.plan.host import cpu_info
+    return cpu_info()["flags"]
+
+
+def processor_folder() -> str:
+    """results/<processor>/: one folder per CPU model, so that figures from different processors
+    sit side by side and none overwrites another's (e.g. "amd-epyc", "intel-xeon-...-2-80ghz")."""
+    import re
+    return re.sub(r"[^a-z0-9]+", "-", _cpu_model().lower()).strip("-") or "unknown-cpu"
+
+
 def _version(module: str) -> str:
     try:
         if module == "timm":
@@ -103,6 +116,7 @@ def machine() -> dict[str, str]:
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
+        "cpu flags": " ".join(_cpu_flags()),
         "cores": str(os.cpu_count()),
         "torch threads": str(torch.get_num_threads()),
         "os": f"{platform.system()} {platform.release()}",
@@ -266,20 +280,15 @@ def matmul_baselines(shapes: list[Matmul], items: int, flops: float) -> list[Con
             Contestant("matmul bf16", matmul_baseline(shapes, dtype=torch.bfloat16), items, flops)]
 
 
-def with_inference_on_onednn(step: Callable[[], object], value: bool) -> Callable[[], object]:
-    """`step` with anyformer.nn.linear.INFERENCE_ON_ONEDNN set to `value` while it runs, and the
-    previous value restored after. The flag is on by default (anyformer/nn/linear.py); setting it
-    False lets one contestant show the same model's gradient-free passes on F.linear (MKL), while
-    every other contestant, timed in the same rounds, keeps the default."""
-    from anyformer.nn import linear as anyformer_linear
+def with_plan(step: Callable[[], object], spec: str) -> Callable[[], object]:
+    """`step` run under the speed plan forced to `spec` (e.g. "linear=stock": every linear on
+    F.linear), so that one contestant shows the same model without the plan's choices while every
+    other contestant, timed in the same rounds, keeps the plan anyformer picks on this machine."""
+    from anyformer import plan
 
     def wrapped():
-        previous = anyformer_linear.INFERENCE_ON_ONEDNN
-        anyformer_linear.INFERENCE_ON_ONEDNN = value
-        try:
+        with plan.forcing(spec):
             return step()
-        finally:
-            anyformer_linear.INFERENCE_ON_ONEDNN = previous
     return wrapped
 
 
@@ -378,6 +387,8 @@ def speed_table(contestants: list[Contestant], reference: str, baselines: list[C
 
 
 def write_results(path: Path, title: str, intro: str, facts: dict[str, str], sections: list[tuple[str, str]]) -> None:
+    """Write results/<processor>/<name>: `path` names the file; the processor folder is added here."""
+    path = path.parent / processor_folder() / path.name
     body = [f"# {title}", "", intro, ""]
     body += [f"- {k}: {v}" for k, v in facts.items()]
     for heading, text in sections:

@@ -17,10 +17,10 @@ anyformer's model is benchmarked as built: its linear layers run on oneDNN for t
 default, for inference and generation too (anyformer/nn/linear.py). Its logits therefore match
 HF's and nanoGPT-ref's to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of
 max(1, max|ref|)), not bitwise. The extra row `anyformer, MKL inference` runs the same model with
-`anyformer.nn.linear.INFERENCE_ON_ONEDNN = False`, which keeps gradient-free passes on F.linear
+the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
 (bitwise nn.Linear), to show what oneDNN adds there.
 
-    python benchmarks/bench_gpt_cpu.py                    # full run (~4 min), writes results/gpt_cpu.md
+    python benchmarks/bench_gpt_cpu.py                    # full run (~4 min), writes results/amd-epyc/gpt_cpu.md
     python benchmarks/bench_gpt_cpu.py --quick --no-write # 1 round, to check it runs
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
-                          speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS,
+                          speed_table, table, wait_for_quiet, with_plan, write_results, RESULTS,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
@@ -118,7 +118,7 @@ NOTES = """\
   on oneDNN too. Its logits differ from the peers' (MKL) by summation order only, about 1e-6 of
   their scale (the `weights` line above; the interop parity tests allow 1e-5 of
   max(1, max|ref|)). The row `anyformer, MKL inference` is the same model with
-  `INFERENCE_ON_ONEDNN = False`, which keeps those passes on `F.linear`, bitwise nn.Linear: it
+  the plan forced to `linear=stock`, which keeps those passes on `F.linear`, bitwise nn.Linear: it
   shows what oneDNN inference is worth.
 - The peak-memory table is RSS in a fresh process; HF's rest figure includes importing transformers."""
 
@@ -198,7 +198,7 @@ def main() -> None:
     ap.add_argument("--infer-steps", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="one round of one step, no memory: a smoke test")
     ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave results/gpt_cpu.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave results/amd-epyc/gpt_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -241,8 +241,8 @@ def main() -> None:
         model, forward = build(name, weights)
         infer.append(Contestant(name, infer_step(model, forward, x), TOKENS, infer_flops))
     model, forward = build("anyformer", weights)
-    infer.append(Contestant("anyformer, MKL inference", with_inference_on_onednn(infer_step(model, forward, x), False),
-                            TOKENS, infer_flops, "INFERENCE_ON_ONEDNN=False"))
+    infer.append(Contestant("anyformer, MKL inference", with_plan(infer_step(model, forward, x), "linear=stock"),
+                            TOKENS, infer_flops, "ANYFORMER_PLAN=linear=stock"))
     model, forward = build(BF16, weights)
     bf16_infer = Contestant(BF16, infer_step(model, forward, x, bf16=True), TOKENS, infer_flops,
                             "not the same maths")
@@ -310,7 +310,7 @@ def main() -> None:
                  "benchmarks/README.md for what is measured. Char GPT 6 layers x 6 heads x width 384, context "
                  "256, batch 16, GPT-2 maths (biases, tanh GELU), fp32, torch AdamW (foreach) for every "
                  "contestant, same weights. anyformer's linear layers run on oneDNN for training and inference "
-                 "(anyformer/nn/linear.py); the `MKL inference` row is the same model with INFERENCE_ON_ONEDNN "
+                 "(anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
                  "= False, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "Dropout: anyformer drops after the embeddings and on both residual branches (as nanoGPT), not "
                  "the attention matrix; `same maths` peers are set the same way, `as nanoGPT` / `as GPT-2` rows "

@@ -1,5 +1,5 @@
 """Time to accuracy on MNIST: run `anyformer train RECIPE` start to finish under /usr/bin/time -v
-and record wall time, test accuracy and images/s in benchmarks/results/mnist.md.
+and record wall time, test accuracy and images/s in benchmarks/results/amd-epyc/mnist.md.
 
     python benchmarks/bench_mnist.py                  # the default `mnist` recipe
     python benchmarks/bench_mnist.py mnist-seed       # seed 000's recipe (about an hour on 2 cores)
@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "mnist.md"
+from bench_common import processor_folder  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / processor_folder() / "mnist.md"  # one folder per CPU model
 
 
 def machine() -> str:

@@ -6,7 +6,7 @@ If the run is still going at the limit it gets SIGTERM: the trainer finishes its
 checkpoint and stops (the recipe is meant to finish well before). Extra arguments go to `anyformer
 train`, e.g. `--threads 1`.
 
-    python benchmarks/bench_shakespeare.py                    # writes benchmarks/results/shakespeare_cpu.md
+    python benchmarks/bench_shakespeare.py                    # writes benchmarks/results/amd-epyc/shakespeare_cpu.md
     python benchmarks/bench_shakespeare.py --limit 600 -- --threads 1
 """
 from __future__ import annotations
@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "shakespeare_cpu.md"
+from bench_common import processor_folder  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / processor_folder() / "shakespeare_cpu.md"  # one folder per CPU model
 TARGET = 1.70
 EVAL_LINE = re.compile(r"step (\d+) \|.*val loss ([0-9.]+)")
 

@@ -16,10 +16,10 @@ anyformer's model is benchmarked as built: its linear layers run on oneDNN for t
 default, for inference too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's
 to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
 not bitwise. The extra row `anyformer, MKL inference` runs the same model with
-`anyformer.nn.linear.INFERENCE_ON_ONEDNN = False`, which keeps gradient-free passes on F.linear
+the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
 (bitwise nn.Linear), to show what oneDNN adds there.
 
-    python benchmarks/bench_vit_cpu.py                    # both models (~5 min), writes results/vit_cpu.md
+    python benchmarks/bench_vit_cpu.py                    # both models (~5 min), writes results/amd-epyc/vit_cpu.md
     python benchmarks/bench_vit_cpu.py --models mnist --quick --no-write
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
-                          speed_table, table, wait_for_quiet, with_inference_on_onednn, write_results, RESULTS,
+                          speed_table, table, wait_for_quiet, with_plan, write_results, RESULTS,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
@@ -66,7 +66,7 @@ NOTES = """\
 - Inference: by default anyformer's forward passes without autograd run on oneDNN too. Its
   logits differ from the peers' (MKL) by summation order only, about 1e-6 of their scale (the
   `weights` line above; the interop parity tests allow 1e-5 of max(1, max|ref|)). The row
-  `anyformer, MKL inference` is the same model with `INFERENCE_ON_ONEDNN = False`, which keeps
+  `anyformer, MKL inference` is the same model with the plan forced to `linear=stock`, which keeps
   those passes on `F.linear`, bitwise nn.Linear: it shows what oneDNN inference is worth.
 - bf16 autocast trains 1.6-1.7x faster than fp32 here (bf16 matmuls reach ~500-750 GFLOP/s on this
   CPU); with it the MNIST ViT's attention takes the explicit path (faster than SDPA in bf16 training).
@@ -227,8 +227,8 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
         m, fwd = build(model, name)
         infer.append(Contestant(name, infer_step(m, fwd, x), b, infer_flops))
     m, fwd = build(model, "anyformer")
-    infer.append(Contestant(MKL_INFER, with_inference_on_onednn(infer_step(m, fwd, x), False), b, infer_flops,
-                            "INFERENCE_ON_ONEDNN=False"))
+    infer.append(Contestant(MKL_INFER, with_plan(infer_step(m, fwd, x), "linear=stock"), b, infer_flops,
+                            "ANYFORMER_PLAN=linear=stock"))
     m, fwd = build(model, BF16)
     bf16_infer = Contestant(BF16, infer_step(m, fwd, x, bf16=True), b, infer_flops, "not the same maths")
     ibase = baselines(False)
@@ -282,7 +282,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, help="training steps per contestant per round (default: mnist 2, ti16 1)")
     ap.add_argument("--quick", action="store_true", help="one round of one step, no memory: a smoke test")
     ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave results/vit_cpu.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave results/amd-epyc/vit_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
     ap.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -320,7 +320,7 @@ def main() -> None:
         intro = (f"Produced by `benchmarks/bench_vit_cpu.py` ({' '.join(sys.argv[1:]) or 'defaults'}); see "
                  "benchmarks/README.md for what is measured. fp32, torch AdamW (foreach) for every contestant, "
                  "same weights. anyformer's linear layers run on oneDNN for training and inference "
-                 "(anyformer/nn/linear.py); the `MKL inference` row is the same model with INFERENCE_ON_ONEDNN "
+                 "(anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
                  "= False, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "`time / anyformer time` is the contestant's median over anyformer's: above 1, anyformer is "
                  "faster. `spread` is (max - min) / median over the rounds. `of matmul torch` / `of matmul "

@@ -1,4 +1,5 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,15 @@ from hypothesis import settings
 # makes timings jitter. Tests may still set their own max_examples: their settings inherit these.
 settings.register_profile("anyformer", derandomize=True, database=None, deadline=None)
 settings.load_profile("anyformer")
+
+# The suite checks what the code computes, not which kernel this machine finds fastest: every kernel
+# choice of the speed plan takes its stock path (F.linear, SDPA, fp32, foreach AdamW), so results
+# are the same on every processor and nothing is timed. tests/plan test the plan itself (it clears
+# this), tests/nn/test_linear_dropout.py forces the oneDNN path. Caches (decoded datasets, plans)
+# go to a folder of this session, never the user's ~/.cache/anyformer. Set here, at import, so that
+# subprocesses started by tests (the CLI, torchrun) inherit both.
+os.environ.setdefault("ANYFORMER_PLAN", "stock")
+os.environ.setdefault("ANYFORMER_CACHE", tempfile.mkdtemp(prefix="anyformer-test-cache-"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ANYFORMER_SHARED_DATA", REPO.parent / "shared" / "data"))

@@ -4,8 +4,8 @@ Two paths compute the same thing. The fused path calls
 `torch.nn.functional.scaled_dot_product_attention`; the explicit path builds the attention
 matrix with a softmax and hands it to a `sink` when one is given. A layer takes the explicit
 path only when its weights are asked for (a sink is given), or when `impl="explicit"`, or when
-`impl="auto"` judges plain matmuls faster for the case (CPU, training in bf16 or fp16, short
-sequences; see `_CPU_EXPLICIT_MAX_KEYS`).
+`impl="auto"` and the speed plan (`anyformer.plan.attention_kernel`) measured plain matmuls
+faster on this machine for the case (CPU only: shapes, dtype, causal, training).
 """
 from __future__ import annotations
 
@@ -16,19 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..plan import attention_kernel
 from .dropout import Dropout
 from .linear import Linear
 from .positions import RotaryEmbedding
 
 AttentionImpl = Literal["auto", "fused", "explicit"]
 ATTENTION_IMPLS = ("auto", "fused", "explicit")
-
-# Where `impl="auto"` takes the explicit path on CPU, from benchmarks/bench_attention_kernels.py
-# (results/attention_kernels.md: torch 2.13, 2 threads, AMD EPYC): only to train in bf16/fp16,
-# where SDPA's CPU backward is slow and plain bf16 matmuls are fast (explicit 1.2-3x faster), up
-# to this many keys. In fp32, for inference and for cached generation, SDPA was as fast or faster
-# at every length measured (16 to 512 keys, head dims 16 to 64), so it is used there.
-_CPU_EXPLICIT_MAX_KEYS = {"full": 256, "causal": 64}
 
 
 class KVCache:
@@ -176,7 +170,7 @@ class MultiHeadAttention(nn.Module):
         nk = k.shape[2]
         attn_mask = None if mask is None else _as_attn_mask(mask, B, N, nk)
         drop = self.attn_dropout if self.training else 0.0
-        if sink is not None or self._explicit(nk, q, causal):
+        if sink is not None or self._explicit(q, nk, causal, attn_mask is not None):
             out, weights = attention_explicit(q, k, v, causal=causal, mask=attn_mask,
                                               dropout=drop, training=self.training)
             if sink is not None:
@@ -193,9 +187,12 @@ class MultiHeadAttention(nn.Module):
         y = self.proj(out)
         return y if self.proj_drop is None else self.proj_drop(y)
 
-    def _explicit(self, nk: int, q: Tensor, causal: bool) -> bool:
+    def _explicit(self, q: Tensor, nk: int, causal: bool, masked: bool) -> bool:
+        """`impl="auto"`: the plan's measured choice on the CPU (SDPA until measured otherwise);
+        SDPA elsewhere and under torch.compile, which fuses attention its own way."""
         if self.impl != "auto":
             return self.impl == "explicit"
-        training_low_precision = q.requires_grad and q.dtype in (torch.bfloat16, torch.float16)
-        return (q.device.type == "cpu" and training_low_precision
-                and nk <= _CPU_EXPLICIT_MAX_KEYS["causal" if causal else "full"])
+        if q.device.type != "cpu" or torch.compiler.is_compiling():
+            return False
+        b, h, nq, dh = q.shape
+        return attention_kernel(b, h, nq, nk, dh, q.dtype, causal, q.requires_grad, masked=masked) == "explicit"

@@ -37,7 +37,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         about="nanoGPT's Tiny Shakespeare character model: 6 layers x 6 heads x 384, context 256, "
               "dropout 0.2, batch 64, 5000 steps (a GPU job: val loss ~1.47)",
         **_SHAKESPEARE_CHAR),
-    # Tuned on a shared 2-core AMD EPYC (benchmarks/results/shakespeare_cpu.md): bf16 autocast halves the
+    # Tuned on a shared 2-core AMD EPYC (benchmarks/results/amd-epyc/shakespeare_cpu.md): bf16 autocast halves the
     # step time there; 4 blocks of width 192 at context 128 crossed val loss 1.70 after 3.3M tokens (step
     # 800 of a 1200-step trial, 1.59 at its end). No dropout, like nanoGPT's CPU recipe.
     "shakespeare-cpu": dict(

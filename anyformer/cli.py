@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
     t.add_argument("--amp", choices=["none", "bf16", "fp16", "auto"],
-                   help="mixed precision; auto = bf16 where the CPU/GPU computes it natively")
+                   help="mixed precision; auto = bf16 where the speed plan measured it faster here")
     t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     t.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     t.add_argument("--seed", type=int)

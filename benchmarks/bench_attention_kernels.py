@@ -10,7 +10,8 @@ width at 256 (heads = 256 / head dim), so each cell is a realistic layer of a sm
 
 A cell's ratio is fused time / explicit time: above 1 the explicit path wins. The script then
 prints, per (mode, dtype, causal, head dim), the largest N at which the explicit path still wins
-(the crossover), which anyformer/nn/attention.py's `_CPU_EXPLICIT_MAX_KEYS` table encodes.
+(the crossover). anyformer no longer encodes a crossover: `impl="auto"` asks the speed plan
+(anyformer.plan.attention_kernel), which times both paths for each shape on the machine at hand.
 
     python benchmarks/bench_attention_kernels.py             # full grid (~5 min on a quiet machine); writes results/amd-epyc/attention_kernels.md
     python benchmarks/bench_attention_kernels.py --quick --no-write
@@ -31,7 +32,6 @@ setup_env()
 import torch  # noqa: E402
 
 from anyformer.nn import KVCache, MultiHeadAttention  # noqa: E402
-from anyformer.nn import attention as attention_module  # noqa: E402
 
 TOKENS, WIDTH = 4096, 256
 LENGTHS = (16, 32, 50, 64, 128, 197, 256, 512)
@@ -135,14 +135,11 @@ def main() -> None:
     t_cross = table(["mode", "dtype", "mask", "head dim", "explicit wins up to N"],
                     [[*map(str, k), str(v)] for k, v in crossover.items()])
     print(f"\n{t_cross}")
-    rule = attention_module._CPU_EXPLICIT_MAX_KEYS
     load_after = load_average()
-    print(f"current rule in anyformer/nn/attention.py: {rule}")
     print(f"load average after: {load_after}; wall {time.time() - t0:.0f} s")
     facts.update({"load average (1, 5, 15 min) before": load_before, "after": load_after,
                   "rounds": f"{args.rounds} alternated rounds x {args.steps} calls per cell, median; one warm-up",
                   "layer": f"anyformer MultiHeadAttention, width {WIDTH}, batch = {TOKENS} // N",
-                  "rule in anyformer at the time of the run": str(rule),
                   "wall time": f"{time.time() - t0:.0f} s"})
     if not args.no_write:
         intro = (f"Produced by `benchmarks/bench_attention_kernels.py {' '.join(sys.argv[1:])}`. "

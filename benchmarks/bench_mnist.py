@@ -67,6 +67,7 @@ def main(argv: list[str]) -> int:
            f"{summary['amp']} | {peak_kb / 1024:.0f} MiB | {load_before} / {load_average()} |")
     print(f"\ntest accuracy {summary['test_accuracy']:.4f}, wall {wall_s:.0f} s start to finish, "
           f"{summary['images_per_s']:.0f} images/s")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     if not RESULTS.exists():
         RESULTS.write_text(
             "# MNIST time to accuracy\n\n"

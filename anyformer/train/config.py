@@ -42,7 +42,7 @@ class TrainConfig:
     eval_iters: int = 50                     # language models: validation batches per evaluation
     tokenizer: str = "char"                  # language models: char | gpt2
     device: str = "auto"
-    amp: str = "none"                        # auto: bf16 where the hardware has it natively
+    amp: str = "none"                        # auto: bf16 where the speed plan measured it faster
     compile: bool = False
     seed: int = 0
     threads: int | None = None

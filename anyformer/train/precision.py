@@ -14,19 +14,32 @@ import torch
 from ..plan import amp_dtype
 
 
-def resolve_amp(amp: str, device: torch.device) -> str:
-    """`auto`: bf16 autocast where the speed plan measured it clearly faster than fp32 on this
-    machine (a model-sized MLP step, both ways; `anyformer doctor` shows the times), else fp32.
-    Native bf16 (avx512_bf16, AMX) made it about 2x faster on an AMD EPYC; without it, emulated
-    bf16 was 1.7x slower on an Intel Xeon. On CUDA: bf16 where the GPU supports it."""
+_SETTLED: dict[str, str] = {}  # device type -> what `auto` was settled to for the model being trained
+
+
+def settle_amp(amp: str, device: torch.device, *, width: int, hidden: int) -> str:
+    """Decide `auto` once, for the model at hand: bf16 autocast where the speed plan measured an
+    MLP step of this width and hidden size (forward and backward, both ways) clearly faster than
+    fp32 on this machine, else fp32. Native bf16 (avx512_bf16, AMX) made it about 2x faster on an
+    AMD EPYC; emulated bf16 was 1.7x slower on an Intel Xeon. On CUDA: bf16 where supported.
+    Later `resolve_amp("auto")` calls (the tasks' evaluation, the summary) return this choice."""
     if amp != "auto":
         return amp
-    return amp_dtype(device)
+    _SETTLED[device.type] = amp_dtype(device, width=width, hidden=hidden)
+    return _SETTLED[device.type]
+
+
+def resolve_amp(amp: str, device: torch.device) -> str:
+    """What `amp` means here: `auto` as `settle_amp` decided it (or, before that, as the plan
+    decides for a mid-sized model), anything else as it is."""
+    if amp != "auto":
+        return amp
+    return _SETTLED.get(device.type) or amp_dtype(device)
 
 
 def check_amp(amp: str, device: torch.device) -> None:
     """Refuse fp16 where it cannot be trained properly: anywhere but CUDA."""
-    if resolve_amp(amp, device) == "fp16" and device.type != "cuda":
+    if amp == "fp16" and device.type != "cuda":  # `auto` never means fp16
         raise ValueError(f"--amp fp16 needs a CUDA device (fp16 training needs loss scaling, which runs on "
                          f"CUDA), but the run is on {device.type}; use --amp bf16, the {device.type}'s half "
                          f"type, or --amp none")
@@ -45,4 +58,4 @@ def make_scaler(amp: str, device: torch.device) -> torch.amp.GradScaler | None:
     overflow flag on the device; clipping needs the gradients unscaled first, and then the scaler
     reads the flag on the host each step."""
     check_amp(amp, device)
-    return torch.amp.GradScaler(device.type) if resolve_amp(amp, device) == "fp16" else None
+    return torch.amp.GradScaler(device.type) if amp == "fp16" else None

@@ -23,13 +23,15 @@ import torch
 from torch import Tensor, nn
 
 from ..models import REGISTRY, Model
+from ..plan import planner
+from ..plan.host import cpu_info
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed import Distributed
 from .optim import lr_at, make_optimizer
 from .perf import measured_peak_flops
-from .precision import autocast, make_scaler, resolve_amp
+from .precision import autocast, make_scaler, resolve_amp, settle_amp
 from .protocol import Task
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
@@ -59,6 +61,8 @@ class Trainer:
         self.model = build_model(cfg, self.task, self.device, self.dist.world if self.dist.fsdp else 1)
         self.model.to(self.device)
         torch.manual_seed(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
+        c = self.model.config  # `auto` precision measured for this model's size, with the run's threads
+        settle_amp(cfg.amp, self.device, width=c.width, hidden=getattr(c, "mlp_hidden", None) or 4 * c.width)
         self.forward_model: nn.Module = self.dist.wrap(self.model)
         # After wrapping: FSDP replaces the parameters with sharded ones, which the optimiser must hold.
         self.optimizer = make_optimizer(self.model, cfg, self.device)
@@ -101,7 +105,12 @@ class Trainer:
         try:  # every rank reads the same file; nothing on disk changes until it has all been read
             rngs = state["rng"]
             mine = rngs[self.dist.rank] if len(rngs) == self.dist.world else rngs[0]
+            # load_state_dict takes the saved run's fused/foreach flags, but the optimiser's loss-scaling
+            # support was set when it was built: keep the implementation this run's plan chose.
+            impl = [(g.get("fused"), g.get("foreach")) for g in self.optimizer.param_groups]
             self.dist.load_state(self.model, self.optimizer, state["model"], state["optimizer"])
+            for group, (fused, foreach) in zip(self.optimizer.param_groups, impl):
+                group["fused"], group["foreach"] = fused, foreach
             torch.set_rng_state(mine["cpu"])
             if "cuda" in mine and self.device.type == "cuda":
                 torch.cuda.set_rng_state(mine["cuda"], self.device)
@@ -251,7 +260,7 @@ class Trainer:
         try:
             with self.signals:
                 while self.step < self.total_steps:
-                    t0 = time.perf_counter()
+                    t0, planned = time.perf_counter(), planner().planning_s
                     self.train_step()
                     evaluating = self.step % self.eval_every == 0 or self.step == self.total_steps
                     checkpointing = not evaluating and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
@@ -259,7 +268,9 @@ class Trainer:
                         not self.dist.enabled and self.signals.received is not None)
                     if reading:
                         self._sync()
-                    dt = time.perf_counter() - t0  # with the sync: on a GPU, the wait for the queued steps
+                    # With the sync (on a GPU, the wait for the queued steps); without the speed plan's
+                    # first-time measurements of new shapes (reported apart as plan_seconds).
+                    dt = time.perf_counter() - t0 - (planner().planning_s - planned)
                     self.elapsed += dt
                     self.sums["seconds"] = self.sums.get("seconds", 0.0) + dt
                     rate = self.sums["items"] / max(1e-9, self.sums["seconds"])
@@ -334,20 +345,15 @@ class Trainer:
              "params": self.model.num_params(), "device": str(self.device),
              "device_name": _device_name(self.device), "world_size": self.dist.world,
              "amp": resolve_amp(self.cfg.amp, self.device), unit: round(line.get(unit, 0.0), 1),
-             "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed}
+             "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed,
+             "plan_seconds": round(planner().planning_s, 2)}
         return {**s, **self.task.summary_fields(line, self.files.read_metrics())}
 
 
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
-    except OSError:
-        pass
-    return f"cpu ({torch.get_num_threads()} threads)"
+    return f"{cpu_info()['model']} ({torch.get_num_threads()} threads)"
 
 
 def _progress(total: int, start: int, enabled: bool):

@@ -13,7 +13,7 @@ prints, per (mode, dtype, causal, head dim), the largest N at which the explicit
 (the crossover). anyformer no longer encodes a crossover: `impl="auto"` asks the speed plan
 (anyformer.plan.attention_kernel), which times both paths for each shape on the machine at hand.
 
-    python benchmarks/bench_attention_kernels.py             # full grid (~5 min on a quiet machine); writes results/amd-epyc/attention_kernels.md
+    python benchmarks/bench_attention_kernels.py             # full grid (~5 min on a quiet machine); writes results/<processor>/attention_kernels.md
     python benchmarks/bench_attention_kernels.py --quick --no-write
 """
 from __future__ import annotations

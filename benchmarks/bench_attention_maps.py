@@ -7,7 +7,7 @@ the model, resets the kernel's RSS high-water mark (/proc/self/clear_refs, "5"),
 `resource.getrusage`. "extra" is that peak minus the RSS just before the first forward (the
 model's weights at rest), i.e. what the forward with maps needed on top of holding the model.
 
-    python benchmarks/bench_attention_maps.py            # table + benchmarks/results/amd-epyc/attention_maps.md
+    python benchmarks/bench_attention_maps.py            # table + benchmarks/results/<processor>/attention_maps.md
     python benchmarks/bench_attention_maps.py --repeats 5 --models vit-mnist
 """
 from __future__ import annotations

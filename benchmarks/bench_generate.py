@@ -11,7 +11,7 @@ Also timed, alternated in one process: one cached step through the model's forwa
 its memory floor (every weight read once, and the bare matrix-vector products on oneDNN and on
 MKL): a one-token step is bound by memory.
 
-    python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/amd-epyc/generate.md
+    python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/<processor>/generate.md
     python benchmarks/bench_generate.py --prefixes 32 128 --new-tokens 16 --no-write   # a quick look
 """
 from __future__ import annotations

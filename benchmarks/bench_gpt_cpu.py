@@ -20,7 +20,7 @@ max(1, max|ref|)), not bitwise. The extra row `anyformer, MKL inference` runs th
 the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
 (bitwise nn.Linear), to show what oneDNN adds there.
 
-    python benchmarks/bench_gpt_cpu.py                    # full run (~4 min), writes results/amd-epyc/gpt_cpu.md
+    python benchmarks/bench_gpt_cpu.py                    # full run (~4 min), writes results/<processor>/gpt_cpu.md
     python benchmarks/bench_gpt_cpu.py --quick --no-write # 1 round, to check it runs
 """
 from __future__ import annotations
@@ -198,7 +198,7 @@ def main() -> None:
     ap.add_argument("--infer-steps", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="one round of one step, no memory: a smoke test")
     ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave results/amd-epyc/gpt_cpu.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave results/<processor>/gpt_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()

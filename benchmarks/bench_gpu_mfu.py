@@ -19,7 +19,7 @@ ViT-B/16's FLOPs, so its ViT MFU is an equivalent rate on the full count. Two pe
 - measured: the rate of a large bf16 matrix multiply on this card, measured in the same run
   (anyformer.train.perf), what `anyformer train` divides by in its progress line.
 
-    python benchmarks/bench_gpu_mfu.py                        # on a CUDA machine; writes results/amd-epyc/gpu_mfu.md
+    python benchmarks/bench_gpu_mfu.py                        # on a CUDA machine; writes results/<processor>/gpu_mfu.md
     python benchmarks/bench_gpu_mfu.py --compile              # every contestant under torch.compile
     python benchmarks/bench_gpu_mfu.py --device cpu --quick --no-write   # the code path, tiny shapes
 """

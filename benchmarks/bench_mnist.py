@@ -1,5 +1,5 @@
 """Time to accuracy on MNIST: run `anyformer train RECIPE` start to finish under /usr/bin/time -v
-and record wall time, test accuracy and images/s in benchmarks/results/amd-epyc/mnist.md.
+and record wall time, test accuracy and images/s in benchmarks/results/<processor>/mnist.md.
 
     python benchmarks/bench_mnist.py                  # the default `mnist` recipe
     python benchmarks/bench_mnist.py mnist-seed       # seed 000's recipe (about an hour on 2 cores)

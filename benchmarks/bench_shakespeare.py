@@ -6,7 +6,7 @@ If the run is still going at the limit it gets SIGTERM: the trainer finishes its
 checkpoint and stops (the recipe is meant to finish well before). Extra arguments go to `anyformer
 train`, e.g. `--threads 1`.
 
-    python benchmarks/bench_shakespeare.py                    # writes benchmarks/results/amd-epyc/shakespeare_cpu.md
+    python benchmarks/bench_shakespeare.py                    # writes benchmarks/results/<processor>/shakespeare_cpu.md
     python benchmarks/bench_shakespeare.py --limit 600 -- --threads 1
 """
 from __future__ import annotations

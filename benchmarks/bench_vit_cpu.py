@@ -19,7 +19,7 @@ not bitwise. The extra row `anyformer, MKL inference` runs the same model with
 the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
 (bitwise nn.Linear), to show what oneDNN adds there.
 
-    python benchmarks/bench_vit_cpu.py                    # both models (~5 min), writes results/amd-epyc/vit_cpu.md
+    python benchmarks/bench_vit_cpu.py                    # both models (~5 min), writes results/<processor>/vit_cpu.md
     python benchmarks/bench_vit_cpu.py --models mnist --quick --no-write
 """
 from __future__ import annotations
@@ -282,7 +282,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, help="training steps per contestant per round (default: mnist 2, ti16 1)")
     ap.add_argument("--quick", action="store_true", help="one round of one step, no memory: a smoke test")
     ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave results/amd-epyc/vit_cpu.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave results/<processor>/vit_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
     ap.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()

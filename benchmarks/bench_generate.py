@@ -163,7 +163,7 @@ def bench_floor(gpt, prefix: int, rounds: int = 15, per_round: int = 3) -> dict:
     MKL; HF's GPT-2 multiplies the same products through addmm on transposed weights), and the
     step itself. Biases, norms and attention over the cache are left out of the bare rows, so the
     step's excess over them is everything else it does."""
-    from anyformer.nn.linear import _mm
+    from anyformer.plan.kernels import onednn_mm as _mm
     mats = [m.weight for m in gpt.modules() if isinstance(m, torch.nn.Linear)] + [gpt.lm_head.weight]
     xs = {k: torch.randn(1, k) for k in {w.shape[1] for w in mats}}
     gbytes = sum(w.numel() * w.element_size() for w in mats) / 1e9

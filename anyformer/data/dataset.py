@@ -27,19 +27,11 @@ class ImageDataset:
     def __post_init__(self) -> None:
         # Fail here, at construction, rather than deep inside a training step.
         if not isinstance(self.images, torch.Tensor) or self.images.dtype != torch.uint8 or self.images.dim() != 4:
-            got = (
-                f"{self.images.dtype} {tuple(self.images.shape)}"
-                if isinstance(self.images, torch.Tensor)
-                else type(self.images).__name__
-            )
-            raise DataError(f"ImageDataset {self.name!r}: images must be a uint8 tensor (N, C, H, W), got {got}")
+            raise DataError(f"ImageDataset {self.name!r}: images must be a uint8 tensor (N, C, H, W), "
+                            f"got {_described(self.images)}")
         if not isinstance(self.labels, torch.Tensor) or self.labels.dtype != torch.int64 or self.labels.dim() != 1:
-            got = (
-                f"{self.labels.dtype} {tuple(self.labels.shape)}"
-                if isinstance(self.labels, torch.Tensor)
-                else type(self.labels).__name__
-            )
-            raise DataError(f"ImageDataset {self.name!r}: labels must be an int64 tensor (N,), got {got}")
+            raise DataError(f"ImageDataset {self.name!r}: labels must be an int64 tensor (N,), "
+                            f"got {_described(self.labels)}")
         if self.images.shape[0] != self.labels.shape[0]:
             raise DataError(
                 f"ImageDataset {self.name!r}: {self.images.shape[0]} images but {self.labels.shape[0]} labels; "
@@ -70,3 +62,10 @@ class ImageDataset:
     def __repr__(self) -> str:
         n, c, h, w = self.images.shape
         return f"ImageDataset(name={self.name!r}, n={n}, shape=({c}, {h}, {w}), classes={len(self.classes)})"
+
+
+def _described(value: object) -> str:
+    """A tensor as its dtype and shape, anything else as its type: what a refused argument was."""
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {tuple(value.shape)}"
+    return type(value).__name__

@@ -40,11 +40,14 @@ def _bucket(n: int, cap: int) -> int:
     return min(cap, 1 << max(0, (n - 1).bit_length()))
 
 
-def _memo_bucket(n: int, cap: int) -> int:
+def _memo_bucket(n: int, cap: int) -> int | None:
     """`_bucket` for the in-process memo key, asked on every call: a decode step's growing KV cache
-    (one key more each token) then hits the memo instead of re-entering the planner. A non-int
-    raises TypeError here, caught by the caller, which then validates and names the problem."""
-    return min(cap, 1 << max(0, int.bit_length(n - 1)))
+    (one key more each token) then hits the memo instead of re-entering the planner. None for a
+    non-int: the memo misses and the validation that follows names the problem."""
+    try:
+        return min(cap, 1 << max(0, int.bit_length(n - 1)))
+    except TypeError:
+        return None
 
 
 def _floor_pow2(x: float) -> int:
@@ -82,12 +85,9 @@ def _with_grads(fn: Callable[[], torch.Tensor], leaves: tuple[torch.Tensor, ...]
 def linear_kernel(batch_rows: int, in_features: int, out_features: int, dtype: torch.dtype, training: bool) -> str:
     """"stock" (F.linear) or "onednn" (`kernels.onednn_linear`) for a CPU linear layer applied to
     batch_rows rows (every dim but the last, multiplied); `training`: forward and backward."""
-    try:
-        memo = ("linear", _memo_bucket(batch_rows, _MAX_ROWS), in_features, out_features, dtype, training)
-    except TypeError:
-        memo = None
+    memo = ("linear", _memo_bucket(batch_rows, _MAX_ROWS), in_features, out_features, dtype, training)
     p = _planner._PLANNER
-    choice = None if memo is None else p.lookup(memo)
+    choice = p.lookup(memo)
     if choice is not None:
         return choice
     _positive("linear_kernel", batch_rows=batch_rows, in_features=in_features, out_features=out_features)
@@ -138,13 +138,10 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     """"fused" (F.scaled_dot_product_attention) or "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
     matmuls) for CPU attention over (B, H, q_len, D_h) queries and k_len keys. `causal` is bottom-
     right aligned (a KV cache's last queries); `masked`: a key-padding mask is passed too."""
-    try:
-        memo = ("attention", _memo_bucket(batch, _MAX_BATCH), heads, _memo_bucket(q_len, _MAX_LEN),
-                _memo_bucket(k_len, _MAX_LEN), head_dim, dtype, causal, training, masked)
-    except TypeError:
-        memo = None
+    memo = ("attention", _memo_bucket(batch, _MAX_BATCH), heads, _memo_bucket(q_len, _MAX_LEN),
+            _memo_bucket(k_len, _MAX_LEN), head_dim, dtype, causal, training, masked)
     p = _planner._PLANNER
-    choice = None if memo is None else p.lookup(memo)
+    choice = p.lookup(memo)
     if choice is not None:
         return choice
     _positive("attention_kernel", batch=batch, heads=heads, q_len=q_len, k_len=k_len, head_dim=head_dim)

@@ -13,7 +13,6 @@ import torch
 
 from ..plan import amp_dtype
 
-
 _SETTLED: dict[str, str] = {}  # device type -> what `auto` was settled to for the model being trained
 
 

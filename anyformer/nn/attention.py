@@ -9,7 +9,6 @@ faster on this machine for the case (CPU only: shapes, dtype, causal, training).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Literal
 
 import torch
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..plan import attention_kernel
+from ..plan.kernels import attention_explicit, causal_mask
 from .dropout import Dropout
 from .linear import Linear
 from .positions import RotaryEmbedding
@@ -72,30 +72,6 @@ def _as_attn_mask(mask: Tensor | None, batch: int, nq: int, nk: int) -> Tensor |
     if mask.dim() == 4:
         return mask
     raise ValueError(f"mask must be (B, Nk), (B, Nq, Nk) or (B, H, Nq, Nk); got shape {tuple(mask.shape)}")
-
-
-def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-                       mask: Tensor | None = None, dropout: float = 0.0,
-                       training: bool = False) -> tuple[Tensor, Tensor]:
-    """The maths spelled out: returns (output (B,H,Nq,D_h), weights (B,H,Nq,Nk))."""
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
-    allowed = _causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    # Softmax in at least float32 so that half-precision inputs do not lose the small weights.
-    low = scores.dtype in (torch.float16, torch.bfloat16)
-    weights = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) if low else scores.softmax(dim=-1)
-    if allowed is not None:  # a fully masked row would be NaN; it attends to nothing instead
-        weights = weights.nan_to_num(0.0)
-    dropped = F.dropout(weights, dropout, training) if dropout > 0 else weights
-    return dropped @ v, weights
-
-
-def _causal_mask(nq: int, nk: int, device: torch.device) -> Tensor:
-    """Bottom-right aligned: with a cache the nq queries are the last nq of nk positions."""
-    return torch.ones(nq, nk, dtype=torch.bool, device=device).tril(diagonal=nk - nq)
 
 
 class MultiHeadAttention(nn.Module):
@@ -179,7 +155,7 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
         else:
             if causal and N > 1:  # one query after a cache sees every key: no mask needed
-                cm = _causal_mask(N, nk, x.device)
+                cm = causal_mask(N, nk, x.device)
                 attn_mask = cm if attn_mask is None else attn_mask & cm
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.

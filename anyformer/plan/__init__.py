@@ -17,14 +17,14 @@ from __future__ import annotations
 from typing import Mapping
 
 from .choices import ENV_PLAN, Decision, decision, decisions, register
-from .choose import adamw_impl, amp_dtype, attention_kernel, explicit_attention, linear_kernel
+from .choose import adamw_impl, amp_dtype, attention_kernel, linear_kernel
 from .kernels import onednn_linear, onednn_linear_op
 from .host import machine, native_bf16
 from .planner import Planner, max_error, planner, using
 from .store import ENV_CACHE, plan_dir
 
 __all__ = ["ENV_PLAN", "ENV_CACHE", "Decision", "Planner", "adamw_impl", "amp_dtype", "attention_kernel",
-           "configure", "decision", "decisions", "explicit_attention", "force", "forcing", "linear_kernel",
+           "configure", "decision", "decisions", "force", "forcing", "linear_kernel",
            "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
            "register", "reset", "using"]
 

@@ -10,7 +10,6 @@ rows (or batch items) than asked for, recorded as `measured_with`. `linear_kerne
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterable
 
 import torch
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 
 from . import planner as _planner
 from .choices import Decision, register
-from .kernels import onednn_linear, onednn_linear_op
+from .kernels import attention_explicit, causal_mask, onednn_linear, onednn_linear_op
 
 LINEAR = register(Decision("linear", ("stock", "onednn"), "fp32/bf16 CPU linear layers: F.linear (BLAS) "
                                                           "or oneDNN's _linear_pointwise"))
@@ -162,24 +161,12 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
                     memo_key=memo, tolerance=5e-2 if low else 1e-4, measured_with=reduced)
 
 
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
-    """softmax(Q K^T / sqrt(D_h)) V, the softmax in at least fp32, as nn/attention.py computes it."""
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    low = scores.dtype in (torch.float16, torch.bfloat16)
-    weights = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) if low else scores.softmax(dim=-1)
-    if allowed is not None:
-        weights = weights.nan_to_num(0.0)
-    return weights @ v
-
-
 def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype, causal: bool,
                     training: bool, masked: bool) -> dict[str, Callable]:
     g = torch.Generator().manual_seed(0)
     q, k, v, dy = (_randn(g, b, h, n, d, dtype=dtype) for n in (nq, nk, nk, nq))
     # As nn/attention.py runs it: one query after a cache sees every key, so it gets no mask.
-    allowed = torch.ones(nq, nk, dtype=torch.bool).tril(diagonal=nk - nq) if causal and nq > 1 else None
+    allowed = causal_mask(nq, nk, q.device) if causal and nq > 1 else None
     if masked and nk > 1:  # pad the last eighth of the keys; every query keeps key 0
         pad = torch.ones(b, 1, 1, nk, dtype=torch.bool)
         pad[..., nk - max(1, nk // 8):] = False
@@ -192,7 +179,7 @@ def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype
             return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
     def explicit():
-        return explicit_attention(q, k, v, allowed)
+        return attention_explicit(q, k, v, mask=allowed)[0]
 
     if not training:
         return {"fused": fused, "explicit": explicit}

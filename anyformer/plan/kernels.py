@@ -1,5 +1,6 @@
 """The non-stock kernels the plan times, in one place, so that what is measured is what runs:
-nn/linear.py can call `onednn_linear` for the layers where the plan chose "onednn".
+nn/linear.py calls `onednn_linear` for the layers where the plan chose "onednn", and
+nn/attention.py `attention_explicit` where it chose "explicit" (or where weights are asked for).
 
 oneDNN's `_linear_pointwise` (shipped inside torch's CPU wheels) picks its kernels by instruction
 set, where torch's default BLAS on some CPUs does not (MKL takes its AVX2 path on AMD). Same
@@ -9,8 +10,10 @@ runs only where the plan measured it faster and checked its output against F.lin
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -59,3 +62,27 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
                                     or (bias is not None and bias.requires_grad)):
         return OneDNNLinear.apply(x, weight, bias)
     return onednn_mm(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+
+def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+                       mask: Tensor | None = None, dropout: float = 0.0,
+                       training: bool = False) -> tuple[Tensor, Tensor]:
+    """The maths spelled out: returns (output (B,H,Nq,D_h), weights (B,H,Nq,Nk))."""
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+    allowed = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    # Softmax in at least float32 so that half-precision inputs do not lose the small weights.
+    low = scores.dtype in (torch.float16, torch.bfloat16)
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) if low else scores.softmax(dim=-1)
+    if allowed is not None:  # a fully masked row would be NaN; it attends to nothing instead
+        weights = weights.nan_to_num(0.0)
+    dropped = F.dropout(weights, dropout, training) if dropout > 0 else weights
+    return dropped @ v, weights
+
+
+def causal_mask(nq: int, nk: int, device: torch.device) -> Tensor:
+    """Bottom-right aligned: with a cache the nq queries are the last nq of nk positions."""
+    return torch.ones(nq, nk, dtype=torch.bool, device=device).tril(diagonal=nk - nq)

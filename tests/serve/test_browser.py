@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -83,15 +82,19 @@ def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, t
         wait = WebDriverWait(browser, 30)
         wait.until(lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)
         wait.until(lambda d: (by_testid(d, "attention").get_attribute("src") or "").startswith("data:image/png"))
-        time.sleep(0.5)  # the debounced request after the last stroke has landed
-        rows = [li.text.split() for li in by_testid(browser, "prediction").find_elements(By.TAG_NAME, "li")]
-        shown = [(cls, float(pct.rstrip("%"))) for cls, pct in rows]
-        assert [p for _, p in shown] == sorted((p for _, p in shown), reverse=True)
-        # The page shows what the API says for the canvas as drawn, and the model reads the 1.
+        # The page settles on what the API says for the canvas as drawn (the debounced request after
+        # the last stroke may still be on its way), and the model reads the 1.
         png = base64.b64decode(browser.execute_script("return arguments[0].toDataURL('image/png')", canvas)
                                .split(",", 1)[1])
         api = TestClient(app).post("/api/predict", content=png, headers={"content-type": "image/png"}).json()
-        assert [(t["class"], round(100 * t["probability"], 1)) for t in api["top"]] == shown
+        expected = [(t["class"], round(100 * t["probability"], 1)) for t in api["top"]]
+
+        def shown_now(d):
+            rows = [li.text.split() for li in by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")]
+            return [(cls, float(pct.rstrip("%"))) for cls, pct in rows]
+        wait.until(lambda d: shown_now(d) == expected)
+        shown = shown_now(browser)
+        assert [p for _, p in shown] == sorted((p for _, p in shown), reverse=True)
         assert shown[0][0] == "1", shown
         heat = by_testid(browser, "attention")
         assert heat.is_displayed() and heat.size["width"] >= 100

@@ -92,7 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     at.add_argument("--out", required=True, help="PNG file to write")
     at.add_argument("--layers", type=int, nargs="+")
     at.add_argument("--heads", type=int, nargs="+")
+    _serve_arguments(sub.add_parser("serve", help="a web page and a JSON API for a run (docs/serve.md)"))
     return p
+
+
+def _serve_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("dir")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-body-bytes", type=int, default=5 * 1024 * 1024, help="largest request body")
+    s.add_argument("--max-pixels", type=int, default=40_000_000, help="largest image, width x height")
+    s.add_argument("--max-prompt-chars", type=int, default=4000)
+    s.add_argument("--max-new-tokens", type=int, default=1000, help="most tokens one generation may ask for")
+    s.add_argument("--concurrency", type=int, default=2, help="model calls running at once")
+    s.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -205,8 +218,22 @@ def cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .serve import Limits, serve
+    except ImportError as e:
+        raise ImportError(f"`anyformer serve` needs the serve extra ({e.name} is missing): "
+                          f"pip install 'anyformer[serve]'") from None
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_pixels=args.max_pixels,
+                    max_prompt_chars=args.max_prompt_chars, max_new_tokens=args.max_new_tokens,
+                    concurrency=args.concurrency)
+    serve(args.dir, host=args.host, port=args.port, limits=limits)
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
-            "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run}
+            "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run,
+            "serve": cmd_serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,77 @@
+"""The ASGI app for one run: the page at /, its scripts under /static, /api/info, and the
+section's API (/api/predict, /api/generate or /api/sample)."""
+from __future__ import annotations
+
+import json
+import logging
+from importlib import resources
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..models import load, read_config
+from .context import Context
+from .limits import ApiError, Limits
+from .sections import section_for
+from .worker import ModelWorker
+
+STATIC = Path(str(resources.files(__package__) / "static"))
+# Scripts only from this server, pictures also as data URLs (the heat maps); nothing else runs.
+SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data: blob:; "
+                                               "style-src 'self' 'unsafe-inline'; object-src 'none'",
+                    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+log = logging.getLogger("anyformer.serve")
+
+
+def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
+    """The app for the run in `run_dir` (loaded now, so a bad run fails before the server starts)."""
+    limits = limits or Limits()
+    meta = read_config(run_dir)
+    model = load(run_dir).eval()
+    section = section_for(model.family)
+    ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits, worker=ModelWorker(limits.concurrency))
+    run_info = {"run": Path(run_dir).resolve().name, "family": model.family, **section.info(ctx),
+                "limits": {"max_body_bytes": limits.max_body_bytes, "max_pixels": limits.max_pixels,
+                           "max_prompt_chars": limits.max_prompt_chars, "max_new_tokens": limits.max_new_tokens}}
+    page = _page(run_info, section.FRAGMENT, section.__name__.rsplit(".", 1)[-1])
+
+    async def index(request: Request) -> HTMLResponse:
+        return HTMLResponse(page, headers=SECURITY_HEADERS)
+
+    async def api_info(request: Request) -> JSONResponse:
+        return JSONResponse(run_info)
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return exc.response()
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        # A bug, not the user's fault: logged with its traceback, answered with one line, and the
+        # server goes on serving the next request.
+        log.exception("error serving %s %s", request.method, request.url.path)
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+
+    routes = [Route("/", index), Route("/api/info", api_info), *section.routes(ctx),
+              Mount("/static", StaticFiles(directory=STATIC), name="static")]
+    app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: server_error})
+    app.state.context = ctx
+    return app
+
+
+def _page(run_info: dict, fragment: str, script: str) -> str:
+    # The run's facts ride in a JSON block that is data, not code; "<" is escaped so no text in
+    # them (a class name, a run name) can close the block.
+    info_json = json.dumps(run_info).replace("<", "\\u003c")
+    return ((STATIC / "index.html").read_text()
+            .replace("<!--TITLE-->", f"anyformer · {_html(run_info['run'])}")
+            .replace("<!--INFO-->", info_json)
+            .replace("<!--SECTION-->", (STATIC / fragment).read_text())
+            .replace("<!--SCRIPT-->", f'<script src="/static/{script}.js"></script>'))
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")

@@ -1,0 +1,85 @@
+"""The image classifier section: POST /api/predict -> the top classes and the attention rollout.
+
+Accepts the image as the raw body (Content-Type image/* or application/octet-stream, what the
+page's canvas and `curl --data-binary` send) or as one file in a multipart form (`curl -F`).
+One forward pass gives both the probabilities and the rollout (`viz.image_attention` streams the
+attention layer by layer), so the heat map costs no second pass.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..data.preprocess import ImagePreprocess
+from .context import Context
+from .images import check_header, heat_overlay, load_upload, png_data_url
+from .limits import ApiError, media_type, read_body
+
+FAMILY = "vit"
+FRAGMENT = "classify.html"
+TOP = 3
+OVERLAY_SIZE = 112  # pixels across the heat map sent back: small, but big enough to see a digit
+
+
+def info(ctx: Context) -> dict[str, Any]:
+    pre = _preprocess(ctx)
+    return {"task": "classify", "classes": ctx.data.get("classes"), "image_size": list(pre.image_size),
+            "channels": pre.channels}
+
+
+def routes(ctx: Context) -> list[Route]:
+    pre = _preprocess(ctx)
+    classes = ctx.data.get("classes") or [str(i) for i in range(ctx.model.config.num_classes)]
+
+    def predict_bytes(data: bytes) -> dict[str, Any]:
+        from .. import viz
+        x = load_upload(pre, data)
+        result = viz.image_attention(ctx.model, pre(x)[None], layers=[])
+        probs = result["probs"][0]
+        order = probs.argsort()[::-1][:TOP]
+        top = [{"class": str(classes[i]), "index": int(i), "probability": round(float(probs[i]), 6)} for i in order]
+        scale = max(1, OVERLAY_SIZE // max(x.shape[-2:]))
+        return {"top": top,
+                "attention": {"png": png_data_url(heat_overlay(x, result["overlay"][0], scale)),
+                              "grid": result["rollout"][0].round(5).tolist()}}
+
+    async def predict(request: Request) -> JSONResponse:
+        data = await _image_bytes(request, ctx)
+        check_header(data, ctx.limits.max_pixels)
+        return JSONResponse(await ctx.worker.call(predict_bytes, data))
+
+    return [Route("/api/predict", predict, methods=["POST"])]
+
+
+def _preprocess(ctx: Context) -> ImagePreprocess:
+    if ctx.data.get("kind") != "images":
+        raise ValueError(f"{ctx.run_dir} holds a ViT but its data kind is {ctx.data.get('kind')!r}; "
+                         f"the classifier page needs a run trained by `anyformer train` on images")
+    return ImagePreprocess.from_info(ctx.data)
+
+
+async def _image_bytes(request: Request, ctx: Context) -> bytes:
+    kind = media_type(request)
+    if kind.startswith("image/") or kind == "application/octet-stream":
+        return await read_body(request, ctx.limits.max_body_bytes)
+    if kind == "multipart/form-data":
+        body = await read_body(request, ctx.limits.max_body_bytes)
+
+        async def once():
+            yield body
+        try:
+            form = await MultiPartParser(request.headers, once(), max_files=1, max_fields=8,
+                                         max_part_size=ctx.limits.max_body_bytes).parse()
+        except MultiPartException as e:
+            raise ApiError(400, f"cannot read the multipart form: {e}") from None
+        files = [v for _, v in form.multi_items() if not isinstance(v, str)]
+        if not files:
+            raise ApiError(400, "the multipart form holds no file; send the image as a file field, "
+                                "e.g. curl -F file=@digit.png")
+        return await files[0].read()
+    raise ApiError(415, f"expected an image (Content-Type image/*, application/octet-stream or "
+                        f"multipart/form-data), got {kind or 'no Content-Type'}")

@@ -1,0 +1,103 @@
+"""The language-model section: POST /api/generate continues a prompt with the run's model.
+
+JSON in: {prompt, max_new_tokens, temperature, top_k, top_p, seed, stream}. Without `stream` the
+answer is JSON {prompt, text, tokens}; with `stream: true` it is text/plain, sent piece by piece
+as `GPT.stream` samples each token (curl -N shows it live; the page reads it with fetch). Text is
+decoded incrementally with the run's tokenizer, as `anyformer generate` prints it, so a character
+split across BPE tokens is sent once it is whole. Every value is checked before the first token:
+a bad request gets its 4xx, never a stream that breaks off.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import torch
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..data.text import tokenizer_from_info
+from .context import Context
+from .limits import ApiError, field, media_type, read_body
+
+FAMILY = "gpt"
+FRAGMENT = "generate.html"
+MAX_TEMPERATURE = 10.0
+
+
+def info(ctx: Context) -> dict[str, Any]:
+    return {"task": "generate", "context": ctx.model.config.context,
+            "max_new_tokens": min(ctx.limits.max_new_tokens, ctx.model.config.context - 1),
+            "max_prompt_chars": ctx.limits.max_prompt_chars}
+
+
+def routes(ctx: Context) -> list[Route]:
+    tok = tokenizer_from_info(ctx.data)
+    context = ctx.model.config.context
+
+    def pieces(ids: list[int], req: dict[str, Any]) -> Iterator[str]:
+        gen = torch.Generator().manual_seed(req["seed"]) if req["seed"] is not None else None
+        decoder = tok.decoder()
+        tokens = ctx.model.stream(torch.tensor([ids], dtype=torch.long), req["max_new_tokens"],
+                                  temperature=req["temperature"], top_k=req["top_k"], top_p=req["top_p"],
+                                  generator=gen)
+        try:
+            for nxt in tokens:
+                if text := decoder.feed(nxt[0].tolist()):
+                    yield text
+            if text := decoder.flush():
+                yield text
+        finally:
+            tokens.close()
+
+    async def generate(request: Request) -> Response:
+        req = await _read_request(request, ctx)
+        try:
+            ids = tok.encode(req["prompt"])
+        except ValueError as e:  # a character the model never saw
+            raise ApiError(422, f"the prompt cannot be encoded: {e}") from None
+        if not ids:
+            raise ApiError(422, "the prompt must hold at least one token")
+        total = len(ids) + req["max_new_tokens"]
+        if total > context:
+            raise ApiError(422, f"the prompt is {len(ids)} tokens and max_new_tokens is {req['max_new_tokens']}: "
+                                f"{total} exceeds the model's context of {context} tokens; shorten one")
+        it = ctx.worker.iterate(pieces(ids, req))
+        if req["stream"]:
+            return StreamingResponse(it, media_type="text/plain; charset=utf-8",
+                                     headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        text = "".join([p async for p in it])
+        return JSONResponse({"prompt": req["prompt"], "text": text, "tokens": req["max_new_tokens"]})
+
+    return [Route("/api/generate", generate, methods=["POST"])]
+
+
+async def _read_request(request: Request, ctx: Context) -> dict[str, Any]:
+    if media_type(request) != "application/json":
+        raise ApiError(415, f"expected Content-Type application/json, got {media_type(request) or 'none'}")
+    body = await read_body(request, ctx.limits.max_body_bytes)
+    try:
+        values = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the body is not valid JSON: {e}") from None
+    if not isinstance(values, dict):
+        raise ApiError(400, f"expected a JSON object {{\"prompt\": ...}}, got {type(values).__name__}")
+    unknown = sorted(set(values) - {"prompt", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "stream"})
+    if unknown:
+        raise ApiError(422, f"unknown fields {unknown}; expected prompt, max_new_tokens, temperature, top_k, "
+                            f"top_p, seed, stream")
+    limits = ctx.limits
+    prompt = field(values, "prompt", str, "")
+    if len(prompt) > limits.max_prompt_chars:
+        raise ApiError(413, f"the prompt is {len(prompt)} characters; the limit is {limits.max_prompt_chars}")
+    return {
+        "prompt": prompt,
+        "max_new_tokens": field(values, "max_new_tokens", int, min(200, limits.max_new_tokens), 1,
+                                limits.max_new_tokens),
+        "temperature": float(field(values, "temperature", (int, float), 0.8, 0, MAX_TEMPERATURE)),
+        "top_k": field(values, "top_k", int, None, 1),
+        "top_p": field(values, "top_p", (int, float), None, 1e-6, 1),
+        "seed": field(values, "seed", int, None, 0, 2**63 - 1),
+        "stream": field(values, "stream", bool, False),
+    }

@@ -1,0 +1,71 @@
+"""Uploaded image bytes in, PNG data URLs out.
+
+An upload is checked from its header before anything is decoded (is it an image at all, how many
+pixels would it inflate to), then handed to the run's own `ImagePreprocess.load`, the one
+function `anyformer predict` uses, so the page sees exactly what the command line sees,
+including whatever that function learns about real-world pictures (ink colour, alpha, size).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+import tempfile
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from .limits import ApiError
+
+
+def check_header(data: bytes, max_pixels: int) -> tuple[int, int]:
+    """(width, height) from the image's header; 400 for what is not an image, 413 for too many pixels."""
+    if not data:
+        raise ApiError(400, "the request holds no image: send image bytes (PNG, JPEG, ...) or a multipart file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # we apply our own, lower limit
+            with Image.open(io.BytesIO(data)) as im:  # lazy: reads the header only
+                width, height = im.size
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError):
+        raise ApiError(400, f"the upload ({len(data)} bytes) is not an image Pillow can read; "
+                            f"expected PNG, JPEG, GIF, BMP or WebP") from None
+    if width * height > max_pixels:
+        raise ApiError(413, f"the image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}")
+    return width, height
+
+
+def load_upload(pre: Any, data: bytes) -> torch.Tensor:
+    """The upload as uint8 (C, H, W), through `pre.load` exactly as `anyformer predict` reads a file.
+
+    `pre.load` takes a path today, so the bytes go through a private temporary file; if it comes to
+    accept a file object this becomes `pre.load(io.BytesIO(data))`."""
+    with tempfile.TemporaryDirectory(prefix="anyformer-serve-") as tmp:
+        path = os.path.join(tmp, "upload")
+        with open(path, "wb") as f:
+            f.write(data)
+        try:
+            return pre.load(path)
+        except ValueError as e:  # DataError: truncated or otherwise undecodable
+            raise ApiError(400, " ".join(str(e).replace(path, "upload").split())) from None
+
+
+def png_data_url(pixels: np.ndarray) -> str:
+    """uint8 (H, W) or (H, W, 3) -> 'data:image/png;base64,...'."""
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def heat_overlay(image: torch.Tensor, heat: np.ndarray, scale: int) -> np.ndarray:
+    """The input image (uint8 (C, H, W)) in grey under a heat map ((H, W) in [0, 1]), enlarged
+    `scale` times with square pixels: uint8 (scale H, scale W, 3)."""
+    import matplotlib
+    grey = image.float().mean(0).numpy() / 255.0
+    colour = matplotlib.colormaps["inferno"](np.clip(heat, 0, 1))[..., :3]
+    mixed = 0.45 * grey[..., None] + 0.55 * colour
+    mixed = np.repeat(np.repeat(mixed, scale, axis=0), scale, axis=1)
+    return (mixed * 255).round().astype(np.uint8)

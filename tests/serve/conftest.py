@@ -1,0 +1,75 @@
+"""Runs the serve tests share: a tiny ViT trained on a real MNIST slice and a tiny character model
+trained on a real slice of Tiny Shakespeare, both by the command line, as a user makes them; and
+a real uvicorn server on a free port, in a thread."""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.conftest import REPO, SHARED_DATA
+
+pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e '.[serve]'")
+
+
+def _train(*args: str, cache) -> None:
+    env = {**os.environ, "ANYFORMER_DATA": str(SHARED_DATA), "ANYFORMER_CACHE": str(cache)}
+    env.pop("ANYFORMER_DEBUG", None)
+    r = subprocess.run([sys.executable, "-m", "anyformer", "train", *args, "--amp", "none", "--threads", "1",
+                        "--no-progress"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.fixture(scope="session")
+def vit_run(tmp_path_factory):
+    """500 steps on 8,000 real training digits: about 70% test accuracy in ~10 s of training, enough
+    to read a drawn 1, and the classes' probabilities are far from uniform."""
+    out = tmp_path_factory.mktemp("serve-vit") / "run"
+    _train("--data", str(SHARED_DATA / "mnist"), "--max-steps", "500", "--eval-every", "500",
+           "--limit-train", "8000", "--limit-eval", "300", "--batch-size", "64", "--lr", "3e-3",
+           "--warmup-steps", "10", "--augment", "none", "--set", "depth=2", "--set", "width=32",
+           "--set", "heads=4", "--set", "mlp_hidden=64", "--set", "patch_size=7", "--set", "stem=patch",
+           "--out", str(out), cache=out.parent / "cache")
+    return out
+
+
+@pytest.fixture(scope="session")
+def lm_run(tmp_path_factory):
+    """A tiny character model (context 128) trained for 60 steps on the first 100 kB of Tiny Shakespeare."""
+    tmp = tmp_path_factory.mktemp("serve-lm")
+    (tmp / "slice.txt").write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:100_000])
+    _train("shakespeare-cpu", "--data", str(tmp / "slice.txt"), "--out", str(tmp / "run"), "--max-steps", "60",
+           "--eval-every", "60", "--batch-size", "8", "--lr", "3e-3", "--warmup-steps", "5",
+           "--set", "width=64", "--set", "depth=2", "--set", "heads=4", cache=tmp / "cache")
+    return tmp / "run"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def live_server(app):
+    """The app on a real uvicorn server (HTTP/1.1, chunked streaming) in a thread; yields its base URL."""
+    import uvicorn
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

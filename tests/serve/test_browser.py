@@ -1,0 +1,151 @@
+"""The page in a real browser: headless Chromium from the system's packages, driven by Selenium
+through the system's chromedriver (Selenium is never allowed to fetch a driver or a browser).
+
+Skips only where no Chromium or chromedriver is installed (`.ci/run` installs them where it can).
+Set ANYFORMER_SCREENSHOTS=DIR to keep the pages' screenshots (docs/screenshots/ holds the ones
+the docs show)."""
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.serve.conftest import live_server
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[test]'")
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+BROWSER = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+DRIVER = shutil.which("chromedriver")
+if BROWSER is None or DRIVER is None:
+    pytest.skip(f"no system Chromium and chromedriver (found browser {BROWSER}, driver {DRIVER}); "
+                f"install them, e.g. apt-get install chromium chromium-driver", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager may not download anything
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = BROWSER
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=960,620", "--force-device-scale-factor=1"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def by_testid(driver, name):
+    return driver.find_element(By.CSS_SELECTOR, f'[data-testid="{name}"]')
+
+
+def screenshot(driver, name: str, tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("ANYFORMER_SCREENSHOTS", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    assert driver.save_screenshot(str(path)) and path.stat().st_size > 1000
+    return path
+
+
+def draw(driver, canvas, strokes):
+    """Mouse strokes on the canvas; points are offsets from its centre, in small steps so that the
+    page sees a stream of pointer moves, as from a hand."""
+    for stroke in strokes:
+        chain = ActionChains(driver).move_to_element_with_offset(canvas, *stroke[0]).click_and_hold()
+        for (x0, y0), (x1, y1) in zip(stroke, stroke[1:]):
+            steps = max(1, int(max(abs(x1 - x0), abs(y1 - y0)) // 12))
+            for i in range(1, steps + 1):
+                chain.move_to_element_with_offset(canvas, round(x0 + (x1 - x0) * i / steps),
+                                                  round(y0 + (y1 - y0) * i / steps))
+        chain.release().perform()
+
+
+ONE = [[(6, -90), (-6, 90)]]  # the digit this tiny model reads surely; a 7 or a 0 it often misreads
+
+
+def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, tmp_path):
+    from anyformer.serve import create_app
+    from starlette.testclient import TestClient
+    app = create_app(str(vit_run))
+    with live_server(app) as url:
+        browser.get(url)
+        canvas = by_testid(browser, "canvas")
+        assert by_testid(browser, "attention").get_attribute("hidden") is not None  # nothing yet
+        draw(browser, canvas, ONE)
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)
+        wait.until(lambda d: (by_testid(d, "attention").get_attribute("src") or "").startswith("data:image/png"))
+        # The page settles on what the API says for the canvas as drawn (the debounced request after
+        # the last stroke may still be on its way), and the model reads the 1.
+        png = base64.b64decode(browser.execute_script("return arguments[0].toDataURL('image/png')", canvas)
+                               .split(",", 1)[1])
+        api = TestClient(app).post("/api/predict", content=png, headers={"content-type": "image/png"}).json()
+        expected = [(t["class"], round(100 * t["probability"], 1)) for t in api["top"]]
+
+        def shown_now(d):
+            rows = [li.text.split() for li in by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")]
+            return [(cls, float(pct.rstrip("%"))) for cls, pct in rows]
+        wait.until(lambda d: shown_now(d) == expected)
+        shown = shown_now(browser)
+        assert [p for _, p in shown] == sorted((p for _, p in shown), reverse=True)
+        assert shown[0][0] == "1", shown
+        heat = by_testid(browser, "attention")
+        assert heat.is_displayed() and heat.size["width"] >= 100
+        assert browser.execute_script("return arguments[0].naturalWidth", heat) >= 28  # a decoded image
+        assert not by_testid(browser, "error").is_displayed()
+        screenshot(browser, "classifier.png", tmp_path)
+
+
+def test_a_bad_upload_shows_an_error_and_the_page_keeps_working(vit_run, browser, tmp_path):
+    from anyformer.serve import create_app
+    bad = tmp_path / "notes.png"
+    bad.write_text("this is not a picture")
+    with live_server(create_app(str(vit_run))) as url:
+        browser.get(url)
+        by_testid(browser, "upload").send_keys(str(bad))
+        WebDriverWait(browser, 30).until(lambda d: by_testid(d, "error").is_displayed())
+        assert "not an image" in by_testid(browser, "error").text and "400" in by_testid(browser, "error").text
+        assert by_testid(browser, "prediction").find_elements(By.TAG_NAME, "li") == []
+        draw(browser, by_testid(browser, "canvas"), ONE)  # the same server answers the next request
+        WebDriverWait(browser, 30).until(lambda d: not by_testid(d, "error").is_displayed())
+        WebDriverWait(browser, 30).until(
+            lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)
+
+
+def test_generated_text_streams_into_the_page(lm_run, browser, tmp_path):
+    from anyformer.data.text import tokenizer_from_info
+    from anyformer.models import read_config
+    from anyformer.serve import create_app
+    alphabet = set(tokenizer_from_info(read_config(lm_run)["data"]).chars)
+    with live_server(create_app(str(lm_run))) as url:
+        browser.get(url)
+        prompt = by_testid(browser, "prompt")
+        prompt.clear()
+        prompt.send_keys("KING:")
+        browser.find_element(By.ID, "max-new-tokens").clear()
+        browser.find_element(By.ID, "max-new-tokens").send_keys("120")
+        browser.find_element(By.ID, "seed").send_keys("3")
+        # Every change to the output is recorded with its length: streamed text grows in many steps,
+        # a response shown at once would be one.
+        browser.execute_script("""
+            window.lengths = [];
+            new MutationObserver(() => window.lengths.push(arguments[0].textContent.length))
+              .observe(arguments[0], {childList: true, characterData: true, subtree: true});""",
+                               by_testid(browser, "output"))
+        browser.find_element(By.ID, "generate").click()
+        WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "generate").is_enabled()
+                                         and len(by_testid(d, "output").text) > 5)
+        text = by_testid(browser, "output").get_attribute("textContent")
+        assert text.startswith("KING:") and len(text) == len("KING:") + 120, text
+        assert set(text[5:]) <= alphabet
+        growth = [n for n in browser.execute_script("return window.lengths") if n > len("KING:")]
+        assert len(set(growth)) >= 5 and growth == sorted(growth), growth
+        assert not by_testid(browser, "error").is_displayed()
+        screenshot(browser, "language_model.png", tmp_path)

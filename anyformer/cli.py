@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("dir")
     pr.add_argument("images", nargs="+")
     pr.add_argument("--top", type=int, default=3)
+    pr.add_argument("--raw", action="store_true",
+                    help="skip framing the picture like the training images (plain resize, as before)")
     ge = sub.add_parser("generate", help="continue a prompt with a trained language model")
     ge.add_argument("dir")
     ge.add_argument("--prompt", required=True)
@@ -92,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     at.add_argument("--out", required=True, help="PNG file to write")
     at.add_argument("--layers", type=int, nargs="+")
     at.add_argument("--heads", type=int, nargs="+")
+    at.add_argument("--raw", action="store_true", help="image models: plain resize, as `predict --raw`")
     return p
 
 
@@ -154,11 +157,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     info = meta.get("data", {})
     pre = _image_preprocess(args.dir, info)
     for path in args.images:
+        x, warning = pre.load_checked(path, raw=args.raw)
         with torch.no_grad():
-            probs = model(pre(pre.load(path))[None]).softmax(-1)[0]
+            probs = model(pre(x)[None]).softmax(-1)[0]
         top = probs.topk(min(args.top, probs.numel()))
         shown = ", ".join(f"{info['classes'][i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
         print(f"{path}: {shown}")
+        if warning:  # beside the answer, on stderr, so that stdout stays one line per picture
+            print(f"anyformer: warning: {path}: {warning}", file=sys.stderr)
     return 0
 
 
@@ -188,7 +194,9 @@ def cmd_attention(args: argparse.Namespace) -> int:
     info = meta.get("data", {})
     if model.family == "vit":
         pre = _image_preprocess(args.dir, info)
-        x = pre.load(args.input)
+        x, warning = pre.load_checked(args.input, raw=args.raw)
+        if warning:
+            print(f"anyformer: warning: {args.input}: {warning}", file=sys.stderr)
         result = viz.image_attention(model, pre(x)[None], layers=args.layers)
         viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads,
                                  class_names=info.get("classes"))

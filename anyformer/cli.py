@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     at.add_argument("--layers", type=int, nargs="+")
     at.add_argument("--heads", type=int, nargs="+")
     at.add_argument("--raw", action="store_true", help="image models: plain resize, as `predict --raw`")
+    ex = sub.add_parser("export", help="write a run's model to a file other runtimes read (ONNX)")
+    ex.add_argument("dir")
+    ex.add_argument("--format", choices=["onnx"], default="onnx")
+    ex.add_argument("--out", required=True, help="the file to write, e.g. model.onnx")
     return p
 
 
@@ -213,8 +217,16 @@ def cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .interop.onnx import export_onnx
+    model, _ = _run_info(args.dir)
+    path = export_onnx(model, args.out)
+    print(f"wrote {path} ({model.family}, {args.format})")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
-            "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run}
+            "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run, "export": cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

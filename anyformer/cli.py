@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
     t.add_argument("--fsdp", action="store_true", default=None,
                    help="under torchrun, shard the model across processes (FSDP2) instead of copying it (DDP)")
+    t.add_argument("--log", choices=["jsonl", "tensorboard"],
+                   help="tensorboard: also write the metrics to RUN/tensorboard/ (needs the tensorboard package)")
 
     sub.add_parser("recipes", help="list the training recipes")
     e = sub.add_parser("eval", help="evaluate a run directory on its test set")

@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
     t.add_argument("--fsdp", action="store_true", default=None,
                    help="under torchrun, shard the model across processes (FSDP2) instead of copying it (DDP)")
+    t.add_argument("--log", choices=["jsonl", "tensorboard"],
+                   help="tensorboard: also write the metrics to RUN/tensorboard/ (needs the tensorboard package)")
 
     sub.add_parser("recipes", help="list the training recipes")
     e = sub.add_parser("eval", help="evaluate a run directory on its test set")
@@ -77,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("dir")
     pr.add_argument("images", nargs="+")
     pr.add_argument("--top", type=int, default=3)
+    pr.add_argument("--raw", action="store_true",
+                    help="skip framing the picture like the training images (plain resize, as before)")
     ge = sub.add_parser("generate", help="continue a prompt with a trained language model")
     ge.add_argument("dir")
     ge.add_argument("--prompt", required=True)
@@ -93,6 +97,11 @@ def _parser() -> argparse.ArgumentParser:
     at.add_argument("--layers", type=int, nargs="+")
     at.add_argument("--heads", type=int, nargs="+")
     _serve_arguments(sub.add_parser("serve", help="a web page and a JSON API for a run (docs/serve.md)"))
+    at.add_argument("--raw", action="store_true", help="image models: plain resize, as `predict --raw`")
+    ex = sub.add_parser("export", help="write a run's model to a file other runtimes read (ONNX)")
+    ex.add_argument("dir")
+    ex.add_argument("--format", choices=["onnx"], default="onnx")
+    ex.add_argument("--out", required=True, help="the file to write, e.g. model.onnx")
     return p
 
 
@@ -167,11 +176,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     info = meta.get("data", {})
     pre = _image_preprocess(args.dir, info)
     for path in args.images:
+        x, warning = pre.load_checked(path, raw=args.raw)
         with torch.no_grad():
-            probs = model(pre(pre.load(path))[None]).softmax(-1)[0]
+            probs = model(pre(x)[None]).softmax(-1)[0]
         top = probs.topk(min(args.top, probs.numel()))
         shown = ", ".join(f"{info['classes'][i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
         print(f"{path}: {shown}")
+        if warning:  # beside the answer, on stderr, so that stdout stays one line per picture
+            print(f"anyformer: warning: {path}: {warning}", file=sys.stderr)
     return 0
 
 
@@ -201,7 +213,9 @@ def cmd_attention(args: argparse.Namespace) -> int:
     info = meta.get("data", {})
     if model.family == "vit":
         pre = _image_preprocess(args.dir, info)
-        x = pre.load(args.input)
+        x, warning = pre.load_checked(args.input, raw=args.raw)
+        if warning:
+            print(f"anyformer: warning: {args.input}: {warning}", file=sys.stderr)
         result = viz.image_attention(model, pre(x)[None], layers=args.layers)
         viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads,
                                  class_names=info.get("classes"))
@@ -231,9 +245,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .interop.onnx import export_onnx
+    model, _ = _run_info(args.dir)
+    path = export_onnx(model, args.out)
+    print(f"wrote {path} ({model.family}, {args.format})")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
             "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "export": cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,22 +8,28 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import warnings
 import zlib
 from collections import Counter
 from collections.abc import Iterator
+from typing import IO
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..shapes import pair
 from .errors import DataError
 from .registry import SPLITS
 
-__all__ = ["decode_folder", "decode_images", "decode_tar", "open_image", "size_hw", "walk_images"]
+__all__ = ["decode_folder", "decode_images", "decode_tar", "open_image", "read_picture", "size_hw", "walk_images",
+           "MAX_PIXELS"]
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm"}
 _GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F", "La"}
+# A 108-megapixel phone photo fits; a PNG of a few kilobytes that claims to be 100000 x 100000 (a
+# decompression bomb) is refused from its header, before gigabytes are allocated to decode it.
+MAX_PIXELS = 128 * 2**20
 
 
 def size_hw(size: int | tuple[int, int]) -> tuple[int, int]:
@@ -111,13 +117,51 @@ def _is_gray(im: Image.Image) -> bool:
 
 
 def open_image(data: bytes, name: str) -> Image.Image:
-    """Decode one encoded image; anything Pillow cannot read is a DataError naming the file."""
+    """Decode one encoded image; anything Pillow cannot read (a truncated file, too many pixels) is a
+    DataError naming the file."""
     try:
-        im = Image.open(io.BytesIO(data))
+        with warnings.catch_warnings():  # Pillow's own bomb warning: MAX_PIXELS below is the limit we keep
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+        if im.width * im.height > MAX_PIXELS:
+            raise DataError(f"cannot read image {name}: {im.width}x{im.height} pixels is more than the "
+                            f"{MAX_PIXELS // 2**20} megapixels allowed; scale it down first")
         im.load()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(f"cannot read image {name}: {e}; delete or replace the file") from None
     return im
+
+
+def read_picture(source: "str | os.PathLike[str] | IO[bytes] | Image.Image") -> Image.Image:
+    """One picture as a person hands it over: a path, a binary file object (an upload) or a PIL
+    image, upright (EXIF orientation applied, as phone photos need), in any mode."""
+    if isinstance(source, Image.Image):
+        im, name = source, "image"
+        if im.width * im.height > MAX_PIXELS:
+            raise DataError(f"image is {im.width}x{im.height} pixels, more than the {MAX_PIXELS // 2**20} "
+                            f"megapixels allowed; scale it down first")
+    elif isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise DataError(f"image not found: {p}; check the path") from None
+        except OSError as e:
+            raise DataError(f"cannot read image {p}: {e.strerror or e}; check the path and permissions") from None
+        im, name = open_image(data, str(p)), str(p)
+    elif hasattr(source, "read"):
+        name = str(getattr(source, "name", "upload"))
+        data = source.read()
+        if not isinstance(data, bytes):
+            raise DataError(f"expected a binary file object for image {name}, got one that reads "
+                            f"{type(data).__name__}; open it with 'rb'")
+        im = open_image(data, name)
+    else:
+        raise TypeError(f"expected an image path, a binary file object or a PIL image, got {type(source).__name__}")
+    try:
+        return ImageOps.exif_transpose(im)
+    except Exception:  # noqa: BLE001 - a broken EXIF block should not make the image unusable
+        return im
 
 
 def decode_images(

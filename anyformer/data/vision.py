@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
 
 from .cache import cache_file, cache_load, cache_save, fingerprint
 from .dataset import ImageDataset
 from .errors import DataError
-from .images import open_image, size_hw
+from .images import read_picture, size_hw
 from .numpy_pickle import load_numpy_pickle
 from .readers import read_source
 from .registry import ALIASES, DATASET_NAMES, SPLITS, default_cache_dir, resolve_named, resolve_path
@@ -97,29 +98,18 @@ def load_image_dataset(
 
 
 def load_image(
-    path: str | os.PathLike[str], channels: int, size: int | tuple[int, int]
+    source: "str | os.PathLike[str] | IO[bytes] | Image.Image", channels: int, size: int | tuple[int, int]
 ) -> torch.Tensor:
-    """Read one PNG/JPEG/... of any size and mode as uint8 (channels, H, W) for prediction.
+    """Read one PNG/JPEG/... of any size and mode as uint8 (channels, H, W) by plain resizing.
 
-    channels: 1 (grey) or 3 (RGB). size: (H, W) or N for N x N; the image is resized
-    (bilinear) when it differs. EXIF rotation is applied, as phone photos need it.
+    source: a path, a binary file object or a PIL image. channels: 1 (grey) or 3 (RGB). size: (H, W)
+    or N for N x N; the image is resized (bilinear) when it differs. EXIF rotation is applied, as phone
+    photos need it. `ImagePreprocess.load` frames drawn pictures the way the training set was framed.
     """
     if channels not in (1, 3):
         raise DataError(f"bad channels {channels!r}: expected 1 (grey) or 3 (RGB)")
     h, w = size_hw(size)
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"image not found: {p}; check the path") from None
-    except OSError as e:
-        raise DataError(f"cannot read image {p}: {e.strerror or e}; check the path and permissions") from None
-    im = open_image(data, str(p))
-    try:
-        im = ImageOps.exif_transpose(im)
-    except Exception:  # noqa: BLE001 - a broken EXIF block should not make the image unusable
-        pass
-    im = im.convert("L" if channels == 1 else "RGB")
+    im = read_picture(source).convert("L" if channels == 1 else "RGB")
     if (im.height, im.width) != (h, w):
         im = im.resize((w, h), Image.Resampling.BILINEAR)
     a = np.array(im, dtype=np.uint8)  # a writable copy: torch warns on read-only buffers

@@ -97,6 +97,11 @@ class Model(nn.Module):
         """Parameters counted once each (a tied LM head is not counted twice)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
+    def export_onnx(self, path: str | os.PathLike, **kwargs: Any) -> Path:
+        """Write this model to an ONNX file, dynamic batch (and sequence) axes (see interop.onnx)."""
+        from ..interop.onnx import export_onnx
+        return export_onnx(self, path, **kwargs)
+
     def save(self, directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
         """Write `config.json` and `model.safetensors` into `directory`, each atomically."""
         from safetensors.torch import save_model

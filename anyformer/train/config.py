@@ -9,6 +9,7 @@ SCHEDULES = ("cosine", "constant")
 AUGMENTS = ("none", "digits", "crop_flip")
 NORMALIZE = ("dataset", "symmetric")
 AMP = ("none", "bf16", "fp16", "auto")
+LOGS = ("jsonl", "tensorboard")
 
 
 @dataclass
@@ -51,10 +52,11 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
     fsdp: bool = False                       # under torchrun: shard weights, gradients and optimiser state (FSDP2)
+    log: str = "jsonl"                       # jsonl: metrics.jsonl; tensorboard: also RUN/tensorboard/
 
     def __post_init__(self) -> None:
         for name, valid in (("schedule", SCHEDULES), ("augment", AUGMENTS), ("normalize", NORMALIZE), ("amp", AMP),
-                            ("device", ("auto", "cpu", "cuda"))):
+                            ("device", ("auto", "cpu", "cuda")), ("log", LOGS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {valid}")
         if self.batch_size < 1 or self.grad_accum < 1:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from ..files import atomic_write_text, remove_temp_files
 from .checkpoint import CKPT_DIR, list_checkpoints
+from .config import LOGS
 from .distributed import Distributed
 
 RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png")
@@ -27,10 +28,16 @@ class TrainingError(ValueError):
 
 
 class RunDir:
-    def __init__(self, path: Path, dist: Distributed, pictures: Sequence[str] = ()) -> None:
-        self.path, self.dist = Path(path), dist
+    def __init__(self, path: Path, dist: Distributed, pictures: Sequence[str] = (), log: str = "jsonl") -> None:
+        """log: "jsonl" (metrics.jsonl only) or "tensorboard" (also RUN/tensorboard/, the same values)."""
+        if log not in LOGS:
+            raise ValueError(f"unknown log {log!r}; expected one of {LOGS}")
+        self.path, self.dist, self.log = Path(path), dist, log
         self.files = (*RUN_FILES, *pictures)
         self.metrics = self.path / "metrics.jsonl"
+        self._board: Any = None
+        if log == "tensorboard":
+            require_tensorboard()  # on every rank, before training starts, rather than at the first evaluation
 
     def on_main(self, what: str, path: Path, write: Callable[[], Any]) -> Any:
         """Run `write` on rank 0; if it fails, every rank stops with the same one-line error."""
@@ -64,13 +71,27 @@ class RunDir:
         for name in self.files:  # a fresh run (or a resume with nothing to resume) replaces an old one
             (d / name).unlink(missing_ok=True)
         shutil.rmtree(ckpts, ignore_errors=True)
+        shutil.rmtree(d / "tensorboard", ignore_errors=True)  # an earlier run's curves would mix with this one's
 
     # ---------------------------------------------------------------- metrics.jsonl
     def append_metrics(self, line: dict[str, Any]) -> None:
         def append() -> None:
             with open(self.metrics, "a") as f:
                 f.write(json.dumps(line) + "\n")
+            if self.log == "tensorboard":
+                self._tensorboard(line)
         self.on_main("append to", self.metrics, append)
+
+    def _tensorboard(self, line: dict[str, Any]) -> None:
+        """Every number of the line as a scalar at its step (rank 0 only: called inside on_main)."""
+        if self._board is None:
+            from torch.utils.tensorboard import SummaryWriter
+            self._board = SummaryWriter(log_dir=str(self.path / "tensorboard"))
+        step = int(line.get("step", 0))
+        for key, value in line.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._board.add_scalar(key, value, global_step=step)
+        self._board.flush()  # a run killed at any moment still shows what metrics.jsonl shows
 
     def keep_metrics(self, n: int) -> None:
         """Keep the first n lines: those written after a checkpoint are written again when it resumes."""
@@ -92,6 +113,18 @@ class RunDir:
             plot_curves(self.metrics, self.path / "curves.png")
             draw(self.path)
         self.on_main("write the summary and plots to", self.path, write)
+        if self._board is not None:
+            self._board.close()
+            self._board = None
+
+
+def require_tensorboard() -> None:
+    """ImportError in one line, naming the extra to install, when TensorBoard logging cannot work."""
+    try:
+        import tensorboard  # noqa: F401 - torch.utils.tensorboard imports it when a writer is made
+    except ImportError:
+        raise ImportError('--log tensorboard needs the tensorboard package, which is not installed: '
+                          'pip install "anyformer[tensorboard]"') from None
 
 
 def write_error(what: str, path: Path, e: BaseException) -> str:

@@ -1,0 +1,118 @@
+"""Export a model to ONNX, for ONNX Runtime and the other runtimes that read it.
+
+    export_onnx(vit, "vit.onnx")      # images (B, C, H, W) -> logits (B, classes)
+    export_onnx(gpt, "gpt.onnx")      # idx (B, T) -> logits (B, T, vocab): the full-sequence forward
+    export_onnx(enc, "enc.onnx")      # input_ids, attention_mask (B, N) -> hidden states (B, N, D)
+
+The batch axis is dynamic, and so is the sequence axis of the language model and the text encoder
+(up to their context / max_positions). torch's export-based exporter (`dynamo=True`) writes the
+graph; onnx, onnxscript and onnxruntime are imported only when a function here runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..files import atomic_path
+
+__all__ = ["EXPORTABLE", "export_onnx", "onnx_inputs", "require_onnx", "run_onnx"]
+
+EXPORTABLE = ("vit", "gpt", "text-encoder")
+_INSTALL = 'pip install "anyformer[onnx]" (onnx, onnxscript and onnxruntime)'
+
+
+def require_onnx(runtime: bool = False) -> None:
+    """ImportError in one line, naming the extra to install, when the exporter (or runtime) is missing."""
+    names = ("onnx", "onnxscript") + (("onnxruntime",) if runtime else ())
+    for name in names:
+        try:
+            __import__(name)
+        except ImportError:
+            raise ImportError(f"ONNX export needs the {name} package, which is not installed: {_INSTALL}") from None
+
+
+class _TextEncoderGraph(nn.Module):
+    """The encoder's forward with its mask as a positional input: exporters name inputs by position."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.model(input_ids, attention_mask)
+
+
+def onnx_inputs(model: nn.Module, batch: int = 2, seq_len: int | None = None,
+                generator: torch.Generator | None = None) -> dict[str, Tensor]:
+    """Example inputs for `model`, by the names the exported graph gives them."""
+    family, c = getattr(model, "family", None), getattr(model, "config", None)
+    if family == "vit":
+        h, w = (c.image_size, c.image_size) if isinstance(c.image_size, int) else tuple(c.image_size)
+        return {"images": torch.randn(batch, c.in_chans, h, w, generator=generator)}
+    if family == "gpt":
+        n = seq_len or min(8, c.context)
+        return {"idx": torch.randint(0, c.vocab_size, (batch, n), generator=generator)}
+    if family == "text-encoder":
+        n = seq_len or min(8, c.max_positions)
+        mask = torch.ones(batch, n, dtype=torch.long)
+        mask[1::2, n // 2 + 1:] = 0  # every second sequence padded: the mask is exercised, not constant
+        return {"input_ids": torch.randint(0, c.vocab_size, (batch, n), generator=generator), "attention_mask": mask}
+    raise ValueError(f"ONNX export supports the families {', '.join(EXPORTABLE)}; got a model of family "
+                     f"{family!r} ({type(model).__name__})")
+
+
+def _graph(model: nn.Module) -> tuple[nn.Module, list[str], list[str], tuple[dict[int, Any], ...]]:
+    family = model.family
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    if family == "vit":
+        return model, ["images"], ["logits"], ({0: batch},)
+    # The sequence axis starts at 2: torch.export specialises a size-1 axis to the constant 1.
+    if family == "gpt":
+        seq = torch.export.Dim("seq", min=2, max=model.config.context)
+        return model, ["idx"], ["logits"], ({0: batch, 1: seq},)
+    seq = torch.export.Dim("seq", min=2, max=model.config.max_positions)
+    return _TextEncoderGraph(model), ["input_ids", "attention_mask"], ["hidden_states"], \
+        ({0: batch, 1: seq}, {0: batch, 1: seq})
+
+
+def export_onnx(model: nn.Module, path: str | os.PathLike[str], *, opset: int | None = None) -> Path:
+    """Write `model` (ViT, GPT or TextEncoder) to the ONNX file `path`, atomically, and return it."""
+    require_onnx()
+    from .. import plan
+    example = onnx_inputs(model)  # raises the one-line error for a family that cannot be exported
+    graph, inputs, outputs, dynamic = _graph(model)
+    was_training = model.training
+    graph.eval()  # dropout off: the file is for inference
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise FileNotFoundError(f"cannot write {path}: the folder {path.parent} does not exist")
+    try:
+        # Stock kernels whatever the speed plan chose on this machine: the oneDNN linear is a custom
+        # op no ONNX runtime knows, and the explicit attention path is only picked for speed here;
+        # SDPA and F.linear are what the exporter translates into standard ONNX operators.
+        with plan.forcing("stock"), torch.no_grad(), atomic_path(path, suffix=".onnx") as tmp:
+            kwargs: dict[str, Any] = {"opset_version": opset} if opset is not None else {}
+            # The exporter reports its progress on stdout; a command's stdout is its answer, so keep it.
+            with contextlib.redirect_stdout(io.StringIO()):
+                torch.onnx.export(graph, tuple(example.values()), tmp, dynamo=True, input_names=inputs,
+                                  output_names=outputs, dynamic_shapes=dynamic, external_data=False,
+                                  verbose=False, **kwargs)
+    finally:
+        model.train(was_training)
+    return path
+
+
+def run_onnx(path: str | os.PathLike[str], inputs: dict[str, Tensor]) -> Tensor:
+    """The first output of the ONNX file `path` on `inputs`, computed by ONNX Runtime on the CPU."""
+    require_onnx(runtime=True)
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    feed = {k: v.detach().cpu().numpy() for k, v in inputs.items() if k in names}
+    return torch.from_numpy(session.run(None, feed)[0])

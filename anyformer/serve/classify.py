@@ -37,13 +37,13 @@ def routes(ctx: Context) -> list[Route]:
 
     def predict_bytes(data: bytes) -> dict[str, Any]:
         from .. import viz
-        x = load_upload(pre, data)
+        x, warning = load_upload(pre, data)
         result = viz.image_attention(ctx.model, pre(x)[None], layers=[])
         probs = result["probs"][0]
         order = probs.argsort()[::-1][:TOP]
         top = [{"class": str(classes[i]), "index": int(i), "probability": round(float(probs[i]), 6)} for i in order]
         scale = max(1, OVERLAY_SIZE // max(x.shape[-2:]))
-        return {"top": top,
+        return {"top": top, "warning": warning,
                 "attention": {"png": png_data_url(heat_overlay(x, result["overlay"][0], scale)),
                               "grid": result["rollout"][0].round(5).tolist()}}
 

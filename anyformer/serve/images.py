@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
-import tempfile
 import warnings
 from typing import Any
 
@@ -38,19 +36,13 @@ def check_header(data: bytes, max_pixels: int) -> tuple[int, int]:
     return width, height
 
 
-def load_upload(pre: Any, data: bytes) -> torch.Tensor:
-    """The upload as uint8 (C, H, W), through `pre.load` exactly as `anyformer predict` reads a file.
-
-    `pre.load` takes a path today, so the bytes go through a private temporary file; if it comes to
-    accept a file object this becomes `pre.load(io.BytesIO(data))`."""
-    with tempfile.TemporaryDirectory(prefix="anyformer-serve-") as tmp:
-        path = os.path.join(tmp, "upload")
-        with open(path, "wb") as f:
-            f.write(data)
-        try:
-            return pre.load(path)
-        except ValueError as e:  # DataError: truncated or otherwise undecodable
-            raise ApiError(400, " ".join(str(e).replace(path, "upload").split())) from None
+def load_upload(pre: Any, data: bytes) -> tuple[torch.Tensor, str | None]:
+    """The upload as uint8 (C, H, W), through `pre.load_checked` exactly as `anyformer predict` reads a
+    file (polarity, crop, centring as the training images were made), and its warning or None."""
+    try:
+        return pre.load_checked(io.BytesIO(data))
+    except ValueError as e:  # DataError: truncated or otherwise undecodable
+        raise ApiError(400, f"cannot decode the upload: {' '.join(str(e).split())}") from None
 
 
 def png_data_url(pixels: np.ndarray) -> str:

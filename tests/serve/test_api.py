@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageOps
 
 import anyformer as af
 from anyformer.data.preprocess import ImagePreprocess
@@ -83,6 +83,21 @@ def test_a_multipart_upload_gets_the_same_answer(vit_client):
     no_file = vit_client.post("/api/predict", headers={"content-type": "multipart/form-data; boundary=b"},
                               content=b'--b\r\nContent-Disposition: form-data; name="note"\r\n\r\nhi\r\n--b--\r\n')
     assert no_file.status_code == 400 and "holds no file" in no_file.json()["error"]
+
+
+def test_ink_on_paper_gets_the_answer_of_light_on_black_and_a_blank_page_a_warning(vit_client):
+    """The page reads pictures through the run's framing, as `anyformer predict` does: a dark stroke
+    on white is the same digit as a white stroke on black; an empty page is flagged, not trusted."""
+    def ask(data: bytes) -> dict:
+        r = vit_client.post("/api/predict", content=data, headers={"content-type": "image/png"})
+        assert r.status_code == 200, r.text
+        return r.json()
+    light = ask(drawn_one())
+    paper = ask(png(ImageOps.invert(Image.open(io.BytesIO(drawn_one())))))
+    assert [t["class"] for t in paper["top"]] == [t["class"] for t in light["top"]]
+    assert light["warning"] is None and paper["warning"] is None
+    blank = ask(png(Image.new("L", (280, 280), 255)))
+    assert isinstance(blank["warning"], str) and blank["warning"]
 
 
 def truncated_png() -> bytes:

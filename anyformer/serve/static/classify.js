@@ -4,6 +4,7 @@ const canvas = document.querySelector('[data-testid="canvas"]');
 const ctx2d = canvas.getContext("2d");
 const list = document.querySelector('[data-testid="prediction"]');
 const heat = document.querySelector('[data-testid="attention"]');
+const note = document.querySelector('[data-testid="warning"]');
 let sent = 0, shown = 0;  // answers can overtake each other: only the newest request's is drawn
 
 function blank() {
@@ -24,6 +25,8 @@ async function predict(blob) {
   if (!response.ok) { showError(await apiError(response)); return; }
   const result = await response.json();
   clearError();
+  note.textContent = result.warning ? `warning: ${result.warning}` : "";
+  note.hidden = !result.warning;
   list.replaceChildren(...result.top.map(t => {
     const li = document.createElement("li");
     const cls = document.createElement("span"); cls.className = "cls"; cls.textContent = t.class;

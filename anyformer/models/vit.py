@@ -124,6 +124,17 @@ class ViT(Model):
         keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
         return self.head(self.backbone(self.tokens(images), keep=keep))
 
+    def pre_logits(self, images: Tensor) -> Tensor:
+        """images (B, C, H, W) -> (B, F): the penultimate features, what the head's final linear layer
+        reads (the pooled token, after the pre-logits layer when there is one); `head.fc` of them
+        gives the logits. A judge of generated images compares these (a Fréchet distance)."""
+        head = self.head
+        if not isinstance(head, ClassifierHead):
+            raise TypeError(f"pre_logits needs the ViT's ClassifierHead, got a {type(head).__name__} head")
+        keep = 1 if head.pool == "cls" else None  # as forward: a class-token head needs token 0 alone
+        x = head.pooled(self.backbone(self.tokens(images), keep=keep))
+        return x if head.pre_logits is None else head.pre_logits(x)
+
     def forward_with_attention(self, images: Tensor, layers: bool | Sequence[int] = True, *,
                                on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
         """(logits, weights), weights (B, heads, N, N) per layer asked over every token (class,

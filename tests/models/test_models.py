@@ -268,3 +268,19 @@ def test_forward_flops_equal_a_flop_counter_on_the_forward(family):
     assert counter.get_total_flops() == model.forward_flops(n) > 0
     with pytest.raises(ValueError, match=r"seq_len must be an int (in \[1, \d+\]|>= 4) \(.*\), got 0"):
         model.forward_flops(0)
+
+
+@pytest.mark.parametrize("pool,hidden", [("cls", None), ("mean", None), ("cls", 24)])
+def test_vit_pre_logits_are_what_the_last_linear_layer_reads(pool, hidden):
+    vit = af.ViT.from_config(dict(image_size=16, patch_size=4, in_chans=1, num_classes=5, width=32, depth=2,
+                                  heads=4, mlp_hidden=32, pool=pool, head_hidden=hidden)).eval()
+    images = torch.randn(3, 1, 16, 16)
+    feats = vit.pre_logits(images)
+    assert feats.shape == (3, hidden or 32)
+    torch.testing.assert_close(vit.head.fc(feats), vit(images), atol=1e-6, rtol=1e-5)
+
+
+def test_vit_pre_logits_needs_a_classifier_head(vit):
+    vit.head = torch.nn.Identity()
+    with pytest.raises(TypeError, match="pre_logits needs the ViT's ClassifierHead, got a Identity head"):
+        vit.pre_logits(torch.randn(1, 1, 28, 28))

@@ -226,7 +226,7 @@ def _add_judge_arguments(e) -> None:
     e.add_argument("--judge", metavar="CLASSIFIER_RUN", help="generators: a classifier run that scores their samples")
     e.add_argument("--per-class", type=int, default=200, help="with --judge: samples per class at each guidance scale")
     e.add_argument("--cfg", type=float, nargs="+", default=[1.0, 1.5, 2.0, 3.0], help="with --judge: guidance scales")
-    e.add_argument("--steps", type=int, default=20, help="with --judge: Heun steps per sample")
+    e.add_argument("--steps", type=int, default=10, help="with --judge: Heun steps per sample (two passes each)")
     e.add_argument("--seed", type=int, default=0)
 
 
@@ -292,6 +292,7 @@ def eval_generator(args: argparse.Namespace, model, meta: dict[str, Any]) -> int
     if args.judge is None:
         return 0
     from .train.judge import Judge  # another module of the train floor, loaded when asked for
+    from .train.precision import autocast
     info = meta["data"]
     judge = Judge.load(args.judge, channels=info["channels"], image_size=tuple(info["image_size"]),
                        classes=info["classes"])
@@ -300,7 +301,8 @@ def eval_generator(args: argparse.Namespace, model, meta: dict[str, Any]) -> int
     labels = torch.arange(model.config.num_classes).repeat_interleave(args.per_class)
     rows = []
     for w in args.cfg:
-        images = model.sample(labels, steps=args.steps, cfg=w, seed=args.seed)
+        with autocast(cfg.amp, torch.device("cpu")):  # the run's precision: bf16 halves this on CPUs that have it
+            images = model.sample(labels, steps=args.steps, cfg=w, seed=args.seed)
         rows.append({"cfg": w, "steps": args.steps, **judge.score(images, labels)})
         print(json.dumps(rows[-1]), flush=True)
     print(f"{'cfg':>5}  {'class consistency':>17}  {'Fréchet':>8}  {'floor':>7}  (n={rows[0]['n']}, "

@@ -82,14 +82,16 @@ def guided_velocity(model: VelocityModel, x: Tensor, t: float, y: Tensor, cfg: f
 
 def integrate(model: VelocityModel, noise: Tensor, y: Tensor, steps: int, cfg: float, method: str) -> Tensor:
     """From t = 1 (noise) to t = 0 (data) in `steps` equal steps of dt = -1/steps.
-    Heun: an Euler guess, then the average of the velocities at both ends (two passes a step)."""
+    Heun: an Euler guess, then the average of the velocities at both ends (two passes a step), except
+    on the last step, which ends at t = 0: logit-normal training rarely shows the model t near 0, so
+    that step stays Euler (as EDM's sampler does at sigma = 0)."""
     x = noise
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64).tolist()
     for t, t_next in zip(times[:-1], times[1:]):
         dt = t_next - t
         v = guided_velocity(model, x, t, y, cfg)
         guess = x + dt * v
-        if method == "heun":
+        if method == "heun" and t_next > 0:
             guess = x + dt * 0.5 * (v + guided_velocity(model, guess, t_next, y, cfg))
         x = guess
     return x

@@ -101,3 +101,26 @@ def test_forward_flops_equal_a_flop_counter_on_the_forward():
     with FlopCounterMode(display=False) as counter:
         model(torch.randn(1, 1, 8, 8), torch.rand(1), torch.tensor([1]))
     assert counter.get_total_flops() == model.forward_flops() > 0
+
+
+@pytest.mark.parametrize("method", ["euler", "heun"])
+def test_the_sampler_follows_the_straight_path_to_the_data(method):
+    # If all data were one image x0, the exact velocity at (x_t, t) is (x_t - x0) / t: the ODE from
+    # any noise must land on x0 (any step count: the path is straight), and guidance must not move it.
+    from anyformer.models.flow import sample
+    x0 = torch.linspace(-1, 1, 16).view(1, 1, 4, 4)
+
+    class Exact(torch.nn.Module):
+        null_class = 2
+
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.zeros(()))
+
+        def image_shape(self):
+            return (1, 4, 4)
+
+        def forward(self, x, t, y):
+            return (x - x0) / t.clamp_min(1e-6).view(-1, 1, 1, 1)
+    images = sample(Exact(), torch.tensor([0, 1, 1]), steps=3, cfg=2.5, seed=0, method=method)
+    assert torch.equal(images, to_uint8(x0).expand(3, -1, -1, -1))

@@ -3,7 +3,12 @@ output side put to work. A noisy image goes in as patch tokens, its velocity com
 `PatchOutput` (seed 002's patch-output head), and the flow time and class steer every block.
 
 c = TimeEmbedding(t) + ClassEmbedding(y)
-z0 = x_t E + E_pos;  z_l = adaLN-block(z_{l-1}, c);  v = PatchOutput(adaLN(z_L, c))
+z0 = x_t E + E_pos;  z_l = adaLN-block(z_{l-1}, c);  out = PatchOutput(adaLN(z_L, c))
+
+`predict="v"`: out is the velocity (DiT, SiT). `predict="x"`: out is the clean image x^ and the
+velocity follows from the path, v = (x_t - x^) / t (Li & He 2025, "Back to Basics"): clean images lie
+near a low-dimensional manifold, noise does not, so a small network that must output the noise part
+of v pixel by pixel leaves speckles that an image prediction does not. t is floored at T_MIN there.
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from . import flow
 from .base import Model, check_sizes, matmul_weights
 
 DIT_POSITIONS = ("sinusoidal", "learned")
+DIT_PREDICTS = ("x", "v")
+T_MIN = 0.05  # predict="x": v = (x_t - x^) / max(t, T_MIN), so that t -> 0 cannot blow the velocity up
 
 
 @dataclass
@@ -33,6 +40,7 @@ class DiTConfig:
     heads: int = 4
     mlp_hidden: int = 1024
     position: str = "sinusoidal"     # sinusoidal (fixed 2-D, as DiT) | learned
+    predict: str = "x"               # what the head outputs: x (the clean image) or v (the velocity)
     time_freq_dim: int = 256         # channels of the time sinusoid before its MLP
     norm_eps: float = 1e-6
     attn_impl: str = "auto"
@@ -40,6 +48,8 @@ class DiTConfig:
     def __post_init__(self) -> None:
         if self.position not in DIT_POSITIONS:
             raise ValueError(f"unknown DiT position {self.position!r}; expected one of {DIT_POSITIONS}")
+        if self.predict not in DIT_PREDICTS:
+            raise ValueError(f"unknown DiT prediction {self.predict!r}; expected one of {DIT_PREDICTS}")
         check_sizes(self, ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden", "time_freq_dim"))
         h, w = pair(self.image_size)
         ph, pw = pair(self.patch_size)
@@ -75,8 +85,8 @@ class DiT(Model):
         for m in self.time_embed.mlp:
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=0.02)  # DiT's choice: the time MLP starts mild, not truncated
-        # Zero-initialised output (DiT): the untrained model predicts v = 0 everywhere, and the
-        # first gradients shape the head before they reach the blocks through it.
+        # Zero-initialised output (DiT): the untrained model predicts 0 (v = 0, or x^ = 0: the mean
+        # pixel), and the first gradients shape the head before they reach the blocks through it.
         nn.init.zeros_(self.head.proj.weight)
         nn.init.zeros_(self.head.proj.bias)
         with torch.no_grad():  # a patch embedding like a linear layer's (DiT: Xavier on the flattened kernel)
@@ -112,7 +122,10 @@ class DiT(Model):
                              f"and y {tuple(y.shape)}")
         c = self.condition(t, y)
         tokens = self.backbone(self.pos(self.patch_embed(x)), cond=c)
-        return self.head(self.final(tokens, c), self.config.grid)
+        out = self.head(self.final(tokens, c), self.config.grid)
+        if self.config.predict == "v":
+            return out
+        return (x - out) / t.clamp_min(T_MIN).view(-1, 1, 1, 1)
 
     def sample(self, labels: Tensor, *, steps: int = 50, cfg: float = 1.0, seed: int | None = None,
                method: str = "heun") -> Tensor:

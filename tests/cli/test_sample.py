@@ -11,7 +11,7 @@ from tests.conftest import SHARED_DATA
 from .test_cli import assert_user_error, run
 
 TINY = dict(image_size=28, in_chans=1, num_classes=10, patch_size=7, width=32, depth=1, heads=4, mlp_hidden=64,
-            time_freq_dim=16)
+            time_freq_dim=16, predict="v")
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,7 @@ from anyformer.train.flow import FlowMatching
 
 from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at
 
-# predict="v": the untrained loss has a known value (below); the default, predict="x", is checked in
-# tests/models/test_dit.py and by the recipe runs.
+# predict="v" (the default, named because the untrained loss below depends on it).
 TINY_DIT = dict(width=48, depth=2, heads=4, mlp_hidden=96, patch_size=7, time_freq_dim=32, predict="v")
 
 

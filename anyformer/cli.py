@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("recipes", help="list the training recipes")
     e = sub.add_parser("eval", help="evaluate a run directory on its test set")
     e.add_argument("dir")
+    _add_judge_arguments(e)
     pr = sub.add_parser("predict", help="classify image files with a trained image model")
     pr.add_argument("dir")
     pr.add_argument("images", nargs="+")
@@ -96,12 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     at.add_argument("--out", required=True, help="PNG file to write")
     at.add_argument("--layers", type=int, nargs="+")
     at.add_argument("--heads", type=int, nargs="+")
-    _serve_arguments(sub.add_parser("serve", help="a web page and a JSON API for a run (docs/serve.md)"))
     at.add_argument("--raw", action="store_true", help="image models: plain resize, as `predict --raw`")
+    _serve_arguments(sub.add_parser("serve", help="a web page and a JSON API for a run (docs/serve.md)"))
     ex = sub.add_parser("export", help="write a run's model to a file other runtimes read (ONNX)")
     ex.add_argument("dir")
     ex.add_argument("--format", choices=["onnx"], default="onnx")
     ex.add_argument("--out", required=True, help="the file to write, e.g. model.onnx")
+    _add_sample_parser(sub)
     return p
 
 
@@ -153,6 +155,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if "train" not in meta:
         raise ValueError(f"{args.dir} holds a model but no training settings; `anyformer eval` needs a run "
                          f"directory written by `anyformer train`")
+    if args.judge is not None or model.family == "dit":
+        return eval_generator(args, model, meta)
     cfg = TrainConfig.from_dict({**meta["train"], "limit_train": 1})
     # The run's own data section: its test set is scored with the preprocessing it was trained with.
     task = make_task(cfg, torch.device("cpu"), info=meta.get("data"))
@@ -253,9 +257,112 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- generators: sample, eval --judge
+def _add_sample_parser(sub) -> None:
+    sa = sub.add_parser("sample", help="draw images from a trained generator (flow-matching DiT run)")
+    sa.add_argument("dir")
+    sa.add_argument("--classes", default=None, help="class numbers: ranges and lists, e.g. 0-9 or 3,5,7 (default: all)")
+    sa.add_argument("--per-class", type=int, default=8, help="images per class (one row of grid.png each)")
+    sa.add_argument("--steps", type=int, default=50, help="ODE steps from noise to image")
+    sa.add_argument("--cfg", type=float, default=2.0, help="classifier-free guidance scale (1: none)")
+    sa.add_argument("--seed", type=int, default=0)
+    sa.add_argument("--method", choices=["heun", "euler"], default="heun")
+    sa.add_argument("--out", required=True, help="folder for grid.png and samples.npz")
+
+
+def _add_judge_arguments(e) -> None:
+    e.add_argument("--judge", metavar="CLASSIFIER_RUN", help="generators: a classifier run that scores their samples")
+    e.add_argument("--per-class", type=int, default=200, help="with --judge: samples per class at each guidance scale")
+    e.add_argument("--cfg", type=float, nargs="+", default=[1.0, 1.5, 2.0, 3.0], help="with --judge: guidance scales")
+    e.add_argument("--steps", type=int, default=10, help="with --judge: Heun steps per sample (two passes each)")
+    e.add_argument("--seed", type=int, default=0)
+
+
+def parse_classes(text: str | None, num_classes: int) -> list[int]:
+    """"0-9", "3,5,7", "0-2,7" -> class numbers, each checked against the model's classes; None: all."""
+    if text is None:
+        return list(range(num_classes))
+    out: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if sep else (int(lo), int(lo))
+        except ValueError:
+            raise ValueError(f"--classes expects class numbers and ranges such as 0-9 or 3,5,7, got {text!r}") from None
+        if first > last:
+            raise ValueError(f"--classes range {part.strip()!r} runs backwards; write it low-high")
+        out.extend(range(first, last + 1))
+    bad = [c for c in out if not 0 <= c < num_classes]
+    if bad:
+        raise ValueError(f"class {bad[0]} is not one of this model's classes (0-{num_classes - 1})")
+    return out
+
+
+def _generator(directory: str):
+    model, meta = _run_info(directory)
+    if model.family != "dit":
+        raise ValueError(f"{directory} holds a {model.family} model, not a generator; `sample` needs a run of a "
+                         f"dit model trained by flow matching (e.g. `anyformer train mnist-gen`)")
+    return model, meta
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+    from pathlib import Path
+    from .files import atomic_write
+    from .viz.grid import save_grid
+    model, _ = _generator(args.dir)
+    classes = parse_classes(args.classes, model.config.num_classes)
+    if args.per_class < 1:
+        raise ValueError(f"--per-class must be >= 1, got {args.per_class}")
+    labels = torch.tensor(classes).repeat_interleave(args.per_class)
+    images = model.sample(labels, steps=args.steps, cfg=args.cfg, seed=args.seed, method=args.method)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_grid(images, len(classes), out / "grid.png")
+    array = images[:, 0].numpy() if images.shape[1] == 1 else images.permute(0, 2, 3, 1).numpy()
+    atomic_write(out / "samples.npz", lambda f: np.savez(f, images=array, labels=labels.numpy()))
+    print(f"wrote {len(labels)} images of classes {args.classes or 'all'} to {out / 'grid.png'} and {out / 'samples.npz'}")
+    return 0
+
+
+def eval_generator(args: argparse.Namespace, model, meta: dict[str, Any]) -> int:
+    """A generator run: its held-out flow loss; with --judge, a table of the judge's scores by guidance scale."""
+    import torch
+    from .train import TrainConfig
+    from .train.tasks import make_task
+    if model.family != "dit":
+        raise ValueError(f"--judge scores generators; {args.dir} holds a {model.family} model")
+    cfg = TrainConfig.from_dict({**meta["train"], "limit_train": 1})
+    task = make_task(cfg, torch.device("cpu"), info=meta.get("data"))
+    print(json.dumps({"eval_loss": round(task.held_out_loss(model), 6)}))
+    if args.judge is None:
+        return 0
+    from .train.judge import Judge  # another module of the train floor, loaded when asked for
+    from .train.precision import autocast
+    info = meta["data"]
+    judge = Judge.load(args.judge, channels=info["channels"], image_size=tuple(info["image_size"]),
+                       classes=info["classes"])
+    if args.per_class < 1:
+        raise ValueError(f"--per-class must be >= 1, got {args.per_class}")
+    labels = torch.arange(model.config.num_classes).repeat_interleave(args.per_class)
+    rows = []
+    for w in args.cfg:
+        with autocast(cfg.amp, torch.device("cpu")):  # the run's precision: bf16 halves this on CPUs that have it
+            images = model.sample(labels, steps=args.steps, cfg=w, seed=args.seed)
+        rows.append({"cfg": w, "steps": args.steps, **judge.score(images, labels)})
+        print(json.dumps(rows[-1]), flush=True)
+    print(f"{'cfg':>5}  {'class consistency':>17}  {'Fréchet':>8}  {'floor':>7}  (n={rows[0]['n']}, "
+          f"{args.steps} Heun steps; judge accuracy on real test images {rows[0]['judge_accuracy']:.4f})")
+    for r in rows:
+        print(f"{r['cfg']:>5g}  {r['class_consistency']:>17.4f}  {r['frechet']:>8.3f}  {r['frechet_floor']:>7.3f}")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
             "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run,
-            "serve": cmd_serve, "export": cmd_export}
+            "serve": cmd_serve, "export": cmd_export, "sample": cmd_sample}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,6 +37,9 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # nanoGPT's shakespeare_char model: characters, 6 layers of 6 heads, width 384, context 256.
     "shakespeare-char": ("gpt", dict(vocab_size=65, context=256, width=384, depth=6, heads=6,
                                      dropout=0.2, bias=False, activation="gelu")),
+    # Flow-matching generators (DiT with adaLN-Zero blocks): 28x28 grey digits or clothes, 10 classes.
+    "dit-mnist": ("dit", dict(image_size=28, in_chans=1, num_classes=10, patch_size=4, width=192, depth=6,
+                              heads=6, mlp_hidden=768)),
     # BERT-style encoders (post-norm).
     "bert-base": ("text-encoder", dict(width=768, depth=12, heads=12, mlp_hidden=3072)),
     "minilm-l6": ("text-encoder", dict(width=384, depth=6, heads=12, mlp_hidden=1536)),

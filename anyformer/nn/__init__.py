@@ -1,5 +1,7 @@
 """Floor 1: the building blocks, pure torch.nn modules."""
 from .attention import ATTENTION_IMPLS, KVCache, MultiHeadAttention, attention_explicit
+from .conditioning import (AdaLNModulation, ClassEmbedding, FinalAdaLN, TimeEmbedding, modulate,
+                           timestep_sinusoid)
 from .embeddings import ClassToken, LinearEmbedding, PatchEmbedding, TokenEmbedding
 from .dropout import Dropout
 from .heads import ClassifierHead, LMHead, PatchOutput
@@ -15,5 +17,6 @@ __all__ = [
     "ClassifierHead", "LMHead", "PatchOutput", "MLP", "Linear", "Dropout",
     "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
     "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "drop_path",
-    "init_weights",
+    "init_weights", "AdaLNModulation", "ClassEmbedding", "FinalAdaLN", "TimeEmbedding", "modulate",
+    "timestep_sinusoid",
 ]

@@ -2,6 +2,8 @@
 
 Pre-norm (seeds 000, 001, 002; GPT-2, ViT):   x = x + MHA(LN(x));  x = x + MLP(LN(x))
 Post-norm (BERT):                              x = LN(x + MHA(x));  x = LN(x + MLP(x))
+adaLN-Zero (DiT), conditioned on c (B, D):     x = x + g1 MHA(LN(x)(1 + s1) + b1);  x = x + g2 MLP(LN(x)(1 + s2) + b2)
+                                               (b, s, g) from a zero-initialised linear map of c
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import AttentionImpl, KVCache, MultiHeadAttention
+from .conditioning import AdaLNModulation, modulate
 from .dropout import Dropout
 from .mlp import MLP
 from .positions import RotaryEmbedding
@@ -44,26 +47,32 @@ class TransformerBlock(nn.Module):
     With `cross=True` a cross-attention sub-layer sits between them (decoder style). A `sink`
     given to forward receives the self-attention weights. `queries=n` (the last block of a
     class-token classifier): outputs for the first n tokens only, which attend to all of them.
+    `adaln=True` (pre-norm only): norms without affine parameters, modulated by a condition c
+    (B, D) given to forward as `cond`, with gated branches that start closed (the identity).
     """
 
     def __init__(self, width: int, heads: int, *, mlp_hidden: int | None = None, mlp_layers: int = 1,
                  norm: NormPlacement = "pre", norm_eps: float = 1e-5, activation: str = "gelu",
                  bias: bool = True, dropout: float = 0.0, attn_dropout: float = 0.0,
                  drop_path: float = 0.0, layer_scale: float | None = None, cross: bool = False,
-                 rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto") -> None:
+                 rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto", adaln: bool = False) -> None:
         super().__init__()
         if norm not in ("pre", "post"):
             raise ValueError(f"unknown norm placement {norm!r}; expected 'pre' or 'post'")
+        if adaln and norm != "pre":
+            raise ValueError("adaln=True modulates pre-norm blocks; it needs norm='pre'")
         self.pre_norm = norm == "pre"
         self.cross = cross
-        self.norm1 = nn.LayerNorm(width, eps=norm_eps)
+        # adaLN's shift and scale come from the condition: a norm's own affine parameters would be redundant.
+        self.modulation = AdaLNModulation(width, 6) if adaln else None
+        self.norm1 = nn.LayerNorm(width, eps=norm_eps, elementwise_affine=not adaln)
         self.attn = MultiHeadAttention(width, heads, bias=bias, attn_dropout=attn_dropout,
                                        proj_dropout=dropout, rotary=rotary, impl=impl)
         if cross:
             self.norm_cross = nn.LayerNorm(width, eps=norm_eps)
             self.cross_attn = MultiHeadAttention(width, heads, cross=True, bias=bias,
                                                  attn_dropout=attn_dropout, proj_dropout=dropout, impl=impl)
-        self.norm2 = nn.LayerNorm(width, eps=norm_eps)
+        self.norm2 = nn.LayerNorm(width, eps=norm_eps, elementwise_affine=not adaln)
         # `dropout` acts where GPT-2, nanoGPT, BERT and HF's ViT put it: on each residual branch's
         # output; not on the MLP's 4x wider hidden activations (as timm also does), nor on the
         # attention matrix unless `attn_dropout` asks (on CPU that forces SDPA off its fast kernel).
@@ -78,8 +87,16 @@ class TransformerBlock(nn.Module):
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 context: Tensor | None = None, context_mask: Tensor | None = None,
                 cache: KVCache | None = None, queries: int | None = None,
-                sink: Callable[[Tensor], None] | None = None) -> Tensor:
-        """x (B, N, D) -> (B, N, D); with `queries=n`, (B, n, D)."""
+                sink: Callable[[Tensor], None] | None = None, cond: Tensor | None = None) -> Tensor:
+        """x (B, N, D) -> (B, N, D); with `queries=n`, (B, n, D). `cond` (B, D): adaLN blocks only."""
+        if self.modulation is not None:
+            if cond is None:
+                raise ValueError("this block is adaLN-modulated: give forward a condition cond of shape (B, D)")
+            if cache is not None or queries is not None:
+                raise ValueError("adaLN blocks are for generators of whole images: no KV cache, no queries=n")
+            return self._adaln(x, cond, causal, mask, context, context_mask, sink)
+        if cond is not None:
+            raise ValueError("cond was given to a block built without adaln=True")
         if self.pre_norm:
             return self._pre_norm(x, causal, mask, context, context_mask, cache, queries, sink)
         return self._post_norm(x, causal, mask, context, context_mask, cache, queries, sink)
@@ -103,6 +120,16 @@ class TransformerBlock(nn.Module):
         if self.cross:
             x = self.norm_cross(x + self._branch(self.cross_attn(x, context, mask=context_mask)))
         return self.norm2(x + self._branch(self._mlp(x), self.ls2))
+
+    def _adaln(self, x: Tensor, c: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
+               context_mask: Tensor | None, sink: Callable[[Tensor], None] | None) -> Tensor:
+        """x = x + g1 MHA(LN(x)(1 + s1) + b1);  x = x + g2 MLP(LN(x)(1 + s2) + b2)"""
+        b1, s1, g1, b2, s2, g2 = self.modulation(c)
+        a = self.attn(modulate(self.norm1(x), b1, s1), causal=causal, mask=mask, sink=sink)
+        x = x + self._branch(g1[:, None] * a, self.ls1)
+        if self.cross:
+            x = x + self._branch(self.cross_attn(self.norm_cross(x), context, mask=context_mask))
+        return x + self._branch(g2[:, None] * self._mlp(modulate(self.norm2(x), b2, s2)), self.ls2)
 
     def _mlp(self, h: Tensor) -> Tensor:
         m = self.mlp(h)
@@ -128,7 +155,7 @@ class Transformer(nn.Module):
                  norm_eps: float = 1e-5, activation: str = "gelu", bias: bool = True,
                  dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
                  layer_scale: float | None = None, cross: bool = False, rotary: bool = False,
-                 max_len: int = 4096, impl: AttentionImpl = "auto") -> None:
+                 max_len: int = 4096, impl: AttentionImpl = "auto", adaln: bool = False) -> None:
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
@@ -140,34 +167,37 @@ class Transformer(nn.Module):
             TransformerBlock(width, heads, mlp_hidden=mlp_hidden, mlp_layers=mlp_layers, norm=norm,
                              norm_eps=norm_eps, activation=activation, bias=bias, dropout=dropout,
                              attn_dropout=attn_dropout, layer_scale=layer_scale, cross=cross,
-                             rotary=rope, impl=impl,
+                             rotary=rope, impl=impl, adaln=adaln,
                              drop_path=drop_path * i / max(depth - 1, 1))  # deeper blocks drop more
             for i in range(depth))
         # Pre-norm leaves the residual stream unnormalised, so a final norm precedes the heads.
         self.norm = nn.LayerNorm(width, eps=norm_eps) if final_norm else None
         self.apply(init_weights)
+        for block in self.blocks:  # adaLN-Zero: the truncated-normal init above must not open the gates
+            if block.modulation is not None:
+                block.modulation.reset_parameters()
 
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False, context: Tensor | None = None,
                 context_mask: Tensor | None = None, cache: list[KVCache] | None = None,
-                keep: int | None = None):
+                keep: int | None = None, cond: Tensor | None = None):
         """(B, N, D) -> (B, N, D). With `return_attention` (True, or layer numbers) it returns
         `forward_with_attention(x, return_attention, ...)`: (tokens, weights).
 
         `cache`: one KVCache per layer (generation). `keep=n`: return only the first n tokens
         (e.g. 1: the class token). The last block then computes its attention queries, MLP and
         the final norm for those n alone: the same values, for half (MLP as wide as the tokens)
-        to three quarters (MLP 4x) of a block's work less."""
+        to three quarters (MLP 4x) of a block's work less. `cond` (B, D): the condition of adaLN blocks."""
         if return_attention is not False and return_attention is not None:
             return self.forward_with_attention(x, return_attention, causal=causal, mask=mask, context=context,
-                                               context_mask=context_mask, cache=cache, keep=keep)
-        return self._blocks(x, causal, mask, context, context_mask, cache, keep, {})
+                                               context_mask=context_mask, cache=cache, keep=keep, cond=cond)
+        return self._blocks(x, causal, mask, context, context_mask, cache, keep, {}, cond)
 
     def forward_with_attention(self, x: Tensor, layers: bool | Sequence[int] = True, *,
                                on_layer: Callable[[int, Tensor], None] | None = None, causal: bool = False,
                                mask: Tensor | None = None, context: Tensor | None = None,
                                context_mask: Tensor | None = None, cache: list[KVCache] | None = None,
-                               keep: int | None = None) -> tuple[Tensor, list[Tensor]]:
+                               keep: int | None = None, cond: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
         """(tokens, weights): weights a list of (B, heads, N, N), one per layer asked (`True`: all;
         ints, negative from the end: those, in that order). With `keep=n` the last layer's have n
         query rows.
@@ -178,12 +208,13 @@ class Transformer(nn.Module):
         asked = self._layers_asked(layers)
         kept: dict[int, Tensor] = {}
         hand_over = kept.__setitem__ if on_layer is None else on_layer
-        y = self._blocks(x, causal, mask, context, context_mask, cache, keep, {i: partial(hand_over, i) for i in asked})
+        y = self._blocks(x, causal, mask, context, context_mask, cache, keep,
+                         {i: partial(hand_over, i) for i in asked}, cond)
         return y, [kept[i] for i in asked] if on_layer is None else []
 
     def _blocks(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
                 context_mask: Tensor | None, cache: list[KVCache] | None, keep: int | None,
-                sinks: dict[int, Callable[[Tensor], None]]) -> Tensor:
+                sinks: dict[int, Callable[[Tensor], None]], cond: Tensor | None = None) -> Tensor:
         if keep is not None and not (isinstance(keep, int) and keep >= 1):
             raise ValueError(f"keep must be a positive int, got {keep!r}")
         if x.dim() != 3 or x.shape[-1] != self.width:
@@ -194,7 +225,7 @@ class Transformer(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
                       cache=None if cache is None else cache[i], queries=keep if i == last else None,
-                      sink=sinks.get(i))
+                      sink=sinks.get(i), cond=cond)
         return x if self.norm is None else self.norm(x)
 
     def _layers_asked(self, layers: bool | Sequence[int]) -> list[int]:
@@ -216,6 +247,6 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
         nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.LayerNorm):
+    elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)

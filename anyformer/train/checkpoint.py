@@ -1,7 +1,8 @@
 """Resumable checkpoints that cannot be half-written and never run code when read.
 
-A checkpoint holds the model, optimiser, step, the running epoch sums, every RNG state, and how
-many metrics lines had been written, so a resumed run continues exactly where the other stopped.
+A checkpoint holds the model (and its EMA, when the run keeps one), optimiser, step, the running
+epoch sums, every RNG state, and how many metrics lines had been written, so a resumed run
+continues exactly where the other stopped.
 It is written to a temporary file, flushed to disk, then renamed; the last K are kept. It carries
 a SHA-256 of its contents: the zip format does not check the tensor bytes, and a flipped byte
 would otherwise load as a silently different weight.

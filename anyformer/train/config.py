@@ -53,6 +53,11 @@ class TrainConfig:
     progress: bool = True
     fsdp: bool = False                       # under torchrun: shard weights, gradients and optimiser state (FSDP2)
     log: str = "jsonl"                       # jsonl: metrics.jsonl; tensorboard: also RUN/tensorboard/
+    ema: float | None = None                 # keep an exponential moving average of the weights (decay, e.g. 0.999):
+                                             # it is what evaluation scores and model.safetensors holds
+    label_dropout: float = 0.1               # generators: share of labels shown as "no class" (for guidance)
+    judge: str | None = None                 # generators: a classifier run that scores samples at each evaluation
+    judge_samples: int = 500                 # generators: images sampled for the judge, spread evenly over classes
 
     def __post_init__(self) -> None:
         for name, valid in (("schedule", SCHEDULES), ("augment", AUGMENTS), ("normalize", NORMALIZE), ("amp", AMP),
@@ -85,6 +90,12 @@ class TrainConfig:
         for name in ("limit_train", "limit_eval", "seq_len"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (or unset), got {getattr(self, name)}")
+        if self.ema is not None and not 0 < self.ema < 1:
+            raise ValueError(f"ema must be a decay in (0, 1), e.g. 0.999 (or unset), got {self.ema}")
+        if not 0 <= self.label_dropout < 1:
+            raise ValueError(f"label_dropout must be in [0, 1), got {self.label_dropout}")
+        if self.judge_samples < 1:
+            raise ValueError(f"judge_samples must be >= 1, got {self.judge_samples}")
         if not isinstance(self.fsdp, bool):
             raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
         self.betas = tuple(self.betas)

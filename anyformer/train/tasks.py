@@ -8,14 +8,17 @@ import torch
 
 from .classify import ImageClassification
 from .config import TrainConfig
+from .flow import FlowMatching
 from .lm import LanguageModelling
 from .protocol import Task
 
-__all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling"]
+__all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling",
+           "FlowMatching"]
 
 TASKS: dict[str, type[Task]] = {
     "classify": ImageClassification,
     "lm": LanguageModelling,
+    "flow": FlowMatching,
 }
 
 

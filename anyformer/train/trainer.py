@@ -29,6 +29,7 @@ from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed import Distributed
+from .ema import EMA
 from .optim import lr_at, make_optimizer
 from .perf import measured_peak_flops
 from .precision import autocast, make_scaler, resolve_amp, settle_amp
@@ -60,6 +61,9 @@ class Trainer:
         self.task = task or make_task(cfg, self.device)
         self.model = build_model(cfg, self.task, self.device, self.dist.world if self.dist.fsdp else 1)
         self.model.to(self.device)
+        if cfg.ema and self.dist.fsdp:
+            raise ValueError("--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp")
+        self.ema = EMA(self.model, cfg.ema) if cfg.ema else None  # what is evaluated and saved, when asked for
         torch.manual_seed(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
         c = self.model.config  # `auto` precision measured for this model's size, with the run's threads
         settle_amp(cfg.amp, self.device, width=c.width, hidden=getattr(c, "mlp_hidden", None) or 4 * c.width)
@@ -69,7 +73,7 @@ class Trainer:
         if cfg.compile:
             self.forward_model = torch.compile(self.forward_model)
         self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
-        self.files = RunDir(self.run_dir, self.dist, task_pictures())
+        self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
         self.total_steps = cfg.max_steps or max(1, round(cfg.epochs * spe))
         self.eval_every = cfg.eval_every or spe
@@ -114,6 +118,10 @@ class Trainer:
             torch.set_rng_state(mine["cpu"])
             if "cuda" in mine and self.device.type == "cuda":
                 torch.cuda.set_rng_state(mine["cuda"], self.device)
+            if self.ema is not None:
+                if "ema" not in state:
+                    raise KeyError("it holds no EMA weights, and this run keeps an EMA (--ema)")
+                self.ema.load_state_dict(state["ema"])
             if self.scaler is not None and "scaler" in state:
                 self.scaler.load_state_dict(state["scaler"])
             self.step, self.sums = int(state["step"]), dict(state["sums"])
@@ -143,6 +151,8 @@ class Trainer:
                  "metrics_lines": self.metrics_lines, "elapsed": self.elapsed, "last_line": self.last_line}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
+        if self.ema is not None:
+            state["ema"] = self.ema.state_dict()
         path = self.run_dir / CKPT_DIR / f"step-{self.step:09d}.pt"
         self.files.on_main("write the checkpoint", path,
                            lambda: save_checkpoint(self.run_dir, self.step, state, keep=self.cfg.keep_checkpoints))
@@ -184,6 +194,8 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model, step + 1)
         self.sums["steps"] = self.sums.get("steps", 0) + 1
         # Throughput counts images or tokens; n_global counts examples (sequences, for a language model).
         self.sums["items"] = self.sums.get("items", 0) + n_global * self.task.items_per_example
@@ -218,7 +230,7 @@ class Trainer:
 
     def _evaluate_task(self) -> dict[str, Any]:
         with self.dist.gathered(self.model):
-            return self.task.evaluate(self.model, self.dist)
+            return self.task.evaluate(self.model if self.ema is None else self.ema.model, self.dist)
 
     def evaluate(self) -> dict[str, Any]:
         """Score the model, append the metrics line, and start the next period's sums (after a sync)."""
@@ -285,6 +297,8 @@ class Trainer:
                         if self.dist.is_main:
                             (bar.write if bar is not None else print)(self._eval_message(line))
                         self._save_model()
+                        if getattr(self.task, "draw_each_evaluation", False):  # optional: see protocol.py
+                            self._draw(self.run_dir)
                         self._checkpoint()
                     elif checkpointing:
                         self._checkpoint()
@@ -296,8 +310,7 @@ class Trainer:
         if self.last_eval is None:  # resumed after the final checkpoint: the pictures still need the results
             self.last_eval = self._evaluate_task()
         summary = self._summary(line, resumed)
-        model = self._cpu_copy if self.dist.fsdp else self.model
-        self.files.finish(summary, lambda run_dir: self.task.draw(model, self.last_eval, run_dir))
+        self.files.finish(summary, self._draw_on_main)
         return summary
 
     # ---------------------------------------------------------------- outputs
@@ -314,8 +327,16 @@ class Trainer:
             self._cpu_copy.load_state_dict(weights)
         return self._cpu_copy
 
+    def _draw_on_main(self, run_dir: Path) -> None:
+        """The task's pictures from the last evaluation (rank 0; `finish` and `_draw` run it there)."""
+        model = self._cpu_copy if self.dist.fsdp else self.model if self.ema is None else self.ema.model
+        self.task.draw(model, self.last_eval, run_dir)
+
+    def _draw(self, run_dir: Path) -> None:
+        self.files.on_main("draw the pictures into", run_dir, lambda: self._draw_on_main(run_dir))
+
     def _save_model(self) -> None:
-        model = self._plain_model()
+        model = self._plain_model() if self.ema is None else self.ema.model
         extra = {"train": self.cfg.to_dict(), "data": self.task.run_info()}
         self.files.on_main("write the model", self.run_dir / "model.safetensors",
                            lambda: model.save(self.run_dir, extra=extra))

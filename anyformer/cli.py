@@ -71,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="under torchrun, shard the model across processes (FSDP2) instead of copying it (DDP)")
     t.add_argument("--log", choices=["jsonl", "tensorboard"],
                    help="tensorboard: also write the metrics to RUN/tensorboard/ (needs the tensorboard package)")
+    t.add_argument("--ema", type=float, help="keep an exponential moving average of the weights (e.g. 0.999)")
+    t.add_argument("--label-dropout", type=float, help="generators: share of labels shown as no class")
+    t.add_argument("--judge", metavar="CLASSIFIER_RUN",
+                   help="generators: a classifier run that scores samples at each evaluation")
+    t.add_argument("--judge-samples", type=int, help="generators: images the judge scores per evaluation")
 
     sub.add_parser("recipes", help="list the training recipes")
     e = sub.add_parser("eval", help="evaluate a run directory on its test set")

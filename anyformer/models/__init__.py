@@ -1,9 +1,10 @@
 """Floor 2: complete models, their configs, the preset table, save and load."""
 from .base import REGISTRY, Model, load, read_config
 from .gpt import GPT, GPTConfig, sample
+from .mae import MAE, MAEConfig
 from .presets import PRESETS, presets_of
 from .text_encoder import TextEncoder, TextEncoderConfig
 from .vit import ViT, ViTConfig
 
-__all__ = ["REGISTRY", "Model", "load", "read_config", "GPT", "GPTConfig", "sample", "PRESETS",
+__all__ = ["REGISTRY", "Model", "load", "read_config", "GPT", "GPTConfig", "sample", "MAE", "MAEConfig", "PRESETS",
            "presets_of", "TextEncoder", "TextEncoderConfig", "ViT", "ViTConfig"]

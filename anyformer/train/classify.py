@@ -34,6 +34,8 @@ class ImageClassification:
             self.train = _head(self.train, cfg.limit_train)
         if cfg.limit_eval:
             self.test = _head(self.test, cfg.limit_eval)
+        if cfg.label_fraction is not None:
+            self.train = balanced_subset(self.train, cfg.label_fraction, cfg.seed)
         if len(self.train) == 0 or len(self.test) == 0:
             raise ValueError(f"dataset {cfg.data!r} has no examples in its train or test split "
                              f"({len(self.train)} train, {len(self.test)} test)")
@@ -145,3 +147,23 @@ class ImageClassification:
 
 def _head(ds: ImageDataset, n: int) -> ImageDataset:
     return ImageDataset(ds.images[:n], ds.labels[:n], ds.classes, ds.name)
+
+
+def balanced_subset(ds: ImageDataset, fraction: float, seed: int) -> ImageDataset:
+    """`fraction` of the examples, the same number from every class (0.01 of MNIST: 60 of each digit),
+    drawn by `seed` alone: a fine-tune and its from-scratch baseline with one seed see the same images."""
+    k = len(ds.classes)
+    per_class = round(fraction * len(ds) / k)
+    if per_class < 1:
+        raise ValueError(f"label_fraction {fraction} of {len(ds)} examples leaves no example of each of the "
+                         f"{k} classes; expected at least {k / len(ds):.2g}")
+    g = torch.Generator().manual_seed(seed)
+    picked = []
+    for c in range(k):
+        members = (ds.labels == c).nonzero().flatten()
+        if len(members) < per_class:
+            raise ValueError(f"label_fraction {fraction} needs {per_class} examples of class {ds.classes[c]!r}, "
+                             f"but the training split has {len(members)}")
+        picked.append(members[torch.randperm(len(members), generator=g)[:per_class]])
+    idx = torch.cat(picked).sort().values  # in the split's order; each epoch shuffles anyway
+    return ImageDataset(ds.images[idx], ds.labels[idx], ds.classes, ds.name)

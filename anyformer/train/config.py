@@ -41,6 +41,8 @@ class TrainConfig:
     seq_len: int | None = None               # language models: tokens per training sequence
     eval_iters: int = 50                     # language models: validation batches per evaluation
     tokenizer: str = "char"                  # language models: char | gpt2
+    label_fraction: float | None = None      # classification: a seeded, class-balanced share of the training labels
+    init_from: str | None = None             # a run directory whose trunk (an MAE's encoder, a ViT's) starts the model
     device: str = "auto"
     amp: str = "none"                        # auto: bf16 where the speed plan measured it faster
     compile: bool = False
@@ -83,6 +85,8 @@ class TrainConfig:
         for name in ("limit_train", "limit_eval", "seq_len"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (or unset), got {getattr(self, name)}")
+        if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
+            raise ValueError(f"label_fraction must be in (0, 1] (or unset), got {self.label_fraction}")
         if not isinstance(self.fsdp, bool):
             raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
         self.betas = tuple(self.betas)

@@ -9,13 +9,16 @@ import torch
 from .classify import ImageClassification
 from .config import TrainConfig
 from .lm import LanguageModelling
+from .mae import MaskedAutoencoding
 from .protocol import Task
 
-__all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling"]
+__all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling",
+           "MaskedAutoencoding"]
 
 TASKS: dict[str, type[Task]] = {
     "classify": ImageClassification,
     "lm": LanguageModelling,
+    "mae": MaskedAutoencoding,
 }
 
 

@@ -34,8 +34,6 @@ class ImageClassification:
             self.train = _head(self.train, cfg.limit_train)
         if cfg.limit_eval:
             self.test = _head(self.test, cfg.limit_eval)
-        if cfg.label_fraction is not None:
-            self.train = balanced_subset(self.train, cfg.label_fraction, cfg.seed)
         if len(self.train) == 0 or len(self.test) == 0:
             raise ValueError(f"dataset {cfg.data!r} has no examples in its train or test split "
                              f"({len(self.train)} train, {len(self.test)} test)")
@@ -54,6 +52,9 @@ class ImageClassification:
         # Corners that a warp brings in are filled with what a black pixel becomes.
         black = torch.zeros(self.train.images.shape[1], 1, 1, dtype=torch.uint8)
         self._black = float(self.preprocess(black)[0, 0, 0])
+        if cfg.label_fraction is not None and info is None:  # a finished run is scored on its test split alone
+            # After the statistics: every training image is there, only labels are scarce (and an MAE saw them all).
+            self.train = balanced_subset(self.train, cfg.label_fraction, cfg.seed)
         self.images = self.train.images.to(device)
         self.labels = self.train.labels.to(device)
         self.steps_per_epoch = math.ceil(len(self.train) / cfg.batch_size)

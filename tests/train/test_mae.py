@@ -82,6 +82,13 @@ def test_init_from_an_mae_run_starts_the_vit_from_its_encoder(mae_run, tmp_path,
     torch.testing.assert_close(vit.forward_features(images), mae.encode(images))
     assert len(trainer.task.train) == 100  # 5% of the 2,000-image slice, 10 per digit
     trainer.run()  # and it trains from there
+    # Scored again as `anyformer eval` does (one training example loaded): the label subset is not redrawn,
+    # and the statistics are those of every training image, saved with the run.
+    meta = json.loads((tmp_path / "run" / "config.json").read_text())
+    again_cfg = TrainConfig.from_dict({**meta["train"], "limit_train": 1})
+    rescored = ImageClassification(again_cfg, torch.device("cpu"), *mnist_slice, info=meta["data"])
+    assert rescored.preprocess.mean == trainer.task.preprocess.mean == meta["data"]["mean"]
+    assert meta["data"]["train_examples"] == 100
     # From a ViT run, the trunk too; the head starts fresh.
     cfg2 = tiny_config(tmp_path / "again", model="vit-mae-mnist", model_overrides=dict(VIT_OF_MAE),
                        init_from=str(tmp_path / "run"), max_steps=1)

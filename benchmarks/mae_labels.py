@@ -11,7 +11,7 @@ End to end, each step an `anyformer` command as a user would type it:
 It prints a markdown table with the processor and date, and writes it to
 benchmarks/results/<processor>/mae_labels.md.
 
-    python benchmarks/mae_labels.py                              # everything (~25 min on a quiet 2-core CPU)
+    ANYFORMER_DATA=../shared/data python benchmarks/mae_labels.py   # everything (~25 min on a quiet 2-core CPU)
     python benchmarks/mae_labels.py --mae runs/mae-mnist --fractions 0.01 --threads 1
     python benchmarks/mae_labels.py --reuse                      # keep finished runs found under --work
 """
@@ -94,7 +94,7 @@ def main() -> None:
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        f"# MAE pre-training and few labels (MNIST)", "",
+        "# MAE pre-training and few labels (MNIST)", "",
         f"{_cpu_model()}, {os.cpu_count()} cores, {args.threads} thread(s) per run; measured {now}.", "",
         f"MAE pre-training: `mae-mnist`, {mae['epochs']} epochs, {mae['train_seconds']:.0f}s of training, "
         f"test masked-patch MSE {mae['test_masked_mse']:.4f} (normalised pixels; {mae['params']:,} parameters "

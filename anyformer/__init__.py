@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "DiT": "models", "GPT": "models", "TextEncoder": "models", "ViT": "models", "load": "models", "PRESETS": "models",
+    "DiT": "models", "MAE": "models", "GPT": "models", "TextEncoder": "models", "ViT": "models", "load": "models", "PRESETS": "models",
     "MLP": "nn", "ClassifierHead": "nn", "ClassToken": "nn", "LinearEmbedding": "nn", "LMHead": "nn",
     "MultiHeadAttention": "nn", "PatchEmbedding": "nn", "PatchOutput": "nn", "TokenEmbedding": "nn",
     "Transformer": "nn", "TransformerBlock": "nn", "train": "train",
@@ -20,7 +20,7 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
-    from .models import DiT, GPT, PRESETS, TextEncoder, ViT, load
+    from .models import DiT, GPT, MAE, PRESETS, TextEncoder, ViT, load
     from .nn import (MLP, ClassifierHead, ClassToken, LinearEmbedding, LMHead, MultiHeadAttention,
                      PatchEmbedding, PatchOutput, TokenEmbedding, Transformer, TransformerBlock)
     from .train import train

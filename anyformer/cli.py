@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--seq-len", type=int, help="language models: tokens per training sequence")
     t.add_argument("--tokenizer", help="language models: char, gpt2, or a tokenizer file")
     t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
+    t.add_argument("--init-from", metavar="DIR",
+                   help="start from a run's weights (a ViT from an MAE run's encoder or a ViT run's trunk)")
+    t.add_argument("--label-fraction", type=float, metavar="F",
+                   help="train on a seeded, class-balanced fraction of the labels (0.01: 600 MNIST images)")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
     t.add_argument("--amp", choices=["none", "bf16", "fp16", "auto"],
                    help="mixed precision; auto = bf16 where the speed plan measured it faster here")
@@ -95,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
     ge.add_argument("--top-k", type=int, default=None)
     ge.add_argument("--top-p", type=float, default=None)
     ge.add_argument("--seed", type=int, default=None)
+    lp = sub.add_parser("probe", help="linear probe: a run's frozen features against raw pixels")
+    lp.add_argument("dir", help="an MAE or ViT run directory")
+    lp.add_argument("--data", help="dataset name or path (default: the run's)")
+    lp.add_argument("--label-fraction", type=float, metavar="F",
+                    help="fit on a seeded, class-balanced fraction of the training labels")
+    lp.add_argument("--seed", type=int, default=0, help="picks the label subset")
+    lp.add_argument("--limit-eval", type=int, help="score on the first N test images only")
+    lp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     doctor.add_arguments(sub.add_parser("doctor", help="the machine, the torch build and the speed plan in force"))
     at = sub.add_parser("attention", help="draw what a trained model attends to")
     at.add_argument("dir")
@@ -182,6 +194,8 @@ def _image_preprocess(directory: str, info: dict[str, Any]):
 def cmd_predict(args: argparse.Namespace) -> int:
     import torch
     model, meta = _run_info(args.dir)
+    if model.family != "vit":
+        raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
     pre = _image_preprocess(args.dir, info)
     for path in args.images:
@@ -362,12 +376,24 @@ def eval_generator(args: argparse.Namespace, model, meta: dict[str, Any]) -> int
           f"{args.steps} Heun steps; judge accuracy on real test images {rows[0]['judge_accuracy']:.4f})")
     for r in rows:
         print(f"{r['cfg']:>5g}  {r['class_consistency']:>17.4f}  {r['frechet']:>8.3f}  {r['frechet_floor']:>7.3f}")
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .train.probe import probe
+    result = probe(args.dir, data=args.data, label_fraction=args.label_fraction, seed=args.seed,
+                   limit_eval=args.limit_eval)
+    fit = f"fit on {result['train_examples']} labels, tested on {result['test_examples']}"
+    print(f"linear probe on encoder features ({result['features_dim']} dims): test accuracy "
+          f"{result['features_accuracy']:.4f} ({fit})")
+    print(f"linear probe on raw pixels ({result['pixels_dim']} dims): test accuracy "
+          f"{result['pixels_accuracy']:.4f} ({fit})")
+    print(json.dumps(result))
     return 0
 
 
 COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
             "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run,
-            "serve": cmd_serve, "export": cmd_export, "sample": cmd_sample}
+            "serve": cmd_serve, "export": cmd_export, "sample": cmd_sample, "probe": cmd_probe}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

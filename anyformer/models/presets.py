@@ -29,6 +29,13 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # same transformer on plain 4x4 patches needed 12 epochs for 98.9%. `--set stem=patch` gives the pure ViT.
     "vit-mnist-fast": ("vit", dict(image_size=28, in_chans=1, num_classes=10, patch_size=4, width=64, depth=6,
                                    heads=4, mlp_hidden=128, stem="conv")),
+    # A small masked autoencoder for 28x28 grey images (2-core CPU sized): a 4-block ViT trunk of width 128 on
+    # 4x4 patches (49; 12 stay visible at 75% masking) and a 2-block decoder of width 64. Its encoder is exactly
+    # "vit-mae-mnist"'s trunk, so an MAE run's weights fine-tune that ViT (`--init-from`).
+    "mae-mnist": ("mae", dict(image_size=28, in_chans=1, patch_size=4, width=128, depth=4, heads=4, mlp_hidden=256,
+                              decoder_width=64, decoder_depth=2, decoder_heads=4, decoder_mlp_hidden=128)),
+    "vit-mae-mnist": ("vit", dict(image_size=28, in_chans=1, num_classes=10, patch_size=4, width=128, depth=4,
+                                  heads=4, mlp_hidden=256, position="sinusoidal", pool="mean")),
     # GPT-2 family: width, depth, heads (MLP 4x, tanh GELU, tied head).
     "gpt2": ("gpt", dict(_GPT2, width=768, depth=12, heads=12)),
     "gpt2-medium": ("gpt", dict(_GPT2, width=1024, depth=24, heads=16)),

@@ -42,7 +42,46 @@ def build_model(cfg: TrainConfig, task: Task, device: torch.device | None = None
     with torch.device("meta"):
         probe = REGISTRY[family].preset(cfg.model, **kwargs)
     _check_fits(probe, device or torch.device("cpu"), shards)
-    return REGISTRY[family].preset(cfg.model, **kwargs)
+    model = REGISTRY[family].preset(cfg.model, **kwargs)
+    if cfg.init_from is not None:
+        init_from(model, cfg.init_from, cfg.model)
+    return model
+
+
+TRUNK = ("patch_embed.", "prefix.", "pos.", "backbone.")  # a ViT's trunk, and an MAE's encoder by the same names
+
+
+def init_from(model: Model, directory: str, name: str = "the model") -> None:
+    """Start `model` from a run's weights: a ViT from the trunk of an MAE's encoder or of another ViT
+    (its classifier head starts fresh), any other model from a run of its own family, every weight.
+    Shapes must match exactly; the first that does not is named with both shapes."""
+    from pathlib import Path
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    from ..models import read_config
+    source = read_config(directory)["family"]
+    if model.family == "vit" and source in ("vit", "mae"):
+        wanted = lambda key: key.startswith(TRUNK)
+    elif model.family == source:
+        wanted = lambda key: True
+    else:
+        raise ValueError(f"--init-from {directory}: a {source} run cannot start a {model.family} model; "
+                         f"expected an MAE or ViT run for a ViT, or a run of the same family")
+    try:
+        weights = {k: v for k, v in load_file(Path(directory) / "model.safetensors").items() if wanted(k)}
+    except SafetensorError as e:
+        raise ValueError(f"--init-from {directory}: model.safetensors is not readable ({e})") from None
+    own = {k: v for k, v in model.state_dict().items() if wanted(k)}
+    for key in sorted(set(own) | set(weights)):
+        there = tuple(weights[key].shape) if key in weights else "absent"
+        here = tuple(own[key].shape) if key in own else "absent"
+        if there != here:
+            raise ValueError(f"--init-from {directory}: {key} is {there} in that {source} run but {here} in "
+                             f"{name}; expected a run of the same shape (width, depth, patch, positions)")
+    with torch.no_grad():
+        for key, value in weights.items():
+            own[key].copy_(value)
 
 
 _NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}

@@ -46,12 +46,15 @@ class ImageClassification:
             self.preprocess = ImagePreprocess.from_info(info)
         elif cfg.normalize == "symmetric":  # seed 000: pixels scaled to [-1, 1]
             _, c, h, w = self.train.images.shape
-            self.preprocess = ImagePreprocess.symmetric(c, (h, w))
+            self.preprocess = ImagePreprocess.symmetric(c, (h, w), self.train.images)
         else:
             self.preprocess = ImagePreprocess.from_images(self.train.images)
         # Corners that a warp brings in are filled with what a black pixel becomes.
         black = torch.zeros(self.train.images.shape[1], 1, 1, dtype=torch.uint8)
         self._black = float(self.preprocess(black)[0, 0, 0])
+        if cfg.label_fraction is not None and info is None:  # a finished run is scored on its test split alone
+            # After the statistics: every training image is there, only labels are scarce (and an MAE saw them all).
+            self.train = balanced_subset(self.train, cfg.label_fraction, cfg.seed)
         self.images = self.train.images.to(device)
         self.labels = self.train.labels.to(device)
         self.steps_per_epoch = math.ceil(len(self.train) / cfg.batch_size)
@@ -145,3 +148,23 @@ class ImageClassification:
 
 def _head(ds: ImageDataset, n: int) -> ImageDataset:
     return ImageDataset(ds.images[:n], ds.labels[:n], ds.classes, ds.name)
+
+
+def balanced_subset(ds: ImageDataset, fraction: float, seed: int) -> ImageDataset:
+    """`fraction` of the examples, the same number from every class (0.01 of MNIST: 60 of each digit),
+    drawn by `seed` alone: a fine-tune and its from-scratch baseline with one seed see the same images."""
+    k = len(ds.classes)
+    per_class = round(fraction * len(ds) / k)
+    if per_class < 1:
+        raise ValueError(f"label_fraction {fraction} of {len(ds)} examples leaves no example of each of the "
+                         f"{k} classes; expected at least {k / len(ds):.2g}")
+    g = torch.Generator().manual_seed(seed)
+    picked = []
+    for c in range(k):
+        members = (ds.labels == c).nonzero().flatten()
+        if len(members) < per_class:
+            raise ValueError(f"label_fraction {fraction} needs {per_class} examples of class {ds.classes[c]!r}, "
+                             f"but the training split has {len(members)}")
+        picked.append(members[torch.randperm(len(members), generator=g)[:per_class]])
+    idx = torch.cat(picked).sort().values  # in the split's order; each epoch shuffles anyway
+    return ImageDataset(ds.images[idx], ds.labels[idx], ds.classes, ds.name)

@@ -42,6 +42,8 @@ class TrainConfig:
     seq_len: int | None = None               # language models: tokens per training sequence
     eval_iters: int = 50                     # language models: validation batches per evaluation
     tokenizer: str = "char"                  # language models: char | gpt2
+    label_fraction: float | None = None      # classification: a seeded, class-balanced share of the training labels
+    init_from: str | None = None             # a run directory whose trunk (an MAE's encoder, a ViT's) starts the model
     device: str = "auto"
     amp: str = "none"                        # auto: bf16 where the speed plan measured it faster
     compile: bool = False
@@ -96,6 +98,8 @@ class TrainConfig:
             raise ValueError(f"label_dropout must be in [0, 1), got {self.label_dropout}")
         if self.judge_samples < 1:
             raise ValueError(f"judge_samples must be >= 1, got {self.judge_samples}")
+        if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
+            raise ValueError(f"label_fraction must be in (0, 1] (or unset), got {self.label_fraction}")
         if not isinstance(self.fsdp, bool):
             raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
         self.betas = tuple(self.betas)

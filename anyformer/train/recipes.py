@@ -41,6 +41,23 @@ RECIPES: dict[str, dict[str, Any]] = {
         task="classify", model="vit-mnist-fast", data="cifar10", epochs=30, batch_size=256, lr=2e-3,
         weight_decay=0.05, warmup_steps=500, label_smoothing=0.1, augment="crop_flip", grad_clip=1.0, amp="auto",
         model_overrides=dict(width=192, depth=6, heads=6, mlp_hidden=384, stem="patch")),
+    # Masked autoencoding (He et al.) sized for a 2-core CPU: 75% of the 49 patches hidden, pixel targets (MNIST's
+    # many all-black patches have no spread to normalise by), AdamW with the paper's betas, no augmentation.
+    "mae-mnist": dict(
+        about="masked autoencoder pre-training on MNIST images (no labels); fine-tune it with mnist-finetune",
+        task="mae", model="mae-mnist", data="mnist", epochs=8, batch_size=256, lr=1.5e-3, betas=(0.9, 0.95),
+        weight_decay=0.05, warmup_steps=200, grad_clip=1.0, amp="auto"),
+    "mae-fashion-mnist": dict(
+        about="masked autoencoder pre-training on Fashion-MNIST images (no labels)",
+        task="mae", model="mae-mnist", data="fashion-mnist", epochs=8, batch_size=256, lr=1.5e-3, betas=(0.9, 0.95),
+        weight_decay=0.05, warmup_steps=200, grad_clip=1.0, amp="auto"),
+    # The ViT whose trunk is mae-mnist's encoder, for few labels: `--init-from runs/mae-mnist --label-fraction 0.01`
+    # fine-tunes it; without --init-from it is the from-scratch baseline (same model, steps, subset).
+    "mnist-finetune": dict(
+        about="fine-tune vit-mae-mnist (e.g. from an MAE run with --init-from) on few labels (--label-fraction)",
+        task="classify", model="vit-mae-mnist", data="mnist", max_steps=300, batch_size=128, lr=1e-3,
+        weight_decay=0.05, warmup_steps=30, label_smoothing=0.1, augment="digits", grad_clip=1.0, eval_every=100,
+        amp="auto"),
     "shakespeare-char": dict(
         about="nanoGPT's Tiny Shakespeare character model: 6 layers x 6 heads x 384, context 256, "
               "dropout 0.2, batch 64, 5000 steps (a GPU job: val loss ~1.47)",

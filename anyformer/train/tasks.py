@@ -10,15 +10,17 @@ from .classify import ImageClassification
 from .config import TrainConfig
 from .flow import FlowMatching
 from .lm import LanguageModelling
+from .mae import MaskedAutoencoding
 from .protocol import Task
 
 __all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling",
-           "FlowMatching"]
+           "FlowMatching", "MaskedAutoencoding"]
 
 TASKS: dict[str, type[Task]] = {
     "classify": ImageClassification,
     "lm": LanguageModelling,
     "flow": FlowMatching,
+    "mae": MaskedAutoencoding,
 }
 
 

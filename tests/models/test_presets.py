@@ -40,6 +40,9 @@ def _tiny_input(model):
     if model.family == "dit":  # noisy images, flow times, labels (the last one the null class)
         h, w = (c.image_size, c.image_size) if isinstance(c.image_size, int) else c.image_size
         return (torch.randn(2, c.in_chans, h, w), torch.rand(2), torch.tensor([1, c.num_classes]))
+    if model.family == "mae":  # images and the noise that picks the hidden patches: the same loss twice
+        h, w = (c.image_size, c.image_size) if isinstance(c.image_size, int) else c.image_size
+        return torch.randn(2, c.in_chans, h, w), torch.rand(2, c.num_patches)
     return (torch.randint(0, c.vocab_size, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2]))
 
 

@@ -50,6 +50,18 @@ def lm_run(tmp_path_factory):
     return tmp / "run"
 
 
+@pytest.fixture(scope="session")
+def dit_run(tmp_path_factory):
+    """A tiny flow-matching generator (one block, 7x7 patches) trained for 20 steps on real digits:
+    enough to be a real run directory whose samples the page serves."""
+    out = tmp_path_factory.mktemp("serve-dit") / "run"
+    _train("mnist-gen", "--data", str(SHARED_DATA / "mnist"), "--max-steps", "20", "--eval-every", "20",
+           "--limit-train", "2000", "--limit-eval", "100", "--batch-size", "32", "--warmup-steps", "2",
+           "--set", "width=32", "--set", "depth=1", "--set", "heads=2", "--set", "mlp_hidden=64",
+           "--set", "patch_size=7", "--out", str(out), cache=out.parent / "cache")
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

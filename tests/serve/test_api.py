@@ -3,6 +3,7 @@ uvicorn server: answers equal the model's own, every refusal is one 4xx JSON lin
 server answers the next request after each."""
 from __future__ import annotations
 
+import base64
 import io
 import json
 
@@ -98,6 +99,26 @@ def test_ink_on_paper_gets_the_answer_of_light_on_black_and_a_blank_page_a_warni
     assert light["warning"] is None and paper["warning"] is None
     blank = ask(png(Image.new("L", (280, 280), 255)))
     assert isinstance(blank["warning"], str) and blank["warning"]
+
+
+def test_a_generator_run_serves_samples_of_the_class_asked(dit_run):
+    client = TestClient(create_app(str(dit_run), Limits()), raise_server_exceptions=False)
+    assert client.get("/api/info").json()["family"] == "dit"
+    ask = {"class": 3, "n": 2, "steps": 2, "cfg": 2.0, "seed": 7}
+    r = client.post("/api/sample", json=ask)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["class"] == "3" and len(got["images"]) == 2
+    decoded = [np.array(Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))))
+               for u in got["images"]]
+    # Exactly what the model's own sampler gives for that seed.
+    want = af.load(dit_run).sample(torch.tensor([3, 3]), steps=2, cfg=2.0, seed=7)
+    np.testing.assert_array_equal(np.stack(decoded), want[:, 0].numpy())
+    assert client.post("/api/sample", json=ask).json() == got  # the seed repeats
+    bad = client.post("/api/sample", json={**ask, "class": 10})
+    assert bad.status_code == 422 and "class must be" in bad.json()["error"]
+    assert client.post("/api/sample", content=b"{}", headers={"content-type": "text/plain"}).status_code == 415
+    assert client.post("/api/sample", json=ask).status_code == 200  # still serving
 
 
 def truncated_png() -> bytes:

@@ -27,19 +27,7 @@ class ImageClassification:
     def __init__(self, cfg: TrainConfig, device: torch.device, train: ImageDataset | None = None,
                  test: ImageDataset | None = None, *, info: dict[str, Any] | None = None) -> None:
         self.cfg, self.device = cfg, device
-        # `is None`, not `or`: an empty dataset given by the caller must be refused, not replaced.
-        self.train = load_image_dataset(cfg.data, "train") if train is None else train
-        self.test = load_image_dataset(cfg.data, "test") if test is None else test
-        if cfg.limit_train:
-            self.train = _head(self.train, cfg.limit_train)
-        if cfg.limit_eval:
-            self.test = _head(self.test, cfg.limit_eval)
-        if len(self.train) == 0 or len(self.test) == 0:
-            raise ValueError(f"dataset {cfg.data!r} has no examples in its train or test split "
-                             f"({len(self.train)} train, {len(self.test)} test)")
-        if self.train.images.shape[1:] != self.test.images.shape[1:]:
-            raise ValueError(f"train and test images differ in shape: {tuple(self.train.images.shape[1:])} "
-                             f"vs {tuple(self.test.images.shape[1:])}")
+        self.train, self.test = image_splits(cfg, train, test)
         # A finished run is scored with the statistics it was trained with, whatever part of the
         # training split is loaded now (`anyformer eval` loads one example of it).
         if info is not None:
@@ -144,6 +132,26 @@ class ImageClassification:
                 "channels": c, "image_size": [h, w], "mean": self.preprocess.mean, "std": self.preprocess.std,
                 "train_examples": len(self.train), "test_examples": len(self.test),
                 "preprocess": self.preprocess.to_dict()}
+
+
+def image_splits(cfg: TrainConfig, train: ImageDataset | None = None,
+                 test: ImageDataset | None = None) -> tuple[ImageDataset, ImageDataset]:
+    """The train and test splits of `cfg.data` (or those given), cut to `limit_train`/`limit_eval`,
+    refused in one line when either is empty or their image shapes differ. Image tasks share it."""
+    # `is None`, not `or`: an empty dataset given by the caller must be refused, not replaced.
+    train = load_image_dataset(cfg.data, "train") if train is None else train
+    test = load_image_dataset(cfg.data, "test") if test is None else test
+    if cfg.limit_train:
+        train = _head(train, cfg.limit_train)
+    if cfg.limit_eval:
+        test = _head(test, cfg.limit_eval)
+    if len(train) == 0 or len(test) == 0:
+        raise ValueError(f"dataset {cfg.data!r} has no examples in its train or test split "
+                         f"({len(train)} train, {len(test)} test)")
+    if train.images.shape[1:] != test.images.shape[1:]:
+        raise ValueError(f"train and test images differ in shape: {tuple(train.images.shape[1:])} "
+                         f"vs {tuple(test.images.shape[1:])}")
+    return train, test
 
 
 def _head(ds: ImageDataset, n: int) -> ImageDataset:

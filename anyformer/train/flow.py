@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import ImageDataset, load_image_dataset
+from ..data import ImageDataset
 from ..data.preprocess import ImagePreprocess
 from ..models.flow import interpolate, velocity_target
 from .batches import epoch_order, rank_share, step_generator
+from .classify import image_splits
 from .config import TrainConfig
 from .precision import autocast
 
@@ -48,18 +49,7 @@ class FlowMatching:
     def __init__(self, cfg: TrainConfig, device: torch.device, train: ImageDataset | None = None,
                  test: ImageDataset | None = None, *, info: dict[str, Any] | None = None) -> None:
         self.cfg, self.device = cfg, device
-        self.train = load_image_dataset(cfg.data, "train") if train is None else train
-        self.test = load_image_dataset(cfg.data, "test") if test is None else test
-        if cfg.limit_train:
-            self.train = _head(self.train, cfg.limit_train)
-        if cfg.limit_eval:
-            self.test = _head(self.test, cfg.limit_eval)
-        if len(self.train) == 0 or len(self.test) == 0:
-            raise ValueError(f"dataset {cfg.data!r} has no examples in its train or test split "
-                             f"({len(self.train)} train, {len(self.test)} test)")
-        if self.train.images.shape[1:] != self.test.images.shape[1:]:
-            raise ValueError(f"train and test images differ in shape: {tuple(self.train.images.shape[1:])} "
-                             f"vs {tuple(self.test.images.shape[1:])}")
+        self.train, self.test = image_splits(cfg, train, test)
         _, c, h, w = self.train.images.shape
         # The sampler maps [-1, 1] back to pixels, so a generator always trains on symmetric pixels.
         self.preprocess = ImagePreprocess.from_info(info) if info is not None else ImagePreprocess.symmetric(c, (h, w))
@@ -182,5 +172,3 @@ class FlowMatching:
                 "preprocess": self.preprocess.to_dict()}
 
 
-def _head(ds: ImageDataset, n: int) -> ImageDataset:
-    return ImageDataset(ds.images[:n], ds.labels[:n], ds.classes, ds.name)

@@ -342,7 +342,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     save_grid(images, len(classes), out / "grid.png")
     array = images[:, 0].numpy() if images.shape[1] == 1 else images.permute(0, 2, 3, 1).numpy()
     atomic_write(out / "samples.npz", lambda f: np.savez(f, images=array, labels=labels.numpy()))
-    print(f"wrote {len(labels)} images of classes {args.classes or 'all'} to {out / 'grid.png'} and {out / 'samples.npz'}")
+    which = f"classes {args.classes}" if args.classes else "every class"
+    print(f"wrote {len(labels)} images of {which} to {out / 'grid.png'} and {out / 'samples.npz'}")
     return 0
 
 

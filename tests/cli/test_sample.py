@@ -59,3 +59,16 @@ def test_eval_of_a_generator_prints_its_held_out_flow_loss(generator_run):
     result = run("eval", str(generator_run))
     assert result.returncode == 0, result.stderr
     assert '"eval_loss": 1.' in result.stdout  # an untrained DiT predicts v = 0: about 1.8 per pixel
+
+
+def test_eval_judge_refuses_a_judge_of_other_classes_and_one_that_is_not_a_classifier(generator_run, tmp_path):
+    clf = tmp_path / "fashion-clf"
+    fashion = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+    train = TrainConfig(task="classify", model="vit-mnist", data="fashion-mnist").to_dict()
+    data = {"kind": "images", "dataset": "fashion-mnist", "classes": fashion, "channels": 1, "image_size": [28, 28],
+            "preprocess": {"kind": "image", "mean": [0.3], "std": [0.35], "channels": 1, "image_size": [28, 28]}}
+    af.ViT.preset("vit-mnist", depth=1, width=32, heads=4, mlp_hidden=32, head_hidden=None).save(
+        clf, extra={"train": train, "data": data})
+    judged = ("eval", str(generator_run), "--per-class", "1", "--cfg", "1", "--steps", "1", "--judge")
+    assert_user_error(run(*judged, str(clf)), "knows the classes ['T-shirt/top'")
+    assert_user_error(run(*judged, str(generator_run)), "not an image classifier")

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..nn import (ClassEmbedding, FinalAdaLN, LearnedPosition, PatchEmbedding, PatchOutput, SinusoidalPosition,
                   TimeEmbedding, Transformer)
 from ..nn.conditioning import AdaLNModulation
-from ..shapes import pair
+from ..shapes import pair, patch_grid
 from . import flow
 from .base import Model, check_sizes, matmul_weights
 
@@ -51,15 +51,11 @@ class DiTConfig:
         if self.predict not in DIT_PREDICTS:
             raise ValueError(f"unknown DiT prediction {self.predict!r}; expected one of {DIT_PREDICTS}")
         check_sizes(self, ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden", "time_freq_dim"))
-        h, w = pair(self.image_size)
-        ph, pw = pair(self.patch_size)
-        if h % ph or w % pw:
-            raise ValueError(f"image size {h}x{w} is not divisible by the patch size {ph}x{pw}")
+        patch_grid(self.image_size, self.patch_size)  # refuses a patch that does not tile the image
 
     @property
     def grid(self) -> tuple[int, int]:
-        (h, w), (ph, pw) = pair(self.image_size), pair(self.patch_size)
-        return h // ph, w // pw
+        return patch_grid(self.image_size, self.patch_size)
 
 
 class DiT(Model):

@@ -17,8 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from ..nn import ClassToken, LearnedPosition, PatchEmbedding, PatchOutput, SinusoidalPosition, Transformer, init_weights
+from ..nn.heads import unpatchify
 from ..nn.linear import Linear
-from ..shapes import pair
+from ..shapes import pair, patch_grid
 from .base import Model, check_sizes, matmul_weights
 from .vit import ViTConfig
 
@@ -66,17 +67,13 @@ class MAEConfig:
             raise ValueError(f"position='sinusoidal' needs a width divisible by 4, got {self.width}")
         if not isinstance(self.mask_ratio, (int, float)) or not 0 < self.mask_ratio < 1:
             raise ValueError(f"mask_ratio must be in (0, 1), got {self.mask_ratio!r}")
-        h, w = pair(self.image_size)
-        ph, pw = pair(self.patch_size)
-        if h % ph or w % pw:
-            raise ValueError(f"image size {h}x{w} is not divisible by the patch size {ph}x{pw}")
+        patch_grid(self.image_size, self.patch_size)  # refuses a patch that does not tile the image
         if self.num_visible < 1:
             raise ValueError(f"mask_ratio {self.mask_ratio} hides every one of the {self.num_patches} patches")
 
     @property
     def grid(self) -> tuple[int, int]:
-        (h, w), (ph, pw) = pair(self.image_size), pair(self.patch_size)
-        return h // ph, w // pw
+        return patch_grid(self.image_size, self.patch_size)
 
     @property
     def num_patches(self) -> int:
@@ -226,7 +223,7 @@ class MAE(Model):
         hidden = mask[..., None]
         masked = torch.where(hidden, torch.full_like(true, fill), true)
         recon = torch.where(hidden, pred, true)
-        return _unpatchify(masked, ps, grid), _unpatchify(recon, ps, grid), images.float()
+        return unpatchify(masked, ps, grid), unpatchify(recon, ps, grid), images.float()
 
     # ---------------------------------------------------------------- fine-tuning
     def vit_config(self, **overrides: Any) -> ViTConfig:
@@ -251,11 +248,3 @@ class MAE(Model):
                + 2 * c.num_patches * matmul_weights(self.decoder_out))
         attn = 4 * c.depth * n_enc ** 2 * c.width + 4 * c.decoder_depth * n_dec ** 2 * c.decoder_width
         return float(enc + dec + attn)
-
-
-def _unpatchify(patches: Tensor, patch_size: int | tuple[int, int], grid: tuple[int, int]) -> Tensor:
-    """(B, N, C * p * p) -> (B, C, H, W): patchify's inverse."""
-    (ph, pw), (gh, gw) = pair(patch_size), grid
-    B = patches.shape[0]
-    x = patches.reshape(B, gh, gw, -1, ph, pw)
-    return x.permute(0, 3, 1, 4, 2, 5).reshape(B, -1, gh * ph, gw * pw)

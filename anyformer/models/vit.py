@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, PatchEmbedding,
                   SinusoidalPosition, Transformer, init_weights)
-from ..shapes import pair
+from ..shapes import pair, patch_grid
 from ..nn.dropout import Dropout
 from ..nn.stems import ConvStem
 from .base import Model, check_seq_len, check_sizes, matmul_weights
@@ -58,15 +58,11 @@ class ViTConfig:
         if self.position == "concat" and not 0 < self.pos_width < self.width:
             raise ValueError(f"position='concat' needs 0 < pos_width < width, got pos_width={self.pos_width}")
         check_sizes(self, ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden"))
-        h, w = pair(self.image_size)
-        ph, pw = pair(self.patch_size)
-        if h % ph or w % pw:
-            raise ValueError(f"image size {h}x{w} is not divisible by the patch size {ph}x{pw}")
+        patch_grid(self.image_size, self.patch_size)  # refuses a patch that does not tile the image
 
     @property
     def grid(self) -> tuple[int, int]:
-        (h, w), (ph, pw) = pair(self.image_size), pair(self.patch_size)
-        return h // ph, w // pw
+        return patch_grid(self.image_size, self.patch_size)
 
 
 class ViT(Model):

@@ -71,6 +71,11 @@ class PatchOutput(nn.Module):
         B, N, _ = tokens.shape
         if N != gh * gw:
             raise ValueError(f"expected {gh}*{gw}={gh * gw} patch tokens for grid {grid}, got {N}")
-        ph, pw = self.patch_size
-        x = self.proj(tokens).view(B, gh, gw, self.out_chans, ph, pw)
-        return x.permute(0, 3, 1, 4, 2, 5).reshape(B, self.out_chans, gh * ph, gw * pw)
+        return unpatchify(self.proj(tokens), self.patch_size, grid)
+
+
+def unpatchify(patches: Tensor, patch_size: int | tuple[int, int], grid: tuple[int, int]) -> Tensor:
+    """(B, N, C * ph * pw) patches, row-major over the grid -> (B, C, H, W) image."""
+    (ph, pw), (gh, gw) = pair(patch_size), grid
+    x = patches.reshape(patches.shape[0], gh, gw, -1, ph, pw)
+    return x.permute(0, 3, 1, 4, 2, 5).reshape(patches.shape[0], -1, gh * ph, gw * pw)

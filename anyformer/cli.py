@@ -361,11 +361,11 @@ def eval_generator(args: argparse.Namespace, model, meta: dict[str, Any]) -> int
         return 0
     from .train.judge import Judge  # another module of the train floor, loaded when asked for
     from .train.precision import autocast
+    if args.per_class < 1:  # before the judge computes its test-set features
+        raise ValueError(f"--per-class must be >= 1, got {args.per_class}")
     info = meta["data"]
     judge = Judge.load(args.judge, channels=info["channels"], image_size=tuple(info["image_size"]),
                        classes=info["classes"])
-    if args.per_class < 1:
-        raise ValueError(f"--per-class must be >= 1, got {args.per_class}")
     labels = torch.arange(model.config.num_classes).repeat_interleave(args.per_class)
     rows = []
     for w in args.cfg:

@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
     t.add_argument("--amp", choices=["none", "bf16", "fp16", "auto"],
                    help="mixed precision; auto = bf16 where the speed plan measured it faster here")
-    t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the training step, or not (default: the speed plan times both here)")
     t.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     t.add_argument("--seed", type=int)
     t.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (besides each evaluation)")

@@ -198,6 +198,23 @@ def train_step(module, forward, x, y, *, lr: float, weight_decay: float, bf16: b
     return step
 
 
+def planned_forward(key: str, module, x, y):
+    """(forward, note): anyformer's training forward as its trainer runs it, under torch.compile
+    where the speed plan measured a compiled training step (forward and backward of this
+    cross-entropy) faster on this machine (anyformer.plan.compiled), else the module itself. A first
+    run measures, its compile time included; later runs read the plan's cache. `note` says what
+    was chosen and why, for the results' header."""
+    import torch.nn.functional as F
+    from anyformer.plan import compile_for_training
+    fields = {"model": f"bench-{key}", "batch": "x".join(map(str, x.shape)), "amp": "none", "device": "cpu"}
+    t0 = time.perf_counter()
+    chosen = compile_for_training(
+        module, lambda m: F.cross_entropy(m(x).flatten(0, -2).float(), y.flatten()), fields=fields)
+    note = f"{key}: compile={chosen.choice} ({chosen.why}; decided in {time.perf_counter() - t0:.1f} s)"
+    print(note, flush=True)
+    return chosen.module, note
+
+
 def infer_step(module, forward, x, bf16: bool = False):
     """One forward pass in eval mode under inference_mode."""
     import torch

@@ -13,7 +13,10 @@ the matrix. anyformer's preset drops after the embeddings and on both residual b
 nanoGPT, but not on the attention matrix (attn_dropout defaults to 0). Rows marked "same maths"
 are configured to match anyformer; "as nanoGPT" also drops attention weights.
 
-anyformer's model is benchmarked as built: its linear layers run on oneDNN for training and, by
+anyformer's model is benchmarked as its trainer runs it, with the speed plan's choices for this
+machine (anyformer/plan): its training step under torch.compile where the plan measured a compiled
+step faster (the row `anyformer eager` forces compile=eager: what compiling adds), and its linear
+layers on oneDNN where that measured faster, for training and, by
 default, for inference and generation too (anyformer/nn/linear.py). Its logits therefore match
 HF's and nanoGPT-ref's to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of
 max(1, max|ref|)), not bitwise. The extra row `anyformer, MKL inference` runs the same model with
@@ -104,6 +107,7 @@ BUILDERS = {  # name -> (builder(weights) -> (model, forward), dropout, note)
     "HF GPT-2 d0.2 attn": (lambda w: hf_model(0.2, 0.2, w), 0.2, "as GPT-2: attention matrix dropped too"),
 }
 BF16 = "anyformer bf16 autocast"
+EAGER = "anyformer eager (ANYFORMER_PLAN=compile=eager)"
 NOTES = """\
 - anyformer's lead, in training and inference alike, comes from its linear layers running on
   oneDNN (AVX-512) instead of MKL (AVX2 on this AMD CPU); attention (SDPA's flash kernel, causal),
@@ -225,10 +229,15 @@ def main() -> None:
     def baselines(train: bool) -> list[Contestant]:
         return bench_common.matmul_baselines(shapes(train), TOKENS, train_flops if train else infer_flops)
 
-    train = []
+    train, plan_notes = [], []
     for name in BUILDERS:
         model, forward = build(name, weights)
+        if name.startswith("anyformer"):  # the plan's choice, as `anyformer train` makes it
+            forward, note = bench_common.planned_forward(f"gpt-{name.replace(' ', '-')}", model, x, y)
+            plan_notes.append(note)
         train.append(Contestant(name, train_step(model, forward, x, y), TOKENS, train_flops, BUILDERS[name][2]))
+    model, forward = build("anyformer", weights)
+    train.append(Contestant(EAGER, train_step(model, forward, x, y), TOKENS, train_flops, "ANYFORMER_PLAN=compile=eager"))
     model, forward = build(BF16, weights)
     bf16_train = Contestant(BF16, train_step(model, forward, x, y, bf16=True), TOKENS, train_flops,
                             "bf16 matmuls: not the same maths as the fp32 rows")
@@ -250,14 +259,14 @@ def main() -> None:
     print(f"inference: {args.infer_rounds} rounds x {args.infer_steps} batches", flush=True)
     alternate(infer + [bf16_infer, *ibase], rounds=args.infer_rounds, steps=args.infer_steps)
 
-    d0 = [c for c in train if BUILDERS[c.name][1] == 0.0]
-    d2 = [c for c in train if BUILDERS[c.name][1] == 0.2]
+    d0 = [c for c in train if c.name == EAGER or BUILDERS[c.name][1] == 0.0]
+    d2 = [c for c in train if c.name != EAGER and BUILDERS[c.name][1] == 0.2]
     by = {c.name: c for c in train}
     t_train0 = speed_table(d0, "anyformer", base[:2], "tokens")
     t_train2 = speed_table([by["anyformer"], *d2], "anyformer d0.2", base[:2], "tokens")
     t_bf16 = speed_table([by["anyformer"], bf16_train], "anyformer", [base[2]], "tokens")
     t_infer = speed_table(infer + [bf16_infer], "anyformer", ibase, "tokens")
-    fastest_peer = min((c for c in d0 if c.name != "anyformer"), key=lambda c: c.median)
+    fastest_peer = min((c for c in d0 if not c.name.startswith("anyformer")), key=lambda c: c.median)
     ours = by["anyformer"]
     rate = ours.flops / ours.median
     mkl_rate, dnn_rate = (b.flops / b.median for b in base[:2])
@@ -301,6 +310,7 @@ def main() -> None:
                   "rounds": f"training {args.rounds} x {args.steps} steps, inference {args.infer_rounds} x "
                             f"{args.infer_steps} batches, after one warm-up step each; median over rounds",
                   "weights": same,
+                  "anyformer's compile plan (training)": "; ".join(plan_notes),
                   "attention kernels in a training forward": kernels,
                   "FLOPs counted": f"{train_flops / 1e9:.1f} GFLOP per training step, {infer_flops / 1e9:.1f} per "
                                    "inference batch (matrix products only; causal attention counted in full)",
@@ -309,8 +319,10 @@ def main() -> None:
         intro = (f"Produced by `benchmarks/bench_gpt_cpu.py` ({' '.join(sys.argv[1:]) or 'defaults'}); see "
                  "benchmarks/README.md for what is measured. Char GPT 6 layers x 6 heads x width 384, context "
                  "256, batch 16, GPT-2 maths (biases, tanh GELU), fp32, torch AdamW (foreach) for every "
-                 "contestant, same weights. anyformer's linear layers run on oneDNN for training and inference "
-                 "(anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
+                 "contestant, same weights. anyformer runs as its trainer would, with the speed plan's choices "
+                 "for this machine: its training step under torch.compile where the plan measured that faster "
+                 "(the `anyformer eager` row forces compile=eager), its linear layers on oneDNN where that "
+                 "measured faster (anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
                  "= False, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "Dropout: anyformer drops after the embeddings and on both residual branches (as nanoGPT), not "
                  "the attention matrix; `same maths` peers are set the same way, `as nanoGPT` / `as GPT-2` rows "

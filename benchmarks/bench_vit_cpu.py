@@ -12,7 +12,10 @@ the same torch AdamW (foreach), fp32, cross-entropy, no dropout; inference is a 
 `torch.inference_mode()` in eval mode. HF ViT runs with both its attention implementations
 (`sdpa`, its default, and `eager`, explicit matmuls).
 
-anyformer's model is benchmarked as built: its linear layers run on oneDNN for training and, by
+anyformer's model is benchmarked as its trainer runs it, with the speed plan's choices for this
+machine (anyformer/plan): its training step under torch.compile where the plan measured a compiled
+step faster (the row `anyformer eager` forces compile=eager: what compiling adds), and its linear
+layers on oneDNN where that measured faster, for training and, by
 default, for inference too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's
 to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
 not bitwise. The extra row `anyformer, MKL inference` runs the same model with
@@ -75,6 +78,8 @@ NOTES = """\
 
 BF16 = "anyformer bf16 autocast"
 MKL_INFER = "anyformer, MKL inference"
+EAGER = "anyformer eager (ANYFORMER_PLAN=compile=eager)"
+PLAN_NOTES: list[str] = []  # what the compile plan chose for each model, for the results' header
 
 
 def shapes(model: str, train: bool) -> list:
@@ -214,7 +219,12 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
     train = []
     for name in names:
         m, fwd = build(model, name)
+        if name == "anyformer":  # the plan's choice, as `anyformer train` makes it
+            fwd, note = bench_common.planned_forward(f"vit-{model}", m, x, y)
+            PLAN_NOTES.append(note)
         train.append(Contestant(name, train_step(m, fwd, x, y), b, train_flops))
+    m, fwd = build(model, "anyformer")
+    train.append(Contestant(EAGER, train_step(m, fwd, x, y), b, train_flops, "ANYFORMER_PLAN=compile=eager"))
     m, fwd = build(model, BF16)
     bf16_train = Contestant(BF16, train_step(m, fwd, x, y, bf16=True), b, train_flops, "not the same maths")
     base = baselines(True)
@@ -314,13 +324,16 @@ def main() -> None:
                                       f"{args.rounds[m] + 1} x {args.steps[m]} batches" for m in args.models)
                             + "; one warm-up step each; median over rounds",
                   "weights": "; ".join(weights),
+                  "anyformer's compile plan (training)": "; ".join(PLAN_NOTES),
                   "FLOPs counted": "matrix products only (patch projection, blocks, attention, head)",
                   "wall time": f"{time.time() - t0:.0f} s"})
     if not args.no_write:
         intro = (f"Produced by `benchmarks/bench_vit_cpu.py` ({' '.join(sys.argv[1:]) or 'defaults'}); see "
                  "benchmarks/README.md for what is measured. fp32, torch AdamW (foreach) for every contestant, "
-                 "same weights. anyformer's linear layers run on oneDNN for training and inference "
-                 "(anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
+                 "same weights. anyformer runs as its trainer would, with the speed plan's choices for this "
+                 "machine: its training step under torch.compile where the plan measured that faster (the "
+                 "`anyformer eager` row forces compile=eager), its linear layers on oneDNN where that measured "
+                 "faster (anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
                  "= False, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "`time / anyformer time` is the contestant's median over anyformer's: above 1, anyformer is "
                  "faster. `spread` is (max - min) / median over the rounds. `of matmul torch` / `of matmul "

@@ -94,6 +94,11 @@ def affinity() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+def cores() -> int:
+    """How many cores this process may run on."""
+    return len(affinity())
+
+
 def as_ranges(cores: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2,5'."""
     parts, start = [], None

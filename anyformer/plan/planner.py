@@ -187,13 +187,18 @@ class Planner:
     def decide(self, name: str, fields: Mapping[str, Any], build: Callable[[], Runs], *,
                memo_key: Hashable | None = None, available: Sequence[str] | None = None, tolerance: float = 0.0,
                margin: float | None = None, budget_s: float | None = None,
-               measured_with: Mapping[str, Any] | None = None) -> str:
+               measured_with: Mapping[str, Any] | None = None,
+               extra: Callable[[], Mapping[str, Any]] | None = None,
+               check: Callable[[], Runs] | None = None) -> str:
         """The choice for decision `name` at the shape `fields` (the plan file's key).
 
         `build()` returns the candidates, name -> call returning tensors, stock first; it runs only
         when a measurement is needed. `available`: the choices this build of torch can run
         (default: all). `tolerance`: see `max_error`. `measured_with`: the sizes actually timed
-        where they differ from `fields` (recorded)."""
+        where they differ from `fields` (recorded). `extra()`: more fields to record with a new
+        measurement (e.g. a compile time), asked after the candidates ran. `check()`: candidates
+        for the numerics check when the timed ones cannot be compared (e.g. real training steps,
+        each on the weights the last one left); by default the timed ones are compared."""
         with self._lock:
             self._sync()
             d = choices.decision(name)
@@ -212,7 +217,7 @@ class Planner:
             margin = self.margin if margin is None else margin
             try:
                 return self._remember(memo_key, self._decide(d, fields, build, avail, tolerance, margin,
-                                                             budget_s, measured_with))
+                                                             budget_s, measured_with, extra, check))
             except Exception as e:  # noqa: BLE001 - a failing plan falls back to stock
                 self._note(f"{store.entry_key(name, fields)}: planning failed ({error_text(e)}); using {d.stock}")
                 return self._remember(memo_key, d.stock)
@@ -224,21 +229,29 @@ class Planner:
 
     def _decide(self, d: choices.Decision, fields: Mapping[str, Any], build: Callable[[], Runs],
                 avail: tuple[str, ...], tolerance: float, margin: float, budget_s: float | None,
-                measured_with: Mapping[str, Any] | None) -> str:
+                measured_with: Mapping[str, Any] | None,
+                extra: Callable[[], Mapping[str, Any]] | None = None,
+                check: Callable[[], Runs] | None = None) -> str:
         key = store.entry_key(d.name, fields)
         entries = self._load()
         entry = entries.get(key)
+        load = _load_average()  # how busy: judges the times' noise
+        cached = None
         if entry is not None and entry["decision"] == d.name and set(entry["times"]) <= set(avail):
-            choice = pick(entry["times"], d.stock, margin)
-            if choice in avail:
-                return choice
+            cached = pick(entry["times"], d.stock, margin)
+            if cached in avail and not _measure_again(entry, load):
+                return cached
         if self.planning_s >= self.total_budget_s:
+            if cached in avail:
+                return cached
             self._note(f"{key}: planning budget of {self.total_budget_s:g} s spent; using {d.stock} unmeasured")
             return d.stock
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # how busy: judges the times' noise
+        if cached in avail:
+            self._note(f"{key}: timed while the CPU was busy (load {entry.get('load_1min')}); measured again")
         start = time.perf_counter()
         try:
-            entry = self._measure(d, build, avail, tolerance, margin, self.budget_s if budget_s is None else budget_s)
+            entry = self._measure(d, build, avail, tolerance, margin, self.budget_s if budget_s is None else budget_s,
+                                  check)
         except _StockFailed as e:
             self._note(f"{key}: stock raised {e}; using {d.stock}, nothing cached")
             return d.stock
@@ -246,7 +259,9 @@ class Planner:
             spent = time.perf_counter() - start
             self.planning_s += spent
         entry.update(fields=dict(fields), seconds=round(spent, 6), when=store.now(),
-                     load_1min=None if load is None else round(load, 2))
+                     load_1min=None if load is None else round(load, 2), cores=host.cores())
+        if extra is not None:
+            entry.update(extra())
         if measured_with:
             entry["measured_with"] = dict(measured_with)
         entries[key] = entry
@@ -258,12 +273,16 @@ class Planner:
         return entry["choice"]
 
     def _measure(self, d: choices.Decision, build: Callable[[], Runs], avail: tuple[str, ...],
-                 tolerance: float, margin: float, budget_s: float) -> dict[str, Any]:
+                 tolerance: float, margin: float, budget_s: float,
+                 check: Callable[[], Runs] | None = None) -> dict[str, Any]:
         self._local.busy = True
         try:
             with _clean_state():
-                runs = dict(build())
+                timed = dict(build())
+                runs = dict(check()) if check is not None else timed
                 names = list(runs)
+                if list(timed) != names:
+                    raise ValueError(f"{d.name}: the checked candidates {names} are not the timed ones {list(timed)}")
                 if not names or names[0] != d.stock or not set(names) <= set(avail):
                     raise ValueError(f"{d.name}: candidates must start with {d.stock!r} and be among "
                                      f"{avail}; got {names}")
@@ -271,7 +290,7 @@ class Planner:
                     ref = runs[d.stock]()
                 except Exception as e:  # noqa: BLE001
                     raise _StockFailed(error_text(e)) from e
-                kept, dropped, errors = {d.stock: runs[d.stock]}, {}, {}
+                kept, dropped, errors = {d.stock: timed[d.stock]}, {}, {}
                 for name in names[1:]:
                     try:
                         err = max_error(runs[name](), ref)
@@ -280,7 +299,7 @@ class Planner:
                         continue
                     errors[name] = err
                     if err <= tolerance:
-                        kept[name] = runs[name]
+                        kept[name] = timed[name]
                     else:
                         dropped[name] = f"differs from {d.stock}: error {err:.2e} of scale > tolerance {tolerance:.0e}"
                 m = self.timer(kept, budget_s) if len(kept) > 1 else Measurement()
@@ -295,6 +314,25 @@ class Planner:
                 "error_vs_stock": {n: float(f"{e:.3g}") for n, e in errors.items()},
                 "tolerance": tolerance, "rounds": m.rounds, "dropped": dropped}
 
+    def entry(self, name: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The plan file's record for decision `name` at `fields`, or None; measures nothing."""
+        with self._lock:
+            self._sync()
+            found = self._load().get(store.entry_key(name, fields))
+            return dict(found) if found is not None else None
+
+    def recorded(self, name: str, field: str) -> list[Any]:
+        """The values of `field` in every record of decision `name` on this machine (e.g. the compile
+        times of earlier shapes: what the next one will likely cost)."""
+        with self._lock:
+            self._sync()
+            return [e[field] for e in self._load().values() if e.get("decision") == name and field in e]
+
+    def note(self, text: str) -> None:
+        """Add a line to what `anyformer doctor` and the run's summary report about planning."""
+        with self._lock:
+            self._note(text)
+
     # --- reporting -----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Everything `anyformer doctor` shows; reads the plan file, measures nothing."""
@@ -306,6 +344,20 @@ class Planner:
                     "forced": forced, "forced_from": source, "margin": self.margin, "budget_s": self.budget_s,
                     "planning_s": self.planning_s, "file_planning_s": self.file_planning_s,
                     "measured": list(self.measured), "notes": list(self.notes)}
+
+
+def _load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def _measure_again(entry: Mapping[str, Any], load: float | None) -> bool:
+    """A record timed while other work held the cores (1-minute load at or above the cores this
+    process may use) is measured again once a process finds the machine quieter (load below half
+    of them): its times may say more about the neighbours than about the candidates."""
+    then, cores = entry.get("load_1min"), entry.get("cores")
+    if not isinstance(then, (int, float)) or not isinstance(cores, int) or load is None:
+        return False
+    return then >= cores and load < cores / 2
 
 
 _PLANNER = Planner()

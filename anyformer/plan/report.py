@@ -56,6 +56,8 @@ def _entry_lines(key: str, e: dict[str, Any], margin: float) -> list[str]:
     if e.get("measured_with"):
         line += "   [timed at " + ", ".join(f"{k}={v}" for k, v in e["measured_with"].items()) + "]"
     about = [f"planned in {_ms(e['seconds'])}" if isinstance(e.get("seconds"), (int, float)) else "",
+             f"of which compiling {_ms(e['compile_s'])}" if isinstance(e.get("compile_s"), (int, float)) else "",
+             f"timed on {e['timed']}" if isinstance(e.get("timed"), str) else "",
              f"load {e['load_1min']:g}" if isinstance(e.get("load_1min"), (int, float)) else ""]
     about_text = ", ".join(a for a in about if a)
     out = [f"    {key}" + (f"   ({about_text})" if about_text else ""), line]

@@ -31,11 +31,14 @@ def error_text(e: BaseException) -> str:
 
 
 def measure(runs: Mapping[str, Callable[[], object]], budget_s: float, *,
-            clock: Callable[[], float] = time.perf_counter, min_rounds: int = 3, max_rounds: int = 9,
+            clock: Callable[[], float] = time.perf_counter, min_rounds: int = 3, max_rounds: int | None = None,
             min_batch_s: float = 2e-3, max_inner: int = 1000) -> Measurement:
     """Time each of `runs` (name -> call). The rounds fill `budget_s` after the warm-up, between
-    `min_rounds` and `max_rounds`; so a plan's cost is bounded by the budget, or by warm-up plus
-    `min_rounds` calls per candidate where a single call is longer than the budget allows."""
+    `min_rounds` and `max_rounds` (default: 9, or 4 per second of a budget over 2.25 s, for
+    decisions whose calls are long and noisy); so a plan's cost is bounded by the budget, or by
+    warm-up plus `min_rounds` calls per candidate where a single call is longer than the budget allows."""
+    if max_rounds is None:
+        max_rounds = max(9, int(budget_s * 4))
     m = Measurement()
     live: dict[str, Callable[[], object]] = {}
     cost: dict[str, float] = {}

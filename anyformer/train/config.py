@@ -46,7 +46,7 @@ class TrainConfig:
     init_from: str | None = None             # a run directory whose trunk (an MAE's encoder, a ViT's) starts the model
     device: str = "auto"
     amp: str = "none"                        # auto: bf16 where the speed plan measured it faster
-    compile: bool = False
+    compile: bool | None = None              # None: the speed plan measures eager against torch.compile
     seed: int = 0
     threads: int | None = None
     checkpoint_every: int = 0                # steps; 0 = only at evaluations
@@ -100,6 +100,8 @@ class TrainConfig:
             raise ValueError(f"judge_samples must be >= 1, got {self.judge_samples}")
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError(f"label_fraction must be in (0, 1] (or unset), got {self.label_fraction}")
+        if self.compile is not None and not isinstance(self.compile, bool):
+            raise TypeError(f"compile must be true, false or null (the plan decides), got {self.compile!r}")
         if not isinstance(self.fsdp, bool):
             raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
         self.betas = tuple(self.betas)

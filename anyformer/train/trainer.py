@@ -12,6 +12,9 @@ flag, so all ranks see the same numbers and stop after the same step.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
 import os
 import signal
@@ -23,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..models import REGISTRY, Model
-from ..plan import planner
+from ..plan import compile_for_training, planner
 from ..plan.host import cpu_info
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
@@ -40,6 +43,7 @@ from .tasks import make_task, task_pictures
 
 __all__ = ["Trainer", "TrainingError", "Interrupted", "build_model", "pick_device"]
 
+_PLAN_STEPS = 55        # at most the real steps the compile plan times (2 warm-ups + 2 x 24 rounds), and a spare
 SYNC_SECONDS = 0.5      # tqdm's refresh interval: a bar redrawn no faster shows nothing newer
 MAX_SYNC_STEPS = 1000   # however fast the steps, the steps awaiting a read stay few
 
@@ -70,8 +74,11 @@ class Trainer:
         self.forward_model: nn.Module = self.dist.wrap(self.model)
         # After wrapping: FSDP replaces the parameters with sharded ones, which the optimiser must hold.
         self.optimizer = make_optimizer(self.model, cfg, self.device)
-        if cfg.compile:
-            self.forward_model = torch.compile(self.forward_model)
+        # The training step's module under torch.compile, where `_plan_compile` chose it, for chunks of
+        # the shape it was planned for; other shapes (an epoch's short last batch) run eagerly.
+        self.compiled: nn.Module | None = None
+        self._compiled_shape: tuple[int, ...] | None = None
+        self.compile_choice = "eager"
         self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
@@ -160,8 +167,10 @@ class Trainer:
         return path if self.dist.is_main else None
 
     # ---------------------------------------------------------------- the loop
-    def train_step(self) -> None:
-        """One optimiser step on the step's global batch; its loss and stats wait on the device."""
+    def train_step(self, module: nn.Module | None = None) -> None:
+        """One optimiser step on the step's global batch; its loss and stats wait on the device.
+        `module`: run the step's chunks with it instead of the compiled or plain model (the compile
+        plan times both this way), where the chunk has the shape the compiled module was planned for."""
         cfg, step, world = self.cfg, self.step, self.dist.world
         lr = lr_at(step, self.total_steps, cfg)
         for group in self.optimizer.param_groups:
@@ -174,8 +183,12 @@ class Trainer:
         stats: dict[str, Tensor] = {}
         for i, chunk in enumerate(zip(*(torch.tensor_split(t, cfg.grad_accum) for t in batch))):
             real = len(chunk[0])
+            model = self.forward_model
+            use = module if module is not None else self.compiled
+            if use is not None and real and tuple(chunk[0].shape) == self._compiled_shape:
+                model = use
             with self.dist.grad_sync(self.forward_model, i == cfg.grad_accum - 1), autocast(cfg.amp, self.device):
-                loss, chunk_stats = self.task.loss(self.forward_model, chunk if real else spare)
+                loss, chunk_stats = self.task.loss(model, chunk if real else spare)
                 # Weight by this chunk's share of the global batch; DDP and FSDP average over ranks.
                 weighted = loss * (real / n_global * world)
             (weighted if self.scaler is None else self.scaler.scale(weighted)).backward()
@@ -260,11 +273,59 @@ class Trainer:
         self.dist.close(wait=True)
         return summary
 
+    def _plan_compile(self) -> None:
+        """Eager or torch.compile for the training step: forced by --compile / --no-compile, else
+        measured by the speed plan on this step's model, batch shape and precision, the compile
+        time counted against the steps left (anyformer.plan.compiled)."""
+        cfg = self.cfg
+        if cfg.compile is False or self.step >= self.total_steps:
+            return
+        if cfg.compile is None and self.dist.enabled:
+            return  # ranks would time each other's load: under torchrun only --compile compiles
+        batch, _ = self.task.batch(self.step, self.dist.rank, self.dist.world)
+        chunk = tuple(t[0] for t in (torch.tensor_split(t, cfg.grad_accum) for t in batch))
+        if not len(chunk[0]):
+            return
+        amp = resolve_amp(cfg.amp, self.device)
+
+        def step_loss(m: nn.Module) -> Tensor:
+            with autocast(cfg.amp, self.device):
+                return self.task.loss(m, chunk)[0]
+
+        # The compile plan times real steps (training, not time lost) unless an evaluation, a checkpoint or
+        # the end of the run or of an epoch would fall among them.
+        spe = self.task.steps_per_epoch  # and the epoch's short last batch, which runs eagerly
+        ahead = [self.total_steps - self.step, self.eval_every - self.step % self.eval_every, spe - self.step % spe]
+        if cfg.checkpoint_every:
+            ahead.append(cfg.checkpoint_every - self.step % cfg.checkpoint_every)
+        real_steps = min(ahead) > _PLAN_STEPS
+        self._compiled_shape = tuple(chunk[0].shape)
+        config = json.dumps(self.model.config.__dict__, sort_keys=True, default=str)
+        fields = {"model": f"{type(self.model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
+                  "task": cfg.task, "batch": "x".join(map(str, chunk[0].shape)), "amp": amp,
+                  "device": self.device.type}
+        t0, step0 = time.perf_counter(), self.step
+        with planner().forcing(compile="compiled") if cfg.compile else contextlib.nullcontext():
+            chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
+                                          steps=self.total_steps - self.step,
+                                          tolerance=1e-3 if amp == "none" else 5e-2, device=self.device,
+                                          train_step=self.train_step if real_steps else None)
+        if self.step > step0:  # steps taken while timing: their time, compile included, is training time
+            spent = time.perf_counter() - t0
+            self.elapsed += spent
+            self.sums["seconds"] = self.sums.get("seconds", 0.0) + spent
+        self.compile_choice = chosen.choice
+        if chosen.choice == "compiled":
+            self.compiled = chosen.module
+        if self.dist.is_main:
+            print(f"compile: {chosen.choice} ({chosen.why})")
+
     def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.files.prepare(cfg.resume)
         resumed = cfg.resume and self._resume()
         self._save_model()
+        self._plan_compile()
         fpi = self.task.flops_per_item(self.model)
         bar = _progress(self.total_steps, self.step, cfg.progress and self.dist.is_main)
         line = self.last_line
@@ -367,7 +428,7 @@ class Trainer:
              "device_name": _device_name(self.device), "world_size": self.dist.world,
              "amp": resolve_amp(self.cfg.amp, self.device), unit: round(line.get(unit, 0.0), 1),
              "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed,
-             "plan_seconds": round(planner().planning_s, 2)}
+             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice}
         return {**s, **self.task.summary_fields(line, self.files.read_metrics())}
 
 

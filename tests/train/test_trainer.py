@@ -25,6 +25,31 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
     assert model.num_params() == summary["params"]
 
 
+def test_a_forced_compile_trains_compiled_across_an_epoch_end(tmp_path, mnist_slice, capsys):
+    """--compile: the steps run under torch.compile; the epoch's short last batch (2,000 = 62 x 32 + 16)
+    runs eagerly instead of compiling a second graph; the run learns and says what it chose."""
+    cfg = tiny_config(tmp_path, max_steps=66, eval_every=66, compile=True)
+    trainer = make_trainer(cfg, mnist_slice)
+    summary = trainer.run()
+    assert summary["compile"] == "compiled" and trainer.compiled is not None
+    assert "compile: compiled (compile=compiled is forced)" in capsys.readouterr().out
+    assert summary["test_accuracy"] > 0.3
+
+
+def test_a_short_run_is_not_worth_measuring_a_compile(tmp_path, mnist_slice, capsys, monkeypatch):
+    from anyformer import plan
+    monkeypatch.setenv("ANYFORMER_PLAN", "auto")  # the suite forces stock; here the plan decides
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    plan.reset()
+    try:
+        summary = make_trainer(tiny_config(tmp_path, max_steps=3), mnist_slice).run()
+    finally:
+        monkeypatch.undo()
+        plan.reset()
+    assert summary["compile"] == "eager"
+    assert "too few to repay a compile" in capsys.readouterr().out
+
+
 def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):
     full = make_trainer(tiny_config(tmp_path / "a", max_steps=24, eval_every=8, augment="digits"), mnist_slice)
     full.run()

@@ -1,0 +1,183 @@
+"""Compile or not: a training step under `torch.compile`, kept only where it measured faster here.
+
+Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias adds, residual
+adds, softmax, the copies around attention): the other half of a small model's step. Whether that
+pays depends on the machine and the precision: on a 2-core AMD EPYC the seed-sized ViT's fp32
+step ran about 1.3x faster compiled, its bf16 step 2.4x slower. And compiling costs time (15-25 s
+the first time for that ViT on 2 cores, less once inductor's own cache holds the kernels). So:
+
+- forced (`ANYFORMER_PLAN=compile=compiled|eager`, `anyformer train --compile|--no-compile`): done;
+- a cached record for this model, batch shape and precision on this machine: its times decide,
+  and compiled is used only if the time it saves over the run's steps repays the compile time
+  recorded with it;
+- otherwise, if the run is long enough to repay a compile (its eager time at least `REPAY` times
+  what a compile took here before, or `FIRST_COMPILE_S` before any), eager and compiled steps are
+  timed in alternating rounds after a numerics check (loss and gradients within `tolerance`), and
+  the record is cached like every other decision. The compile done for the measurement is not
+  wasted: the compiled module is handed back ready.
+
+Dropout stays comparable: the compiled module draws its random numbers through eager's kernels
+(inductor's `fallback_random`), so the same seed gives the same masks in both candidates.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from . import choices
+from .choices import Decision, register
+from .planner import planner
+from .store import entry_key
+
+# A smaller margin than the kernels': the numerics are checked, the compile time is counted, and the
+# timed steps are many (a 5-8% gain is real on a small ViT but within a 10% margin's noise).
+COMPILE = register(Decision("compile", ("eager", "compiled"),
+                            "a training step: eager or torch.compile (inductor); compile time counted", margin=0.05))
+
+FIRST_COMPILE_S = 30.0  # what a compile is assumed to cost before this machine has timed one
+REPAY = 4.0             # measure only when the run's eager time is this many times a compile's cost
+BUDGET_S = 2.0          # timing rounds after the compile, calls that are not training (up to 9 rounds)
+STEPS_BUDGET_S = 6.0    # when the timed calls are the run's own steps (up to 24 rounds: 50 steps)
+_SEED = 20_240_601      # the same random draws (dropout, noise) in every candidate's call
+
+
+@dataclass
+class CompilePlan:
+    """What `compile_for_training` settled: the module to run training steps with, the choice,
+    and one line saying why (for the run's log)."""
+
+    module: nn.Module
+    choice: str
+    why: str
+
+
+def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Tensor], *,
+                         fields: Mapping[str, Any], steps: int | None = None, tolerance: float = 1e-3,
+                         device: torch.device | str = "cpu",
+                         train_step: Callable[[nn.Module], None] | None = None) -> CompilePlan:
+    """`module`, or `torch.compile(module)`, whichever the plan finds faster for the training step
+    `step_loss(m) -> scalar loss` (forward under the caller's autocast; this adds the backward).
+
+    `fields` name the step in the plan file (the model, the batch shape, the precision); `steps`:
+    how many steps the run will take (None: no compile-time accounting). The numerics check (loss
+    and gradients, eager against compiled) leaves the global RNG and the gradients as they were.
+    `train_step(m)`, if given, is what is timed: a whole real step of the run (optimiser, data and
+    all) taken with m, so the measurement is training, not time lost; it runs up to
+    `2 + 2 * 24` times. Without it the timed calls are step_loss's forward and backward."""
+    device = torch.device(device)
+    p = planner()
+    compiled = _Compiled(module)  # torch.compile (and its imports) only when used
+    forced = choices.forced_choice(p.forced()[0], COMPILE.name)
+    if forced is not None:
+        return compiled.plan(forced, f"compile={forced} is forced")
+    key = entry_key(COMPILE.name, fields)
+    entry = p.entry(COMPILE.name, fields)
+    recorded = [s for s in p.recorded(COMPILE.name, "compile_s") if isinstance(s, (int, float))]
+    compile_s = max(recorded) if recorded else FIRST_COMPILE_S
+    params = [q for q in module.parameters() if q.requires_grad]
+    eager_run = _candidate(lambda: module, step_loss, params, device)
+    if entry is None and steps is not None:
+        with _quiet_rng(device):
+            eager_run()  # warm-up: allocator, oneDNN primitives
+            t0 = time.perf_counter()
+            eager_run()
+            step_s = time.perf_counter() - t0
+        if steps * step_s < REPAY * compile_s:
+            return compiled.plan("eager", f"{steps} steps of ~{step_s:.3g} s are too few to repay a "
+                                          f"compile (~{compile_s:.0f} s here); not measured")
+    first_call: dict[str, float] = {}
+    compiled_run = _candidate(compiled.get, step_loss, params, device, first_call)
+    checked = {"eager": _quietly(eager_run, device), "compiled": _quietly(compiled_run, device)}
+    timed = checked if train_step is None else {
+        "eager": lambda: _synced(train_step, module, device),
+        "compiled": lambda: _synced(train_step, compiled.get(), device)}
+    choice = p.decide(COMPILE.name, fields, lambda: timed, check=lambda: checked, tolerance=tolerance,
+                      budget_s=max(p.budget_s, BUDGET_S if train_step is None else STEPS_BUDGET_S),
+                      extra=lambda: {"compile_s": round(first_call.get("s", 0.0), 3),
+                                     "timed": "training steps" if train_step is not None else "forward+backward"})
+    if choice != "compiled":
+        return compiled.plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
+    entry = p.entry(COMPILE.name, fields) or {}
+    measured_now = key in p.measured
+    if steps is not None and not measured_now:  # the compile is still to be paid: does the run repay it?
+        times = entry.get("times", {})
+        saved = (times.get("eager", 0.0) - times.get("compiled", 0.0)) * steps
+        cost = float(entry.get("compile_s", compile_s))
+        if saved < cost:
+            return compiled.plan("eager", f"compiled saves ~{saved:.0f} s over {steps} steps, less than its "
+                                          f"~{cost:.0f} s compile")
+    return compiled.plan("compiled", _times(entry, "compiled measured faster"
+                                            + (" (compiled while measuring)" if measured_now else "")))
+
+
+class _Compiled:
+    """`torch.compile(module)`, made on first use: a run that stays eager never imports dynamo."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module, self._compiled = module, None
+
+    def get(self) -> nn.Module:
+        if self._compiled is None:
+            self._compiled = _compile(self.module)
+        return self._compiled
+
+    def plan(self, choice: str, why: str) -> CompilePlan:
+        return CompilePlan(self.get() if choice == "compiled" else self.module, choice, why)
+
+
+def _compile(module: nn.Module) -> nn.Module:
+    """torch.compile, drawing random numbers through eager's kernels (inductor's `fallback_random`)."""
+    return torch.compile(module, options={"fallback_random": True})
+
+
+def _times(entry: Mapping[str, Any] | None, text: str) -> str:
+    if not entry or not entry.get("times"):
+        return text
+    shown = ", ".join(f"{n} {t * 1e3:.4g} ms" for n, t in entry["times"].items())
+    if entry.get("dropped"):
+        shown += "; dropped " + "; ".join(f"{n}: {why}" for n, why in entry["dropped"].items())
+    return f"{text}: {shown}" + (f", compile {entry['compile_s']:.3g} s" if "compile_s" in entry else "")
+
+
+def _candidate(module: Callable[[], nn.Module], step_loss: Callable[[nn.Module], Tensor], params: list[Tensor],
+               device: torch.device, first_call: dict[str, float] | None = None) -> Callable[[], tuple]:
+    """One training step's forward and backward with `module()`: returns the loss and the gradients
+    (computed with autograd.grad, so nothing accumulates in the parameters' .grad)."""
+    def run() -> tuple:
+        t0 = time.perf_counter()
+        torch.manual_seed(_SEED)
+        with torch.enable_grad():
+            loss = step_loss(module())
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if first_call is not None and "s" not in first_call:
+            first_call["s"] = time.perf_counter() - t0
+        return (loss.detach(), *(g for g in grads if g is not None))
+    return run
+
+
+def _quietly(run: Callable[[], tuple], device: torch.device) -> Callable[[], tuple]:
+    def quiet() -> tuple:
+        with _quiet_rng(device):
+            return run()
+    return quiet
+
+
+def _synced(train_step: Callable[[nn.Module], None], m: nn.Module, device: torch.device) -> None:
+    with torch.enable_grad():
+        train_step(m)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def _quiet_rng(device: torch.device):
+    """Planning draws random numbers (dropout, noise) but must not move the run's RNG."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        yield

@@ -1,0 +1,135 @@
+"""The compile decision: faked timings pick, the compile time is counted against the run, a compiled
+step that disagrees or raises is dropped, forcing wins, real steps are timed, and one real
+torch.compile end to end."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from anyformer import plan
+from anyformer.plan import compiled as compiled_module
+from anyformer.plan import compile_for_training
+
+FIELDS = {"model": "tiny", "batch": "8x6", "amp": "none"}
+
+
+class FakeCompiled(nn.Module):
+    """What the tests hand back for torch.compile: the same module, off by `offset`, or raising."""
+
+    def __init__(self, inner: nn.Module, offset: float = 0.0, raises: bool = False) -> None:
+        super().__init__()
+        self.inner, self.offset, self.raises = inner, offset, raises
+
+    def forward(self, x):
+        if self.raises:
+            raise RuntimeError("inductor: no C++ compiler found")
+        return self.inner(x) * (1.0 + self.offset)
+
+
+@pytest.fixture
+def fake_compile(monkeypatch):
+    def use(offset=0.0, raises=False):
+        monkeypatch.setattr(compiled_module, "_compile", lambda m: FakeCompiled(m, offset, raises))
+    use()
+    return use
+
+
+@pytest.fixture
+def tiny():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 3))
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    loss = lambda m: F.cross_entropy(m(x), y)  # noqa: E731
+    loss.x = x
+    return model, loss
+
+
+def _entry(plan_cache):
+    data = json.loads(next(plan_cache.glob("*.json")).read_text())["decisions"]
+    return next(v for k, v in data.items() if k.startswith("compile "))
+
+
+@pytest.mark.parametrize("winner", ["eager", "compiled"])
+def test_faked_timing_table_picks_its_favourite(planner_with, plan_cache, fake_compile, tiny, winner):
+    planner_with({"eager": 0.5 if winner == "eager" else 1.0, "compiled": 0.5 if winner == "compiled" else 1.0})
+    model, loss = tiny
+    chosen = compile_for_training(model, loss, fields=FIELDS)
+    assert chosen.choice == winner
+    assert isinstance(chosen.module, FakeCompiled) == (winner == "compiled")
+    entry = _entry(plan_cache)
+    assert entry["choice"] == winner and entry["compile_s"] >= 0 and entry["timed"] == "forward+backward"
+
+
+def test_a_gain_within_the_margin_stays_eager(planner_with, fake_compile, tiny):
+    planner_with({"eager": 1.0, "compiled": 0.97})  # 3% faster: under the compile decision's 5% margin
+    assert compile_for_training(*tiny, fields=FIELDS).choice == "eager"
+
+
+def test_the_compile_time_is_counted_against_the_run(planner_with, fake_compile, tiny):
+    p = planner_with({"eager": 1.0, "compiled": 0.5})
+    runs = {"eager": lambda: torch.ones(1), "compiled": lambda: torch.ones(1)}
+    p.decide("compile", FIELDS, lambda: runs, extra=lambda: {"compile_s": 100.0})  # as an earlier process left it
+    planner_with({})  # this process: reads that record, measures nothing, and has its compile still to pay
+    short = compile_for_training(*tiny, fields=FIELDS, steps=50)  # saves 25 s: less than 100 s of compiling
+    assert short.choice == "eager" and "less than its ~100 s compile" in short.why
+    assert compile_for_training(*tiny, fields=FIELDS, steps=1000).choice == "compiled"  # saves 500 s
+
+
+def test_too_short_a_run_is_not_measured(planner_with, plan_cache, fake_compile, tiny):
+    p = planner_with({"eager": 1.0, "compiled": 0.1})
+    chosen = compile_for_training(*tiny, fields=FIELDS, steps=3)
+    assert chosen.choice == "eager" and "too few to repay a compile" in chosen.why
+    assert p.timer.calls == [] and not list(plan_cache.glob("*.json"))
+
+
+def test_a_compiled_step_that_disagrees_is_dropped(planner_with, plan_cache, fake_compile, tiny):
+    planner_with({"eager": 1.0, "compiled": 0.1})
+    fake_compile(offset=1.0)  # doubles the logits: the loss and gradients differ
+    chosen = compile_for_training(*tiny, fields=FIELDS)
+    assert chosen.choice == "eager" and "differs from eager" in _entry(plan_cache)["dropped"]["compiled"]
+
+
+def test_a_compile_that_raises_is_dropped(planner_with, plan_cache, fake_compile, tiny):
+    planner_with({"eager": 1.0, "compiled": 0.1})
+    fake_compile(raises=True)
+    assert compile_for_training(*tiny, fields=FIELDS).choice == "eager"
+    assert "no C++ compiler" in _entry(plan_cache)["dropped"]["compiled"]
+
+
+@pytest.mark.parametrize("forced", ["eager", "compiled"])
+def test_the_forced_setting_wins(planner_with, fake_compile, tiny, monkeypatch, forced):
+    p = planner_with({"eager": 1.0, "compiled": 0.1} if forced == "eager" else {"eager": 0.1, "compiled": 1.0})
+    monkeypatch.setenv("ANYFORMER_PLAN", f"compile={forced}")
+    chosen = compile_for_training(*tiny, fields=FIELDS, steps=10**6)
+    assert chosen.choice == forced and "forced" in chosen.why and p.timer.calls == []
+
+
+def test_the_check_leaves_rng_and_gradients_alone_and_real_steps_are_timed(planner_with, plan_cache,
+                                                                          fake_compile, tiny):
+    planner_with()  # a real timer, which runs what it times
+    model, loss = tiny
+    torch.manual_seed(7)
+    rng = torch.get_rng_state()
+    taken = []
+    chosen = compile_for_training(model, loss, fields=FIELDS, train_step=lambda m: taken.append(type(m).__name__))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(q.grad is None for q in model.parameters())
+    assert chosen.choice in ("eager", "compiled") and _entry(plan_cache)["timed"] == "training steps"
+    assert {"Sequential", "FakeCompiled"} == set(taken)  # the timer ran the run's own steps with each
+
+
+def test_a_real_compile_end_to_end(planner_with, plan_cache, tiny):
+    """torch.compile for real (inductor, the C++ compiler): it agrees with eager and its time is on record."""
+    planner_with()
+    model, loss = tiny
+    chosen = compile_for_training(model, loss, fields=FIELDS)
+    entry = _entry(plan_cache)
+    assert entry["dropped"] == {} and entry["compile_s"] > 0 and entry["error_vs_stock"]["compiled"] <= 1e-3
+    torch.manual_seed(1)
+    out = chosen.module(loss.x)  # the shape and mode it was compiled for: no second compile
+    torch.manual_seed(1)
+    torch.testing.assert_close(out, model(loss.x), rtol=1e-4, atol=1e-5)  # dropout masks alike too
+    assert chosen.choice in ("eager", "compiled")
+    assert plan.planner().entry("compile", FIELDS)["choice"] == entry["choice"]

@@ -403,9 +403,11 @@ def speed_table(contestants: list[Contestant], reference: str, baselines: list[C
     return table(header, rows)
 
 
-def write_results(path: Path, title: str, intro: str, facts: dict[str, str], sections: list[tuple[str, str]]) -> None:
-    """Write results/<processor>/<name>: `path` names the file; the processor folder is added here."""
-    path = path.parent / processor_folder() / path.name
+def write_results(path: Path, title: str, intro: str, facts: dict[str, str], sections: list[tuple[str, str]],
+                  folder: str | None = None) -> None:
+    """Write results/<processor>/<name>: `path` names the file; the processor folder (the CPU's,
+    unless `folder` names another, e.g. a GPU's) is added here."""
+    path = path.parent / (folder or processor_folder()) / path.name
     body = [f"# {title}", "", intro, ""]
     body += [f"- {k}: {v}" for k, v in facts.items()]
     for heading, text in sections:

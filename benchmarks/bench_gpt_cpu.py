@@ -107,7 +107,7 @@ BUILDERS = {  # name -> (builder(weights) -> (model, forward), dropout, note)
     "HF GPT-2 d0.2 attn": (lambda w: hf_model(0.2, 0.2, w), 0.2, "as GPT-2: attention matrix dropped too"),
 }
 BF16 = "anyformer bf16 autocast"
-EAGER = "anyformer eager (ANYFORMER_PLAN=compile=eager)"
+EAGER = "anyformer eager"
 NOTES = """\
 - anyformer's lead, in training and inference alike, comes from its linear layers running on
   oneDNN (AVX-512) instead of MKL (AVX2 on this AMD CPU); attention (SDPA's flash kernel, causal),

@@ -220,7 +220,16 @@ def main() -> None:
     if not args.no_write:
         write_results(RESULTS / "gpu_mfu.md", "Training MFU on a GPU: anyformer vs the peers",
                       "Produced by `benchmarks/bench_gpu_mfu.py`" + (" --compile" if args.compile else "") +
-                      "; see its docstring for what is measured.", facts, sections)
+                      "; see its docstring for what is measured.", facts, sections,
+                      folder=_gpu_folder(device))
+
+
+def _gpu_folder(device: torch.device) -> str | None:
+    """results/<gpu>/ for GPU figures (e.g. "nvidia-h100-80gb-hbm3"), not the host CPU's folder."""
+    if device.type != "cuda":
+        return None
+    import re
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-") or "unknown-gpu"
 
 
 if __name__ == "__main__":

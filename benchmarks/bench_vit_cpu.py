@@ -78,7 +78,7 @@ NOTES = """\
 
 BF16 = "anyformer bf16 autocast"
 MKL_INFER = "anyformer, MKL inference"
-EAGER = "anyformer eager (ANYFORMER_PLAN=compile=eager)"
+EAGER = "anyformer eager"
 PLAN_NOTES: list[str] = []  # what the compile plan chose for each model, for the results' header
 
 

@@ -55,9 +55,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return F.linear(x, weight, bias)
     training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                             or (bias is not None and bias.requires_grad))
-    if linear_kernel(x.numel() // x.shape[-1], weight.shape[1], weight.shape[0], x.dtype, training) == "stock":
+    kernel = linear_kernel(x.numel() // x.shape[-1], weight.shape[1], weight.shape[0], x.dtype, training)
+    if kernel == "stock":
         return F.linear(x, weight, bias)
-    return onednn_linear(x, weight, bias)
+    return onednn_linear(x, weight, bias, blas_dw=kernel == "mixed")
 
 
 class Linear(nn.Linear):

@@ -19,8 +19,9 @@ from . import planner as _planner
 from .choices import Decision, register
 from .kernels import attention_explicit, causal_mask, onednn_linear, onednn_linear_op
 
-LINEAR = register(Decision("linear", ("stock", "onednn"), "fp32/bf16 CPU linear layers: F.linear (BLAS) "
-                                                          "or oneDNN's _linear_pointwise"))
+LINEAR = register(Decision("linear", ("stock", "onednn", "mixed"),
+                           "fp32/bf16 CPU linear layers: F.linear (BLAS), oneDNN's _linear_pointwise, or (training) "
+                           "oneDNN for the forward and input gradient with the weight gradient on BLAS"))
 ATTENTION = register(Decision("attention", ("fused", "explicit"), "CPU attention: SDPA or softmax(QK^T)V "
                                                                   "in plain matmuls"))
 AMP = register(Decision("amp", ("none", "bf16"), "amp=auto on the CPU: fp32 or bf16 autocast", margin=0.2))
@@ -102,8 +103,10 @@ def linear_kernel(batch_rows: int, in_features: int, out_features: int, dtype: t
     if cold:
         fields["weights"] = "cold"
     native = onednn_linear_op() is not None and dtype in (torch.float32, torch.bfloat16)
+    # "mixed" differs from "onednn" in the backward alone: a choice for training only.
+    avail = ("stock",) if not native else LINEAR.choices if training else ("stock", "onednn")
     return p.decide("linear", fields, lambda: _linear_runs(rep, in_features, out_features, dtype, training, cold),
-                    memo_key=memo, available=LINEAR.choices if native else ("stock",),
+                    memo_key=memo, available=avail,
                     tolerance=1e-4 if dtype == torch.float32 else 2e-2,
                     measured_with={"rows": rep} if rep != rows else None)
 
@@ -128,7 +131,8 @@ def _linear_runs(rows: int, k: int, n: int, dtype: torch.dtype, training: bool,
         return {"stock": lambda: F.linear(x, w, b), "onednn": lambda: onednn_linear(x, w, b)}
     leaves = (x.requires_grad_(), w.requires_grad_(), b.requires_grad_())
     return {"stock": _with_grads(lambda: F.linear(x, w, b), leaves, dy),
-            "onednn": _with_grads(lambda: onednn_linear(x, w, b), leaves, dy)}
+            "onednn": _with_grads(lambda: onednn_linear(x, w, b), leaves, dy),
+            "mixed": _with_grads(lambda: onednn_linear(x, w, b, blas_dw=True), leaves, dy)}
 
 
 # --- attention ---------------------------------------------------------------------------------

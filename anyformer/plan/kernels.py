@@ -32,13 +32,17 @@ def onednn_mm(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 class OneDNNLinear(torch.autograd.Function):
-    """y = x W^T + b; backward: dx = dy W, dW = dy^T x, db = the sum of dy over rows."""
+    """y = x W^T + b; backward: dx = dy W, dW = dy^T x, db = the sum of dy over rows.
+
+    `blas_dw`: the weight gradient on torch.mm (BLAS) instead. Its first operand is a transpose,
+    which BLAS reads in place and oneDNN copies; where that copy eats oneDNN's gain, the "mixed"
+    plan keeps oneDNN for the forward and input-gradient products only."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, blas_dw: bool = False) -> Tensor:
         x2 = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(x2, weight)
-        ctx.x_shape, ctx.has_bias = x.shape, bias is not None
+        ctx.x_shape, ctx.has_bias, ctx.blas_dw = x.shape, bias is not None, blas_dw
         return onednn_mm(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
@@ -48,19 +52,22 @@ class OneDNNLinear(torch.autograd.Function):
         g2 = grad.reshape(-1, grad.shape[-1]).contiguous()  # e.g. the expanded gradient of a sum()
         dx = onednn_mm(g2, weight.t()).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
         dw = None
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1] and ctx.blas_dw:
+            dw = torch.mm(g2.t(), x2)
+        elif ctx.needs_input_grad[1]:
             # oneDNN copies a transposed first operand to rows: transpose the narrower of dy (M, N)
             # and x (M, K), which moves min(N, K) * M values.
             dw = onednn_mm(g2.t(), x2.t()) if g2.shape[1] <= x2.shape[1] else onednn_mm(x2.t(), g2.t()).t().contiguous()
         db = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dx, dw, db
+        return dx, dw, db, None
 
 
-def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """F.linear on oneDNN: through autograd when a gradient is needed, else the bare forward."""
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, blas_dw: bool = False) -> Tensor:
+    """F.linear on oneDNN: through autograd when a gradient is needed (the weight gradient on BLAS
+    with `blas_dw`), else the bare forward."""
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
-        return OneDNNLinear.apply(x, weight, bias)
+        return OneDNNLinear.apply(x, weight, bias, blas_dw)
     return onednn_mm(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
 
 

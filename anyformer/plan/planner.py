@@ -237,7 +237,10 @@ class Planner:
         entry = entries.get(key)
         load = _load_average()  # how busy: judges the times' noise
         cached = None
-        if entry is not None and entry["decision"] == d.name and set(entry["times"]) <= set(avail):
+        # A record is reused when it judged exactly the candidates available now (timed or dropped):
+        # a new candidate (a newer anyformer, or oneDNN found) is measured.
+        judged = set(entry["times"]) | set(entry.get("dropped") or {}) if entry is not None else set()
+        if entry is not None and entry["decision"] == d.name and set(entry["times"]) <= set(avail) <= judged:
             cached = pick(entry["times"], d.stock, margin)
             if cached in avail and not _measure_again(entry, load):
                 return cached

@@ -39,6 +39,7 @@ from .precision import autocast, make_scaler, resolve_amp, settle_amp
 from .protocol import Task
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
+from .timebudget import TimeBudget
 from .tasks import make_task, task_pictures
 
 __all__ = ["Trainer", "TrainingError", "Interrupted", "build_model", "pick_device"]
@@ -83,6 +84,7 @@ class Trainer:
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
         self.total_steps = cfg.max_steps or max(1, round(cfg.epochs * spe))
+        self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget is not None else None
         self.eval_every = cfg.eval_every or spe
         self.step = 0
         self.sums: dict[str, float] = {}  # since the last evaluation, as read at the last sync
@@ -134,6 +136,8 @@ class Trainer:
             self.step, self.sums = int(state["step"]), dict(state["sums"])
             self.metrics_lines, self.elapsed = int(state["metrics_lines"]), float(state["elapsed"])
             self.last_line = dict(state["last_line"])
+            if self.budget is not None:  # the steps a time budget fitted; this process re-fits what is left
+                self.total_steps = int(state.get("total_steps", self.total_steps))
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             raise CheckpointError(f"checkpoint {path} does not fit this run: {str(e).splitlines()[0][:300]} "
                                   f"(delete it to resume from an earlier one)") from None
@@ -155,7 +159,8 @@ class Trainer:
         rngs = self.dist.gather(rng)  # each rank's own, so dropout continues exactly on every rank
         state = {"step": self.step, "model": model_state, "optimizer": optim_state,
                  "model_config": dict(self.model.config.__dict__), "sums": self.sums, "rng": rngs,
-                 "metrics_lines": self.metrics_lines, "elapsed": self.elapsed, "last_line": self.last_line}
+                 "metrics_lines": self.metrics_lines, "elapsed": self.elapsed, "last_line": self.last_line,
+                 "total_steps": self.total_steps}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         if self.ema is not None:
@@ -320,10 +325,35 @@ class Trainer:
         if self.dist.is_main:
             print(f"compile: {chosen.choice} ({chosen.why})")
 
+    def _fit_budget(self, bar) -> None:
+        """--time-budget: set the run's steps so that it ends within the budget, from the time per step
+        and per evaluation measured so far (rank 0's figure, on every rank). Never more steps than
+        --epochs / --max-steps ask for; the schedule (warm-up, cosine) stretches to the new length."""
+        if self.step >= self.total_steps:
+            return  # the final evaluation is done
+        fitted = self.budget.fit(self.step, self.elapsed, self.eval_every, self.total_steps, self._steps_asked())
+        if self.dist.enabled:
+            mine = torch.tensor([float(fitted) if self.dist.is_main else 0.0], dtype=torch.float64, device=self.device)
+            fitted = int(self.dist.sum(mine).item())
+        if fitted == self.total_steps:
+            return
+        before, self.total_steps = self.total_steps, fitted
+        if bar is not None:
+            bar.total = fitted
+        if self.dist.is_main and abs(fitted - before) > 0.01 * before:
+            msg = (f"time budget {self.budget.seconds:.0f} s: {fitted} steps ({fitted / self.task.steps_per_epoch:.2f} "
+                   f"epochs) instead of {before}")
+            (bar.write if bar is not None else print)(msg)
+
+    def _steps_asked(self) -> int:
+        return self.cfg.max_steps or max(1, round(self.cfg.epochs * self.task.steps_per_epoch))
+
     def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.files.prepare(cfg.resume)
         resumed = cfg.resume and self._resume()
+        if self.budget is not None:
+            self.budget.start(self.step, self.elapsed)
         self._save_model()
         self._plan_compile()
         fpi = self.task.flops_per_item(self.model)
@@ -352,6 +382,7 @@ class Trainer:
                         if reading:
                             bar.set_postfix(self._bar_fields(rate, fpi), refresh=False)
                     if evaluating:
+                        t_eval = time.perf_counter()
                         line = self.evaluate()
                         line["flops_per_s"] = rate * fpi
                         self.last_line = line
@@ -361,8 +392,12 @@ class Trainer:
                         if getattr(self.task, "draw_each_evaluation", False):  # optional: see protocol.py
                             self._draw(self.run_dir)
                         self._checkpoint()
+                        if self.budget is not None:
+                            self.budget.evaluated(time.perf_counter() - t_eval)
                     elif checkpointing:
                         self._checkpoint()
+                    if self.budget is not None and (evaluating or self.budget.due(self.step)):
+                        self._fit_budget(bar)
                     if self._should_stop():
                         raise Interrupted(self.signals.received or signal.SIGTERM, self.step, self._checkpoint())
         finally:
@@ -428,7 +463,8 @@ class Trainer:
              "device_name": _device_name(self.device), "world_size": self.dist.world,
              "amp": resolve_amp(self.cfg.amp, self.device), unit: round(line.get(unit, 0.0), 1),
              "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed,
-             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice}
+             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice,
+             "time_budget": self.cfg.time_budget}
         return {**s, **self.task.summary_fields(line, self.files.read_metrics())}
 
 

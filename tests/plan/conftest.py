@@ -19,8 +19,9 @@ class FakeTimer:
 
     def __call__(self, runs, budget_s):
         self.calls.append(list(runs))
-        times = {n: self.table[n] for n in runs}
-        return Measurement(times=times, best=dict(times), rounds=1)
+        times = {n: self.table[n] for n in runs if n in self.table}
+        errors = {n: "not in the fake timing table" for n in runs if n not in self.table}
+        return Measurement(times=times, best=dict(times), errors=errors, rounds=1)
 
 
 class Toy:

@@ -23,13 +23,29 @@ def _entry(p, prefix):
 @needs_onednn
 @pytest.mark.parametrize("training", [False, True])
 def test_linear_kernel_follows_the_timing_table(planner_with, training):
-    p = planner_with({"stock": 1.0, "onednn": 0.5})
+    p = planner_with({"stock": 1.0, "onednn": 0.5, "mixed": 0.7})
     assert plan.linear_kernel(300, 24, 40, torch.float32, training) == "onednn"
     entry = _entry(p, "linear rows=512 in=24 out=40 dtype=float32")
     assert entry["dropped"] == {} and entry["error_vs_stock"]["onednn"] < 1e-5  # the real kernels agree
-    q = planner_with({"stock": 1.0, "onednn": 2.0})
+    q = planner_with({"stock": 1.0, "onednn": 2.0, "mixed": 2.0})
     assert plan.linear_kernel(300, 24, 48, torch.float32, training) == "stock"
-    assert q.timer.calls == [["stock", "onednn"]]
+    # "mixed" (oneDNN forward and input gradient, BLAS weight gradient) differs in the backward alone
+    assert q.timer.calls == [["stock", "onednn", "mixed"] if training else ["stock", "onednn"]]
+    if training:
+        r = planner_with({"stock": 1.0, "onednn": 0.9, "mixed": 0.5})
+        assert plan.linear_kernel(300, 24, 56, torch.float32, True) == "mixed"
+        assert _entry(r, "linear rows=512 in=24 out=56 dtype=float32")["error_vs_stock"]["mixed"] < 1e-5
+
+
+@needs_onednn
+def test_a_record_without_a_newer_candidate_is_measured_again(planner_with):
+    """A plan file written before "mixed" existed judged stock and onednn only: measured again."""
+    p = planner_with({"stock": 1.0, "onednn": 2.0})
+    p.decide("linear", {"rows": 512, "in": 24, "out": 64, "dtype": "float32", "training": True},
+             lambda: {"stock": lambda: torch.ones(1), "onednn": lambda: torch.ones(1)}, available=("stock", "onednn"))
+    q = planner_with({"stock": 1.0, "onednn": 2.0, "mixed": 0.5})
+    assert plan.linear_kernel(300, 24, 64, torch.float32, True) == "mixed"
+    assert q.timer.calls == [["stock", "onednn", "mixed"]]
 
 
 def test_linear_kernel_buckets_rows_and_caps_the_timed_size(planner_with):
@@ -109,7 +125,7 @@ def test_planning_leaves_the_global_rng_alone(planner_with):
 
 def test_planning_inside_inference_mode_and_autocast(planner_with):
     """The floors ask from inside a forward pass: the training candidates still get gradients."""
-    p = planner_with({"stock": 1.0, "onednn": 0.5, "fused": 1.0, "explicit": 0.5})
+    p = planner_with({"stock": 1.0, "onednn": 0.5, "mixed": 0.6, "fused": 1.0, "explicit": 0.5})
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         plan.linear_kernel(64, 8, 8, torch.float32, True)
         plan.attention_kernel(2, 2, 8, 8, 4, torch.float32, False, True)

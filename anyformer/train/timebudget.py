@@ -1,0 +1,57 @@
+"""--time-budget: fit a run's length to a wall-clock budget, from its own measured speed.
+
+The budget covers the training loop as the user waits for it: steps, evaluations, checkpoints,
+a compile, and the final evaluation (not reading the data or building the model before it). After
+a few steps, and again after each evaluation, the steps still affordable are
+
+    (budget - spent - one evaluation) / (seconds per step + seconds per evaluation / eval_every)
+
+and the run is set to end there: never past the steps that --epochs or --max-steps ask for, never
+before the next step. The learning-rate schedule is a function of the run's length, so warm-up and
+cosine stretch with it; an early estimate is corrected at each evaluation, when the schedule is
+still near its top and a change costs little.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+FIRST_FIT_STEPS = 20  # steps timed before the first fit: past the first step's one-off costs
+
+
+class TimeBudget:
+    def __init__(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+                or seconds <= 0:
+            raise ValueError(f"time_budget must be a positive number of seconds, got {seconds!r}")
+        self.seconds = float(seconds)
+        self._t0 = 0.0
+        self._step0 = 0
+        self._elapsed0 = 0.0
+        self._eval_s: float | None = None
+        self._first_fit = FIRST_FIT_STEPS
+
+    def start(self, step: int, elapsed: float) -> None:
+        """The loop starts (or resumes) at `step`, with `elapsed` seconds of training already on record."""
+        self._t0, self._step0, self._elapsed0 = time.perf_counter(), step, elapsed
+        self._first_fit = step + FIRST_FIT_STEPS
+
+    def due(self, step: int) -> bool:
+        return step == self._first_fit
+
+    def evaluated(self, seconds: float) -> None:
+        """One evaluation (with its checkpoint and pictures) took `seconds`: the latest is kept."""
+        self._eval_s = seconds
+
+    def fit(self, step: int, elapsed: float, eval_every: int, current: int, asked: int) -> int:
+        """The total steps that end the run within the budget; `elapsed`: training seconds so far
+        (steps only), `current`: the total in force, `asked`: the most the run may take."""
+        done = step - self._step0
+        if done < 1:
+            return current
+        per_step = (elapsed - self._elapsed0) / done
+        eval_s = self._eval_s or 0.0
+        spent = time.perf_counter() - self._t0
+        left = self.seconds - spent - eval_s  # the final evaluation still to come
+        affordable = int(left / max(1e-9, per_step + eval_s / max(1, eval_every)))
+        return max(step + 1, min(asked, step + affordable))

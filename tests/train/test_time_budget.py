@@ -1,0 +1,68 @@
+"""--time-budget: the run's steps are fitted to its measured speed, never past what --epochs asks."""
+import pytest
+
+from anyformer.cli import _duration
+from anyformer.train import TrainConfig
+from anyformer.train import timebudget
+from anyformer.train.timebudget import TimeBudget
+
+from .conftest import make_trainer, tiny_config
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(timebudget.time, "perf_counter", c)
+    return c
+
+
+def test_the_fit_counts_steps_evaluations_and_the_final_one(clock):
+    b = TimeBudget(100.0)
+    b.start(step=0, elapsed=0.0)
+    clock.now += 10.0            # 20 steps took 10 s of wall time, 8 s of it in the steps
+    assert b.fit(20, 8.0, eval_every=50, current=1000, asked=1000) == 20 + int(90 / 0.4)
+    b.evaluated(5.0)             # an evaluation costs 5 s: one per 50 steps, and the final one
+    assert b.fit(20, 8.0, eval_every=50, current=245, asked=1000) == 20 + int(85 / (0.4 + 0.1))
+
+
+def test_the_fit_never_asks_for_more_than_the_epochs_nor_less_than_one_more_step(clock):
+    b = TimeBudget(100.0)
+    b.start(step=0, elapsed=0.0)
+    clock.now += 1.0
+    assert b.fit(10, 1.0, eval_every=50, current=300, asked=300) == 300   # plenty of time
+    clock.now += 500.0
+    assert b.fit(10, 1.0, eval_every=50, current=300, asked=300) == 11    # over budget: stop after the next
+
+
+def test_resumed_runs_count_only_this_process(clock):
+    b = TimeBudget(60.0)
+    b.start(step=400, elapsed=300.0)  # resumed: 300 s of training were an earlier process's
+    clock.now += 6.0
+    assert b.fit(410, 305.0, eval_every=1000, current=2000, asked=2000) == 410 + int(54 / 0.5)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), True, "9m"])
+def test_a_bad_budget_is_refused(bad):
+    with pytest.raises(ValueError, match="time_budget must be a positive number of seconds"):
+        TrainConfig(time_budget=bad)
+
+
+def test_durations_parse():
+    assert [_duration(t) for t in ("540", "90s", "9m", "1h30m")] == [540, 90, 540, 5400]
+
+
+def test_a_run_ends_within_its_budget_instead_of_its_epochs(tmp_path, mnist_slice, capsys):
+    cfg = tiny_config(tmp_path, epochs=40, time_budget=2.0)  # 40 epochs of 63 steps: far more than 2 s here
+    trainer = make_trainer(cfg, mnist_slice)
+    summary = trainer.run()
+    assert summary["steps"] < 40 * 63 and summary["steps"] == trainer.total_steps
+    assert summary["time_budget"] == 2.0
+    assert "time budget 2 s:" in capsys.readouterr().out

@@ -29,7 +29,7 @@ class TimeBudget:
         self._step0 = 0
         self._elapsed0 = 0.0
         self._eval_s: float | None = None
-        self._first_fit = FIRST_FIT_STEPS
+        self._first_fit: int | None = FIRST_FIT_STEPS
 
     def start(self, step: int, elapsed: float) -> None:
         """The loop starts (or resumes) at `step`, with `elapsed` seconds of training already on record."""
@@ -37,7 +37,12 @@ class TimeBudget:
         self._first_fit = step + FIRST_FIT_STEPS
 
     def due(self, step: int) -> bool:
-        return step == self._first_fit
+        """True once: at the first step at least FIRST_FIT_STEPS into the loop (a compile plan may
+        already have taken that many before the loop's first step)."""
+        if self._first_fit is not None and step >= self._first_fit:
+            self._first_fit = None
+            return True
+        return False
 
     def evaluated(self, seconds: float) -> None:
         """One evaluation (with its checkpoint and pictures) took `seconds`: the latest is kept."""

@@ -66,3 +66,11 @@ def test_a_run_ends_within_its_budget_instead_of_its_epochs(tmp_path, mnist_slic
     assert summary["steps"] < 40 * 63 and summary["steps"] == trainer.total_steps
     assert summary["time_budget"] == 2.0
     assert "time budget 2 s:" in capsys.readouterr().out
+
+
+def test_the_first_fit_comes_once_even_if_its_step_was_passed(clock):
+    b = TimeBudget(60.0)
+    b.start(step=0, elapsed=0.0)
+    assert not b.due(5)
+    assert b.due(57)        # a compile plan took the first 50 steps: fitted at the loop's first step after
+    assert not b.due(58)

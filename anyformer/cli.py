@@ -29,12 +29,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _duration(text: str) -> float:
-    """'540' or '540s', '9m', '1h30m', '2h' -> seconds."""
+    """'540' or '540s', '9m', '1h30m', '2h' -> seconds; 'none' (or 0) -> 0: no budget."""
     import re
+    if text.strip().lower() in ("none", "off", "0"):
+        return 0.0
     m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text)
     if not m or not any(m.groups()) or not (seconds := 3600 * float(m[1] or 0) + 60 * float(m[2] or 0)
                                             + float(m[3] or 0)) > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration such as 540, 90s, 9m or 1h30m, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive duration such as 540, 90s, 9m or 1h30m "
+                                         f"(or none), got {text!r}")
     return seconds
 
 
@@ -77,8 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the training step, or not (default: the speed plan times both here)")
     t.add_argument("--time-budget", type=_duration, metavar="TIME",
-                   help="end the run within this wall time (e.g. 540, 9m, 1h30m): its steps are fitted to the "
-                        "speed measured as it trains, never more than --epochs asks for")
+                   help="end the run within this wall time (e.g. 540, 9m, 1h30m; none: no budget): its steps "
+                        "are fitted to the speed measured as it trains, never more than --epochs asks for")
     t.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     t.add_argument("--seed", type=int)
     t.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (besides each evaluation)")

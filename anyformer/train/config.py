@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,7 @@ class TrainConfig:
     fsdp: bool = False                       # under torchrun: shard weights, gradients and optimiser state (FSDP2)
     log: str = "jsonl"                       # jsonl: metrics.jsonl; tensorboard: also RUN/tensorboard/
     time_budget: float | None = None         # seconds: fit the run's steps so that its loop ends within them
+                                             # (None or 0: no budget)
     ema: float | None = None                 # keep an exponential moving average of the weights (decay, e.g. 0.999):
                                              # it is what evaluation scores and model.safetensors holds
     label_dropout: float = 0.1               # generators: share of labels shown as "no class" (for guidance)
@@ -102,8 +104,10 @@ class TrainConfig:
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError(f"label_fraction must be in (0, 1] (or unset), got {self.label_fraction}")
         if self.time_budget is not None and not (isinstance(self.time_budget, (int, float))
-                                                 and not isinstance(self.time_budget, bool) and self.time_budget > 0):
-            raise ValueError(f"time_budget must be a positive number of seconds (or unset), got {self.time_budget!r}")
+                                                 and not isinstance(self.time_budget, bool) and self.time_budget >= 0
+                                                 and math.isfinite(self.time_budget)):
+            raise ValueError(f"time_budget must be a number of seconds, > 0 (or 0 / unset: no budget), "
+                             f"got {self.time_budget!r}")
         if self.compile is not None and not isinstance(self.compile, bool):
             raise TypeError(f"compile must be true, false or null (the plan decides), got {self.compile!r}")
         if not isinstance(self.fsdp, bool):

@@ -32,8 +32,16 @@ class TimeBudget:
         self._first_fit: int | None = FIRST_FIT_STEPS
 
     def start(self, step: int, elapsed: float) -> None:
-        """The loop starts (or resumes) at `step`, with `elapsed` seconds of training already on record."""
-        self._t0, self._step0, self._elapsed0 = time.perf_counter(), step, elapsed
+        """The run starts (or resumes) at `step`, with `elapsed` seconds of training already on
+        record: the wall clock starts now."""
+        self._t0 = time.perf_counter()
+        self.steady(step, elapsed)
+
+    def steady(self, step: int, elapsed: float) -> None:
+        """Steps from here on are the run's usual ones: the time per step is measured from here, so
+        that one-off costs before (a compile, the compile plan's timed steps) count once, in the
+        wall clock, not in every step still to come."""
+        self._step0, self._elapsed0 = step, elapsed
         self._first_fit = step + FIRST_FIT_STEPS
 
     def due(self, step: int) -> bool:

@@ -84,7 +84,7 @@ class Trainer:
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
         self.total_steps = cfg.max_steps or max(1, round(cfg.epochs * spe))
-        self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget is not None else None
+        self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget else None
         self.eval_every = cfg.eval_every or spe
         self.step = 0
         self.sums: dict[str, float] = {}  # since the last evaluation, as read at the last sync
@@ -356,6 +356,8 @@ class Trainer:
             self.budget.start(self.step, self.elapsed)
         self._save_model()
         self._plan_compile()
+        if self.budget is not None:
+            self.budget.steady(self.step, self.elapsed)
         fpi = self.task.flops_per_item(self.model)
         bar = _progress(self.total_steps, self.step, cfg.progress and self.dist.is_main)
         line = self.last_line

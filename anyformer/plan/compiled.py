@@ -2,9 +2,11 @@
 
 Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias adds, residual
 adds, softmax, the copies around attention): the other half of a small model's step. Whether that
-pays depends on the machine and the precision: on a 2-core AMD EPYC the seed-sized ViT's fp32
-step ran about 1.3x faster compiled, its bf16 step 2.4x slower. And compiling costs time (15-25 s
-the first time for that ViT on 2 cores, less once inductor's own cache holds the kernels). So:
+pays depends on the machine, the model and the precision: on a 2-core AMD EPYC the small MNIST
+ViTs' fp32 steps ran 1.08-1.16x faster compiled, their bf16 steps 2.4x slower, and the char GPT's
+fp32 step (its time in large matrix products) no faster. And compiling costs time (15-50 s the
+first time for those models on 2 cores, a few seconds once inductor's own cache holds the
+kernels). So:
 
 - forced (`ANYFORMER_PLAN=compile=compiled|eager`, `anyformer train --compile|--no-compile`): done;
 - a cached record for this model, batch shape and precision on this machine: its times decide,
@@ -33,6 +35,7 @@ from . import choices
 from .choices import Decision, register
 from .planner import planner
 from .store import entry_key
+from .timing import max_rounds_for
 
 # A smaller margin than the kernels': the numerics are checked, the compile time is counted, and the
 # timed steps are many (a 5-8% gain is real on a small ViT but within a 10% margin's noise).
@@ -43,6 +46,8 @@ FIRST_COMPILE_S = 30.0  # what a compile is assumed to cost before this machine 
 REPAY = 4.0             # measure only when the run's eager time is this many times a compile's cost
 BUDGET_S = 2.0          # timing rounds after the compile, calls that are not training (up to 9 rounds)
 STEPS_BUDGET_S = 6.0    # when the timed calls are the run's own steps (up to 24 rounds: 50 steps)
+# The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.
+MAX_TIMED_STEPS = 2 * (1 + max_rounds_for(STEPS_BUDGET_S))
 _SEED = 20_240_601      # the same random draws (dropout, noise) in every candidate's call
 
 
@@ -67,8 +72,8 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
     how many steps the run will take (None: no compile-time accounting). The numerics check (loss
     and gradients, eager against compiled) leaves the global RNG and the gradients as they were.
     `train_step(m)`, if given, is what is timed: a whole real step of the run (optimiser, data and
-    all) taken with m, so the measurement is training, not time lost; it runs up to
-    `2 + 2 * 24` times. Without it the timed calls are step_loss's forward and backward."""
+    all) taken with m, so the measurement is training, not time lost; it runs at most
+    `MAX_TIMED_STEPS` (50) times. Without it the timed calls are step_loss's forward and backward."""
     device = torch.device(device)
     p = planner()
     compiled = _Compiled(module)  # torch.compile (and its imports) only when used

@@ -331,11 +331,6 @@ class Planner:
             self._sync()
             return [e[field] for e in self._load().values() if e.get("decision") == name and field in e]
 
-    def note(self, text: str) -> None:
-        """Add a line to what `anyformer doctor` and the run's summary report about planning."""
-        with self._lock:
-            self._note(text)
-
     # --- reporting -----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Everything `anyformer doctor` shows; reads the plan file, measures nothing."""

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from ..models import REGISTRY, Model
 from ..plan import compile_for_training, planner
+from ..plan.compiled import MAX_TIMED_STEPS
 from ..plan.host import cpu_info
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
@@ -44,7 +45,6 @@ from .tasks import make_task, task_pictures
 
 __all__ = ["Trainer", "TrainingError", "Interrupted", "build_model", "pick_device"]
 
-_PLAN_STEPS = 55        # at most the real steps the compile plan times (2 warm-ups + 2 x 24 rounds), and a spare
 SYNC_SECONDS = 0.5      # tqdm's refresh interval: a bar redrawn no faster shows nothing newer
 MAX_SYNC_STEPS = 1000   # however fast the steps, the steps awaiting a read stay few
 
@@ -303,7 +303,7 @@ class Trainer:
         ahead = [self.total_steps - self.step, self.eval_every - self.step % self.eval_every, spe - self.step % spe]
         if cfg.checkpoint_every:
             ahead.append(cfg.checkpoint_every - self.step % cfg.checkpoint_every)
-        real_steps = min(ahead) > _PLAN_STEPS
+        real_steps = min(ahead) > MAX_TIMED_STEPS
         self._compiled_shape = tuple(chunk[0].shape)
         config = json.dumps(self.model.config.__dict__, sort_keys=True, default=str)
         fields = {"model": f"{type(self.model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",

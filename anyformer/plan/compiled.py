@@ -4,7 +4,7 @@ Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bia
 adds, softmax, the copies around attention): the other half of a small model's step. Whether that
 pays depends on the machine, the model and the precision: on a 2-core AMD EPYC the small MNIST
 ViTs' fp32 steps ran 1.08-1.16x faster compiled, their bf16 steps 2.4x slower, and the char GPT's
-fp32 step (its time in large matrix products) no faster. And compiling costs time (15-50 s the
+fp32 step (its time in large matrix products) no faster. And compiling costs time (20-61 s the
 first time for those models on 2 cores, a few seconds once inductor's own cache holds the
 kernels). So:
 
@@ -42,8 +42,12 @@ from .timing import max_rounds_for
 COMPILE = register(Decision("compile", ("eager", "compiled"),
                             "a training step: eager or torch.compile (inductor); compile time counted", margin=0.05))
 
-FIRST_COMPILE_S = 30.0  # what a compile is assumed to cost before this machine has timed one
-REPAY = 4.0             # measure only when the run's eager time is this many times a compile's cost
+# Measuring costs a compile. It is spent only on a run whose eager time is at least REPAY times
+# what a compile took on this machine before (the slowest on record), or FIRST_COMPILE_S before any:
+# finding out costs at most about 1/REPAY of the run. (First compiles took 20-61 s on a 2-core AMD
+# EPYC: for the default MNIST run in bf16, 61 s spent to learn that compiled was 2.7x slower.)
+FIRST_COMPILE_S = 60.0
+REPAY = 8.0
 BUDGET_S = 2.0          # timing rounds after the compile, calls that are not training (up to 9 rounds)
 STEPS_BUDGET_S = 6.0    # when the timed calls are the run's own steps (up to 24 rounds: 50 steps)
 # The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.

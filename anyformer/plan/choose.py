@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn.functional as F
 
+from . import choices
 from . import planner as _planner
 from .choices import Decision, register
 from .kernels import attention_explicit, causal_mask, onednn_linear, onednn_linear_op
@@ -103,8 +104,11 @@ def linear_kernel(batch_rows: int, in_features: int, out_features: int, dtype: t
     if cold:
         fields["weights"] = "cold"
     native = onednn_linear_op() is not None and dtype in (torch.float32, torch.bfloat16)
-    # "mixed" differs from "onednn" in the backward alone: a choice for training only.
+    # "mixed" differs from "onednn" in the backward alone: a choice for training only, which for a
+    # pass without gradients (forced as ANYFORMER_PLAN=linear=mixed) means oneDNN.
     avail = ("stock",) if not native else LINEAR.choices if training else ("stock", "onednn")
+    if native and not training and choices.forced_choice(p.forced()[0], LINEAR.name) == "mixed":
+        return p._remember(memo, "onednn")
     return p.decide("linear", fields, lambda: _linear_runs(rep, in_features, out_features, dtype, training, cold),
                     memo_key=memo, available=avail,
                     tolerance=1e-4 if dtype == torch.float32 else 2e-2,

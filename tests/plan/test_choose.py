@@ -155,3 +155,17 @@ def test_real_smoke_run_of_every_helper(plan_cache):
         assert set(e["times"]) == set(plan.decision(e["decision"]).choices if
                                        e["decision"] != "linear" or plan.onednn_linear_op() else ["stock"])
     assert next(plan_cache.glob("*.json")).stat().st_size > 0
+
+
+@needs_onednn
+def test_forcing_mixed_means_onednn_without_gradients(planner_with, monkeypatch):
+    monkeypatch.setenv("ANYFORMER_PLAN", "linear=mixed")
+    planner_with({})
+    assert plan.linear_kernel(64, 8, 8, torch.float32, False) == "onednn"
+    assert plan.linear_kernel(64, 8, 8, torch.float32, True) == "mixed"
+    from anyformer.nn.linear import Linear
+    layer = Linear(8, 4)
+    x = torch.randn(3, 8, requires_grad=True)
+    layer(x).sum().backward()  # the mixed backward runs
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))

@@ -152,7 +152,8 @@ trainer.train_step = step
 try:
     trainer.run()
 except Interrupted as e:
-    print(f"rank {trainer.dist.rank}: {e}", flush=True)
+    sys.stdout.flush()  # one write of the whole line: the ranks share the pipe, and print's separate
+    os.write(1, f"rank {trainer.dist.rank}: {e}\\n".encode())  # writes of text and newline interleaved
 """
 
 

@@ -83,7 +83,7 @@ class Trainer:
         self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
-        self.total_steps = cfg.max_steps or max(1, round(cfg.epochs * spe))
+        self.total_steps = self._steps_asked()  # a --time-budget may fit it lower as the run goes
         self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget else None
         self.eval_every = cfg.eval_every or spe
         self.step = 0
@@ -346,6 +346,7 @@ class Trainer:
             (bar.write if bar is not None else print)(msg)
 
     def _steps_asked(self) -> int:
+        """The steps --max-steps or --epochs ask for."""
         return self.cfg.max_steps or max(1, round(self.cfg.epochs * self.task.steps_per_epoch))
 
     def _run(self) -> dict[str, Any]:

@@ -29,13 +29,14 @@ def tiny_config(tmp_path, **kw) -> TrainConfig:
     return TrainConfig(**values)
 
 
-def make_trainer(cfg, mnist_slice):
+def make_trainer(cfg, mnist_slice, task_class=None):
+    """A Trainer on the real MNIST slice; `task_class` (default ImageClassification) builds the task."""
     from anyformer.train import Trainer
     from anyformer.train.tasks import ImageClassification
     train, test = mnist_slice
     if cfg.threads:  # as the Trainer will: the dataset's mean and std, parallel sums, differ in the last
         torch.set_num_threads(cfg.threads)  # bit between thread counts, and so would the whole first run
-    return Trainer(cfg, task=ImageClassification(cfg, torch.device("cpu"), train, test))
+    return Trainer(cfg, task=(task_class or ImageClassification)(cfg, torch.device("cpu"), train, test))
 
 
 def interrupt_at(trainer, step: int) -> None:

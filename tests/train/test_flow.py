@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import anyformer as af
-from anyformer.train import Interrupted, Trainer, TrainConfig
+from anyformer.train import Interrupted, TrainConfig
 from anyformer.train.flow import FlowMatching
 
-from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at
+from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at, make_trainer
 
 # predict="v" (the default, named because the untrained loss below depends on it).
 TINY_DIT = dict(width=48, depth=2, heads=4, mlp_hidden=96, patch_size=7, time_freq_dim=32, predict="v")
@@ -24,9 +24,7 @@ def flow_config(tmp_path, **kw) -> TrainConfig:
 
 
 def flow_trainer(cfg, mnist_slice):
-    train, test = mnist_slice
-    torch.set_num_threads(cfg.threads)
-    return Trainer(cfg, task=FlowMatching(cfg, torch.device("cpu"), train, test))
+    return make_trainer(cfg, mnist_slice, FlowMatching)
 
 
 def test_flow_loss_falls_and_the_run_writes_samples(tmp_path, mnist_slice):

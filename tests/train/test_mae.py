@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import anyformer as af
-from anyformer.train import Trainer, TrainConfig
+from anyformer.train import TrainConfig
 from anyformer.train.build import build_model
 from anyformer.train.classify import ImageClassification, balanced_subset
 from anyformer.train.tasks import MaskedAutoencoding
@@ -28,9 +28,7 @@ def mae_config(tmp_path, **kw) -> TrainConfig:
 
 
 def mae_trainer(cfg, mnist_slice):
-    train, test = mnist_slice
-    torch.set_num_threads(cfg.threads)
-    return Trainer(cfg, task=MaskedAutoencoding(cfg, torch.device("cpu"), train, test))
+    return make_trainer(cfg, mnist_slice, MaskedAutoencoding)
 
 
 @pytest.fixture(scope="module")

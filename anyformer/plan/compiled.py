@@ -3,7 +3,7 @@
 Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias adds, residual
 adds, softmax, the copies around attention): the other half of a small model's step. Whether that
 pays depends on the machine, the model and the precision: on a 2-core AMD EPYC the small MNIST
-ViTs' fp32 steps ran 1.08-1.16x faster compiled, their bf16 steps 2.4x slower, and the char GPT's
+ViTs' fp32 steps ran 1.08-1.24x faster compiled, their bf16 steps 2.3-2.7x slower, and the char GPT's
 fp32 step (its time in large matrix products) no faster. And compiling costs time (20-61 s the
 first time for those models on 2 cores, a few seconds once inductor's own cache holds the
 kernels). So:

@@ -272,6 +272,11 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         try:
             summary = self._run()
+        except Interrupted:
+            # A stop is agreed at a sync: every rank raises it after the same step, so they can leave
+            # together. One rank tearing its process group down while another still uses it aborts both.
+            self.dist.close(wait=True)
+            raise
         except BaseException:
             self.dist.close(wait=False)  # the other ranks may be gone already
             raise

@@ -131,3 +131,22 @@ def test_only_the_asked_layer_takes_the_explicit_path(monkeypatch):
     trunk = Transformer(width=32, depth=4, heads=4, impl="fused")
     trunk(torch.randn(1, 5, 32), return_attention=[2])
     assert len(calls) == 1
+
+
+def test_a_compiled_graph_follows_the_plans_eager_answer(monkeypatch):
+    """The plan cannot time inside a trace: under torch.compile a layer takes the path the plan
+    chose for its eager calls (the compile plan runs eager steps first), SDPA where none was made."""
+    import anyformer.nn.attention as att
+    m, x = _mha("auto"), torch.randn(2, 5, 32)
+    asked, explicit = [], []
+    real = att.attention_explicit
+    monkeypatch.setattr(att, "attention_kernel", lambda *a, **k: asked.append(a) or "explicit")
+    monkeypatch.setattr(att, "attention_explicit", lambda *a, **k: explicit.append(1) or real(*a, **k))
+    m(x)  # eager, with gradients: the plan is asked
+    assert len(asked) == 1 and len(explicit) == 1
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    m(x)  # as traced: the eager answer, not asked again
+    assert len(asked) == 1 and len(explicit) == 2
+    with torch.no_grad():
+        m(x)  # traced without gradients, a case the plan never answered for this layer: SDPA
+    assert len(asked) == 1 and len(explicit) == 2

@@ -87,6 +87,20 @@ def test_attention_kernel_keeps_long_sequences_cheap(planner_with):
     assert entry["measured_with"] == {"batch": 1, "heads": 1}
 
 
+def test_attention_kernel_times_the_lengths_asked(planner_with):
+    """A ViT's 50 tokens are timed at 50, not at a rounded 64 (where the answer differed), and keyed
+    by the next multiple of 8; a decode step's growing cache (one query) by powers of two."""
+    p = planner_with({"fused": 1.0, "explicit": 0.5})
+    plan.attention_kernel(4, 2, 50, 50, 8, torch.float32, False, False)
+    plan.attention_kernel(4, 2, 52, 52, 8, torch.float32, False, False)  # same key (56): measured once
+    entry = _entry(p, "attention batch=4 heads=2 q=56 k=56")
+    assert entry["measured_with"] == {"q": 50, "k": 50}
+    plan.attention_kernel(4, 2, 1, 50, 8, torch.float32, True, False)
+    plan.attention_kernel(4, 2, 1, 60, 8, torch.float32, True, False)  # same power-of-two bucket (64)
+    assert _entry(p, "attention batch=4 heads=2 q=1 k=64").get("measured_with") is None
+    assert len(p.measured) == 2
+
+
 def test_amp_dtype_asks_bf16_for_a_clear_win(planner_with):
     p = planner_with({"none": 1.0, "bf16": 0.75, "stock": 1.0, "onednn": 1.0})
     assert plan.amp_dtype("cpu", width=32, hidden=64, rows=100) == "bf16"

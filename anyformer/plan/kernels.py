@@ -75,6 +75,12 @@ def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                        mask: Tensor | None = None, dropout: float = 0.0,
                        training: bool = False) -> tuple[Tensor, Tensor]:
     """The maths spelled out: returns (output (B,H,Nq,D_h), weights (B,H,Nq,Nk))."""
+    # Batched matmuls want each head's (N, D_h) block contiguous. A layer's q, k and v are views
+    # into its packed projection, and on those the two products ran 1.4-1.8x slower (2-core AMD
+    # EPYC, a 50-token ViT) than on the copies made here, which cost a fraction of that. One query
+    # (a decode step) is not copied for: its keys and values are the KV cache's, read once.
+    if q.shape[-2] > 1:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
     allowed = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
     if mask is not None:

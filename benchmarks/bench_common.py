@@ -215,6 +215,21 @@ def planned_forward(key: str, module, x, y):
     return chosen.module, note
 
 
+def planned_inference(key: str, module, x):
+    """(forward, note): anyformer's inference forward under torch.compile where the speed plan
+    measured compiled passes faster on this machine (anyformer.plan.compile_for_inference), else the
+    module itself. No compile-time accounting (calls=None): these rows stand for a process that
+    serves many batches. `module` is put in eval mode first, as infer_step runs it."""
+    from anyformer.plan import compile_for_inference
+    module.eval()
+    fields = {"model": f"bench-{key}", "batch": "x".join(map(str, x.shape)), "amp": "none", "device": "cpu"}
+    t0 = time.perf_counter()
+    chosen = compile_for_inference(module, lambda m: m(x), fields=fields)
+    note = f"{key}: compile={chosen.choice} ({chosen.why}; decided in {time.perf_counter() - t0:.1f} s)"
+    print(note, flush=True)
+    return chosen.module, note
+
+
 def infer_step(module, forward, x, bf16: bool = False):
     """One forward pass in eval mode under inference_mode."""
     import torch

@@ -15,8 +15,9 @@ are configured to match anyformer; "as nanoGPT" also drops attention weights.
 
 anyformer's model is benchmarked as its trainer runs it, with the speed plan's choices for this
 machine (anyformer/plan): its training step under torch.compile where the plan measured a compiled
-step faster (the row `anyformer eager` forces compile=eager: what compiling adds), and its linear
-layers on oneDNN where that measured faster, for training and, by
+step faster, and its inference passes likewise where compiled passes measured faster
+(anyformer.plan.compile_for_inference; the rows `anyformer eager` force compile=eager: what compiling
+adds), and its linear layers on oneDNN where that measured faster, for training and, by
 default, for inference and generation too (anyformer/nn/linear.py). Its logits therefore match
 HF's and nanoGPT-ref's to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of
 max(1, max|ref|)), not bitwise. The extra row `anyformer, MKL inference` runs the same model with
@@ -248,10 +249,14 @@ def main() -> None:
     infer = []
     for name in ("anyformer", "HF GPT-2", "nanoGPT-ref"):
         model, forward = build(name, weights)
+        if name == "anyformer":  # the plan's choice for inference passes
+            forward, note = bench_common.planned_inference("gpt-anyformer", model, x)
+            plan_notes.append("inference: " + note)
         infer.append(Contestant(name, infer_step(model, forward, x), TOKENS, infer_flops))
     model, forward = build("anyformer", weights)
+    infer.append(Contestant(EAGER, infer_step(model, forward, x), TOKENS, infer_flops, "ANYFORMER_PLAN=compile=eager"))
     infer.append(Contestant("anyformer, MKL inference", with_plan(infer_step(model, forward, x), "linear=stock"),
-                            TOKENS, infer_flops, "ANYFORMER_PLAN=linear=stock"))
+                            TOKENS, infer_flops, "ANYFORMER_PLAN=compile=eager,linear=stock"))
     model, forward = build(BF16, weights)
     bf16_infer = Contestant(BF16, infer_step(model, forward, x, bf16=True), TOKENS, infer_flops,
                             "not the same maths")
@@ -310,7 +315,7 @@ def main() -> None:
                   "rounds": f"training {args.rounds} x {args.steps} steps, inference {args.infer_rounds} x "
                             f"{args.infer_steps} batches, after one warm-up step each; median over rounds",
                   "weights": same,
-                  "anyformer's compile plan (training)": "; ".join(plan_notes),
+                  "anyformer's compile plan (training; inference)": "; ".join(plan_notes),
                   "attention kernels in a training forward": kernels,
                   "FLOPs counted": f"{train_flops / 1e9:.1f} GFLOP per training step, {infer_flops / 1e9:.1f} per "
                                    "inference batch (matrix products only; causal attention counted in full)",
@@ -321,9 +326,10 @@ def main() -> None:
                  "256, batch 16, GPT-2 maths (biases, tanh GELU), fp32, torch AdamW (foreach) for every "
                  "contestant, same weights. anyformer runs as its trainer would, with the speed plan's choices "
                  "for this machine: its training step under torch.compile where the plan measured that faster "
-                 "(the `anyformer eager` row forces compile=eager), its linear layers on oneDNN where that "
-                 "measured faster (anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
-                 "= False, its gradient-free passes on F.linear (bitwise nn.Linear). "
+                 "(the `anyformer eager` rows force compile=eager), and its inference passes likewise where the "
+                 "plan measured compiled passes faster; its linear layers on oneDNN where that measured faster "
+                 "(anyformer/nn/linear.py); the `MKL inference` row is the same eager model with the plan forced "
+                 "to linear=stock, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "Dropout: anyformer drops after the embeddings and on both residual branches (as nanoGPT), not "
                  "the attention matrix; `same maths` peers are set the same way, `as nanoGPT` / `as GPT-2` rows "
                  "also drop attention weights. `time / ... time` is the contestant's median over the reference "

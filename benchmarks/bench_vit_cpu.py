@@ -14,8 +14,9 @@ the same torch AdamW (foreach), fp32, cross-entropy, no dropout; inference is a 
 
 anyformer's model is benchmarked as its trainer runs it, with the speed plan's choices for this
 machine (anyformer/plan): its training step under torch.compile where the plan measured a compiled
-step faster (the row `anyformer eager` forces compile=eager: what compiling adds), and its linear
-layers on oneDNN where that measured faster, for training and, by
+step faster, and its inference passes likewise where compiled passes measured faster
+(anyformer.plan.compile_for_inference; the rows `anyformer eager` force compile=eager: what compiling
+adds), and its linear layers on oneDNN where that measured faster, for training and, by
 default, for inference too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's
 to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
 not bitwise. The extra row `anyformer, MKL inference` runs the same model with
@@ -80,6 +81,7 @@ BF16 = "anyformer bf16 autocast"
 MKL_INFER = "anyformer, MKL inference"
 EAGER = "anyformer eager"
 PLAN_NOTES: list[str] = []  # what the compile plan chose for each model, for the results' header
+INFER_NOTES: list[str] = []  # the same for inference passes
 
 
 def shapes(model: str, train: bool) -> list:
@@ -235,10 +237,14 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
     infer = []
     for name in names:
         m, fwd = build(model, name)
+        if name == "anyformer":  # the plan's choice for inference passes
+            fwd, note = bench_common.planned_inference(f"vit-{model}", m, x)
+            INFER_NOTES.append(note)
         infer.append(Contestant(name, infer_step(m, fwd, x), b, infer_flops))
     m, fwd = build(model, "anyformer")
+    infer.append(Contestant(EAGER, infer_step(m, fwd, x), b, infer_flops, "ANYFORMER_PLAN=compile=eager"))
     infer.append(Contestant(MKL_INFER, with_plan(infer_step(m, fwd, x), "linear=stock"), b, infer_flops,
-                            "ANYFORMER_PLAN=linear=stock"))
+                            "ANYFORMER_PLAN=compile=eager,linear=stock"))
     m, fwd = build(model, BF16)
     bf16_infer = Contestant(BF16, infer_step(m, fwd, x, bf16=True), b, infer_flops, "not the same maths")
     ibase = baselines(False)
@@ -271,7 +277,7 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
                         f"{rate / mkl_rate * 100:.0f}%", rate >= 0.9 * mkl_rate))
         targets.append(("(same, against the oneDNN matmul rate anyformer's linears use)",
                         f"{rate / dnn_rate * 100:.0f}%", rate >= 0.9 * dnn_rate))
-    # Inference targets are judged on the default `anyformer` row (oneDNN inference), not the MKL extra.
+    # Inference targets are judged on the default `anyformer` row (the plan's choices), not the extras.
     itimm, iours = (next(c for c in infer if c.name == n) for n in ("timm", "anyformer"))
     targets.append((f"{model} inference >= 1.1x timm", f"{itimm.median / iours.median:.2f}x",
                     itimm.median >= 1.1 * iours.median))
@@ -325,6 +331,7 @@ def main() -> None:
                             + "; one warm-up step each; median over rounds",
                   "weights": "; ".join(weights),
                   "anyformer's compile plan (training)": "; ".join(PLAN_NOTES),
+                  "anyformer's compile plan (inference)": "; ".join(INFER_NOTES),
                   "FLOPs counted": "matrix products only (patch projection, blocks, attention, head)",
                   "wall time": f"{time.time() - t0:.0f} s"})
     if not args.no_write:
@@ -332,9 +339,10 @@ def main() -> None:
                  "benchmarks/README.md for what is measured. fp32, torch AdamW (foreach) for every contestant, "
                  "same weights. anyformer runs as its trainer would, with the speed plan's choices for this "
                  "machine: its training step under torch.compile where the plan measured that faster (the "
-                 "`anyformer eager` row forces compile=eager), its linear layers on oneDNN where that measured "
-                 "faster (anyformer/nn/linear.py); the `MKL inference` row is the same model with the plan forced to linear=stock "
-                 "= False, its gradient-free passes on F.linear (bitwise nn.Linear). "
+                 "`anyformer eager` rows force compile=eager), and its inference passes likewise where the plan "
+                 "measured compiled passes faster; its linear layers on oneDNN where that measured faster "
+                 "(anyformer/nn/linear.py); the `MKL inference` row is the same eager model with the plan forced "
+                 "to linear=stock, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "`time / anyformer time` is the contestant's median over anyformer's: above 1, anyformer is "
                  "faster. `spread` is (max - min) / median over the rounds. `of matmul torch` / `of matmul "
                  "oneDNN`: achieved GFLOP/s over the rate of the same matrix products run bare in the same "

@@ -39,8 +39,8 @@ from .timing import max_rounds_for
 
 # A smaller margin than the kernels': the numerics are checked, the compile time is counted, and the
 # timed steps are many (a 5-8% gain is real on a small ViT but within a 10% margin's noise).
-COMPILE = register(Decision("compile", ("eager", "compiled"),
-                            "a training step: eager or torch.compile (inductor); compile time counted", margin=0.05))
+COMPILE = register(Decision("compile", ("eager", "compiled"), "a training step, or (pass=inference) a gradient-free "
+                            "pass: eager or torch.compile (inductor); compile time counted", margin=0.05))
 
 # Measuring costs a compile. It is spent only on a run whose eager time is at least REPAY times
 # what a compile took on this machine before (the slowest on record), or FIRST_COMPILE_S before any:
@@ -79,8 +79,42 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
     all) taken with m, so the measurement is training, not time lost; it runs at most
     `MAX_TIMED_STEPS` (50) times. Without it the timed calls are step_loss's forward and backward."""
     device = torch.device(device)
-    p = planner()
     compiled = _Compiled(module)  # torch.compile (and its imports) only when used
+    params = [q for q in module.parameters() if q.requires_grad]
+    first_call: dict[str, float] = {}
+    eager_run = _candidate(lambda: module, step_loss, params, device)
+    compiled_run = _candidate(compiled.get, step_loss, params, device, first_call)
+    timed = None if train_step is None else {
+        "eager": lambda: _synced(train_step, module, device),
+        "compiled": lambda: _synced(train_step, compiled.get(), device)}
+    return _settle(compiled, fields, steps, "steps", (eager_run, compiled_run), first_call, device, tolerance,
+                   timed, "training steps" if train_step is not None else "forward+backward")
+
+
+def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tensor], *,
+                          fields: Mapping[str, Any], calls: int | None = None, tolerance: float = 1e-4,
+                          device: torch.device | str = "cpu") -> CompilePlan:
+    """`module`, or `torch.compile(module)`, whichever the plan finds faster for gradient-free passes
+    `forward(m) -> output` (timed and checked under `torch.inference_mode`, the module in whatever
+    mode the caller left it: eval, usually). The record is the training step's decision, keyed
+    `pass=inference` besides `fields`. `calls`: how many such passes the caller will make, against
+    which the compile time is counted (None: no accounting, e.g. a server that runs for days).
+    The compiled module is meant to be called under inference_mode, as it was measured."""
+    device = torch.device(device)
+    compiled = _Compiled(module)
+    first_call: dict[str, float] = {}
+    runs = (_inference(lambda: module, forward, device), _inference(compiled.get, forward, device, first_call))
+    return _settle(compiled, {**fields, "pass": "inference"}, calls, "passes", runs, first_call, device, tolerance,
+                   None, "inference passes")
+
+
+def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None, unit: str,
+            runs: tuple[Callable[[], tuple], Callable[[], tuple]], first_call: dict[str, float],
+            device: torch.device, tolerance: float, timed: dict[str, Callable[[], None]] | None,
+            what: str) -> CompilePlan:
+    """The decision both kinds of pass share: forced, cached (if the compile repays), or measured
+    (if the `count` calls to come could repay a compile), with the numerics checked."""
+    p = planner()
     forced = choices.forced_choice(p.forced()[0], COMPILE.name)
     if forced is not None:
         return compiled.plan(forced, f"compile={forced} is forced")
@@ -88,37 +122,30 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
     entry = p.entry(COMPILE.name, fields)
     recorded = [s for s in p.recorded(COMPILE.name, "compile_s") if isinstance(s, (int, float))]
     compile_s = max(recorded) if recorded else FIRST_COMPILE_S
-    params = [q for q in module.parameters() if q.requires_grad]
-    eager_run = _candidate(lambda: module, step_loss, params, device)
-    if entry is None and steps is not None:
+    eager_run, compiled_run = runs
+    if entry is None and count is not None:
         with _quiet_rng(device):
             eager_run()  # warm-up: allocator, oneDNN primitives
             t0 = time.perf_counter()
             eager_run()
-            step_s = time.perf_counter() - t0
-        if steps * step_s < REPAY * compile_s:
-            return compiled.plan("eager", f"{steps} steps of ~{step_s:.3g} s are too few to repay a "
+            call_s = time.perf_counter() - t0
+        if count * call_s < REPAY * compile_s:
+            return compiled.plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
                                           f"compile (~{compile_s:.0f} s here); not measured")
-    first_call: dict[str, float] = {}
-    compiled_run = _candidate(compiled.get, step_loss, params, device, first_call)
     checked = {"eager": _quietly(eager_run, device), "compiled": _quietly(compiled_run, device)}
-    timed = checked if train_step is None else {
-        "eager": lambda: _synced(train_step, module, device),
-        "compiled": lambda: _synced(train_step, compiled.get(), device)}
-    choice = p.decide(COMPILE.name, fields, lambda: timed, check=lambda: checked, tolerance=tolerance,
-                      budget_s=max(p.budget_s, BUDGET_S if train_step is None else STEPS_BUDGET_S),
-                      extra=lambda: {"compile_s": round(first_call.get("s", 0.0), 3),
-                                     "timed": "training steps" if train_step is not None else "forward+backward"})
+    choice = p.decide(COMPILE.name, fields, lambda: checked if timed is None else timed, check=lambda: checked,
+                      tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S if timed is None else STEPS_BUDGET_S),
+                      extra=lambda: {"compile_s": round(first_call.get("s", 0.0), 3), "timed": what})
     if choice != "compiled":
         return compiled.plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
     entry = p.entry(COMPILE.name, fields) or {}
     measured_now = key in p.measured
-    if steps is not None and not measured_now:  # the compile is still to be paid: does the run repay it?
+    if count is not None and not measured_now:  # the compile is still to be paid: do the calls repay it?
         times = entry.get("times", {})
-        saved = (times.get("eager", 0.0) - times.get("compiled", 0.0)) * steps
+        saved = (times.get("eager", 0.0) - times.get("compiled", 0.0)) * count
         cost = float(entry.get("compile_s", compile_s))
         if saved < cost:
-            return compiled.plan("eager", f"compiled saves ~{saved:.0f} s over {steps} steps, less than its "
+            return compiled.plan("eager", f"compiled saves ~{saved:.0f} s over {count} {unit}, less than its "
                                           f"~{cost:.0f} s compile")
     return compiled.plan("compiled", _times(entry, "compiled measured faster"
                                             + (" (compiled while measuring)" if measured_now else "")))
@@ -168,6 +195,22 @@ def _candidate(module: Callable[[], nn.Module], step_loss: Callable[[nn.Module],
         if first_call is not None and "s" not in first_call:
             first_call["s"] = time.perf_counter() - t0
         return (loss.detach(), *(g for g in grads if g is not None))
+    return run
+
+
+def _inference(module: Callable[[], nn.Module], forward: Callable[[nn.Module], Tensor], device: torch.device,
+               first_call: dict[str, float] | None = None) -> Callable[[], tuple]:
+    """One gradient-free pass with `module()` under inference_mode: returns its output(s)."""
+    def run() -> tuple:
+        t0 = time.perf_counter()
+        torch.manual_seed(_SEED)
+        with torch.inference_mode():
+            out = forward(module())
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if first_call is not None and "s" not in first_call:
+            first_call["s"] = time.perf_counter() - t0
+        return (out,) if isinstance(out, Tensor) else tuple(out)
     return run
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from anyformer import plan
 from anyformer.plan import compiled as compiled_module
-from anyformer.plan import compile_for_training
+from anyformer.plan import compile_for_inference, compile_for_training
 
 FIELDS = {"model": "tiny", "batch": "8x6", "amp": "none"}
 
@@ -133,3 +133,45 @@ def test_a_real_compile_end_to_end(planner_with, plan_cache, tiny):
     torch.testing.assert_close(out, model(loss.x), rtol=1e-4, atol=1e-5)  # dropout masks alike too
     assert chosen.choice in ("eager", "compiled")
     assert plan.planner().entry("compile", FIELDS)["choice"] == entry["choice"]
+
+
+# --- inference passes ---------------------------------------------------------------------------
+def _inference_entry(plan_cache):
+    data = json.loads(next(plan_cache.glob("*.json")).read_text())["decisions"]
+    return next(v for k, v in data.items() if k.startswith("compile ") and "pass=inference" in k)
+
+
+@pytest.mark.parametrize("winner", ["eager", "compiled"])
+def test_inference_passes_follow_the_timing_table_under_their_own_key(planner_with, plan_cache, fake_compile,
+                                                                      tiny, winner):
+    planner_with({"eager": 0.5 if winner == "eager" else 1.0, "compiled": 0.5 if winner == "compiled" else 1.0})
+    model, loss = tiny
+    model.eval()
+    chosen = compile_for_inference(model, lambda m: m(loss.x), fields=FIELDS)
+    assert chosen.choice == winner and isinstance(chosen.module, FakeCompiled) == (winner == "compiled")
+    entry = _inference_entry(plan_cache)
+    assert entry["timed"] == "inference passes" and entry["choice"] == winner
+    assert plan.planner().entry("compile", FIELDS) is None  # the training step's record is another
+
+
+def test_inference_passes_drop_a_disagreeing_compile_and_count_the_compile_time(planner_with, plan_cache,
+                                                                               fake_compile, tiny):
+    planner_with({"eager": 1.0, "compiled": 0.1})
+    model, loss = tiny
+    model.eval()
+    fake_compile(offset=1e-3)  # 0.1% off: more than inference's 1e-4 tolerance
+    chosen = compile_for_inference(model, lambda m: m(loss.x), fields=FIELDS)
+    assert chosen.choice == "eager" and "differs from eager" in _inference_entry(plan_cache)["dropped"]["compiled"]
+    few = compile_for_inference(model, lambda m: m(loss.x), fields={**FIELDS, "batch": "1x6"}, calls=3)
+    assert few.choice == "eager" and "3 passes" in few.why and "too few to repay a compile" in few.why
+
+
+def test_a_real_inference_compile_agrees_with_eager(planner_with, plan_cache, tiny):
+    planner_with()
+    model, loss = tiny
+    model.eval()
+    chosen = compile_for_inference(model, lambda m: m(loss.x), fields=FIELDS)
+    entry = _inference_entry(plan_cache)
+    assert entry["dropped"] == {} and entry["compile_s"] > 0 and entry["error_vs_stock"]["compiled"] <= 1e-4
+    with torch.inference_mode():
+        torch.testing.assert_close(chosen.module(loss.x), model(loss.x), rtol=1e-5, atol=1e-6)

@@ -13,6 +13,8 @@ MKL): a one-token step is bound by memory.
 
     python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/<processor>/generate.md
     python benchmarks/bench_generate.py --prefixes 32 128 --new-tokens 16 --no-write   # a quick look
+    python benchmarks/bench_generate.py --set depth=6 heads=6 width=384 vocab_size=65 context=512 \
+        --prefixes 256 --out generate_char.md              # the char GPT's shape (GPT-2 maths, context 512)
 """
 from __future__ import annotations
 
@@ -311,6 +313,8 @@ def main() -> None:
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", default=RESULTS.name, metavar="NAME",
+                    help=f"the results file, in {RESULTS.parent.relative_to(ROOT)} (default {RESULTS.name})")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -332,7 +336,7 @@ def main() -> None:
     load_after = _sh("uptime")
     print(f"load: {load_after}")
     if not args.no_write:
-        write(RESULTS, args, info, load_before, load_after, rows, step_row, floor_row, hf_row,
+        write(RESULTS.with_name(args.out), args, info, load_before, load_after, rows, step_row, floor_row, hf_row,
               time.perf_counter() - t0)
 
 

@@ -51,18 +51,19 @@ def _memo_bucket(n: int, cap: int) -> int | None:
         return None
 
 
-# Sequence lengths of a forward over many queries (a ViT's 50 tokens, a prompt) are keyed to the next
-# multiple of 8 up to this length and timed at the length asked: rounding 50 up to 64 changed the
-# answer (on a 2-core AMD EPYC, SDPA beat plain matmuls at 64 tokens and lost by 30% at 50, where
-# its 32-query blocks leave a ragged one). Longer ones, and a decode step's growing cache, by powers of two.
+# Sequence lengths of a forward over many queries (a ViT's 50 tokens, a prompt) are keyed finely and
+# timed at the length asked: rounding 50 up to 64 changed the answer (on a 2-core AMD EPYC, SDPA's
+# 32-query blocks fit 64 tokens and leave a ragged block at 50). The key is the next multiple of 8
+# up to 128 tokens, of 32 up to _FINE_LEN (at most 28 keys where a prompt's length varies); longer
+# ones, and a decode step's growing cache (one query), go by powers of two.
 _FINE_LEN = 512
 
 
 def _length_bucket(n: int, queries: int) -> int:
-    """The key for a sequence length: the next multiple of 8 (up to _FINE_LEN) when more than one
-    query is asked, else (one query after a KV cache) the next power of two."""
+    """The key for a sequence length `n` attended by `queries` queries."""
     if queries > 1 and n <= _FINE_LEN:
-        return (n + 7) & ~7
+        step = 8 if n <= 128 else 32
+        return (n + step - 1) // step * step
     return min(_MAX_LEN, 1 << max(0, int.bit_length(n - 1)))
 
 

@@ -98,7 +98,10 @@ def test_attention_kernel_times_the_lengths_asked(planner_with):
     plan.attention_kernel(4, 2, 1, 50, 8, torch.float32, True, False)
     plan.attention_kernel(4, 2, 1, 60, 8, torch.float32, True, False)  # same power-of-two bucket (64)
     assert _entry(p, "attention batch=4 heads=2 q=1 k=64").get("measured_with") is None
-    assert len(p.measured) == 2
+    plan.attention_kernel(1, 2, 257, 257, 8, torch.float32, True, False)
+    plan.attention_kernel(1, 2, 270, 270, 8, torch.float32, True, False)  # past 128 tokens: multiples of 32
+    assert _entry(p, "attention batch=1 heads=2 q=288 k=288")["measured_with"] == {"q": 257, "k": 257}
+    assert len(p.measured) == 3
 
 
 def test_amp_dtype_asks_bf16_for_a_clear_win(planner_with):

@@ -100,9 +100,9 @@ class MultiHeadAttention(nn.Module):
         self.proj_drop = Dropout(proj_dropout) if proj_dropout > 0 else None
         self.rotary = rotary
         self.impl = impl
-        # The plan's last answer for this layer's eager calls, by training (q.requires_grad): what a
-        # torch.compile'd graph of the layer follows, since the plan cannot time inside a trace.
-        self._planned_explicit: dict[bool, bool] = {}
+        # The plan's answers for this layer's eager calls, by case (gradients, shape, dtype, masks):
+        # what a torch.compile'd graph of the layer follows, since the plan cannot time inside a trace.
+        self._planned_explicit: dict[tuple, bool] = {}
 
     def _heads(self, t: Tensor, n: int) -> list[Tensor]:
         """(B, N, n*D) -> n tensors of (B, H, N, D_h), views of t.
@@ -149,7 +149,7 @@ class MultiHeadAttention(nn.Module):
         nk = k.shape[2]
         attn_mask = None if mask is None else _as_attn_mask(mask, B, N, nk)
         drop = self.attn_dropout if self.training else 0.0
-        if sink is not None or self._explicit(q, nk, causal, attn_mask is not None):
+        if sink is not None or self._explicit(q, nk, causal, attn_mask is not None, cache is not None):
             out, weights = attention_explicit(q, k, v, causal=causal, mask=attn_mask,
                                               dropout=drop, training=self.training)
             if sink is not None:
@@ -166,18 +166,24 @@ class MultiHeadAttention(nn.Module):
         y = self.proj(out)
         return y if self.proj_drop is None else self.proj_drop(y)
 
-    def _explicit(self, q: Tensor, nk: int, causal: bool, masked: bool) -> bool:
+    def _explicit(self, q: Tensor, nk: int, causal: bool, masked: bool, cached: bool) -> bool:
         """`impl="auto"`: the plan's measured choice on the CPU (SDPA until measured otherwise), SDPA
-        elsewhere. Under torch.compile, the choice the plan made for this layer's eager calls (the
-        compile plan runs eager steps before it compiles; a 50-token ViT's attention ran 1.5x faster
-        as plain matmuls, compiled or not), SDPA if none was made."""
+        elsewhere. Under torch.compile, the choice the plan made for this layer's eager calls of the
+        same shape (a compile plan runs an eager step before it compiles; a 50-token ViT's attention
+        ran 1.5x faster as plain matmuls, compiled or not), SDPA if none was made."""
         if self.impl != "auto":
             return self.impl == "explicit"
         if q.device.type != "cpu":
             return False
-        if torch.compiler.is_compiling():
-            return self._planned_explicit.get(q.requires_grad, False)
         b, h, nq, dh = q.shape
-        explicit = attention_kernel(b, h, nq, nk, dh, q.dtype, causal, q.requires_grad, masked=masked) == "explicit"
-        self._planned_explicit[q.requires_grad] = explicit
+        case = (q.requires_grad, b, nq, nk, q.dtype, causal, masked, cached)
+        if torch.compiler.is_compiling():
+            try:
+                return self._planned_explicit.get(case, False)
+            except TypeError:  # symbolic (dynamic) sizes: no eager answer to follow
+                return False
+        explicit = attention_kernel(b, h, nq, nk, dh, q.dtype, causal, q.requires_grad, masked=masked,
+                                    layout="cache" if cached else "packed") == "explicit"
+        if not cached:  # a decode step's every cache length would be kept, and it is not compiled
+            self._planned_explicit[case] = explicit
         return explicit

@@ -3,8 +3,9 @@
 Each helper takes the shapes it is asked about and returns a choice name; the candidates are built
 inside, from random inputs drawn from a private generator (planning never moves the global RNG,
 so a run is reproducible whether its plan came from the cache or was measured). Shapes are keyed
-by power-of-two buckets (rows, lengths, batch) so that a growing KV cache or a short last batch
-does not trigger a measurement per size; each timed call is kept to about a GFLOP by timing fewer
+by buckets (powers of two for rows, batch and a KV cache's length; finer steps for the sequence
+lengths of a forward over many queries, see `_length_bucket`) so that a growing KV cache or a short
+last batch does not trigger a measurement per size; each timed call is kept to about a GFLOP by timing fewer
 rows (or batch items) than asked for, recorded as `measured_with`. `linear_kernel` and
 `attention_kernel` are CPU questions (the floors ask them only on the CPU).
 """
@@ -156,25 +157,32 @@ def _linear_runs(rows: int, k: int, n: int, dtype: torch.dtype, training: bool,
 
 
 # --- attention ---------------------------------------------------------------------------------
+ATTENTION_LAYOUTS = ("packed", "cache")
+
+
 def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: int, dtype: torch.dtype,
-                     causal: bool, training: bool, *, masked: bool = False) -> str:
+                     causal: bool, training: bool, *, masked: bool = False, layout: str = "packed") -> str:
     """"fused" (F.scaled_dot_product_attention) or "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
     matmuls) for CPU attention over (B, H, q_len, D_h) queries and k_len keys. `causal` is bottom-
-    right aligned (a KV cache's last queries); `masked`: a key-padding mask is passed too."""
-    try:
-        lengths = _length_bucket(q_len, q_len), _length_bucket(k_len, q_len)
-    except TypeError:  # not ints: the memo misses and the validation below names the problem
-        lengths = None
-    memo = ("attention", _memo_bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked)
+    right aligned (a KV cache's last queries); `masked`: a key-padding mask is passed too.
+    `layout`: where q, k and v come from, which changes the answer (`_attention_runs` times them
+    so): "packed", views into the layer's q/k/v projection; "cache", keys and values from a KV cache.
+    Lengths are keyed by `_length_bucket` and, up to `_FINE_LEN` tokens, timed as asked."""
+    lengths = ((_length_bucket(q_len, q_len), _length_bucket(k_len, q_len))
+               if type(q_len) is int and type(k_len) is int and q_len > 0 and k_len > 0 else None)
+    memo = ("attention", _memo_bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked,
+            layout)
     p = _planner._PLANNER
-    choice = p.lookup(memo)
+    choice = p.lookup(memo) if lengths is not None else None
     if choice is not None:
         return choice
     _positive("attention_kernel", batch=batch, heads=heads, q_len=q_len, k_len=k_len, head_dim=head_dim)
     name = _dtype("attention_kernel", dtype)
+    if layout not in ATTENTION_LAYOUTS:
+        raise ValueError(f"attention_kernel: layout must be one of {ATTENTION_LAYOUTS}, got {layout!r}")
     b, q, k = _bucket(batch, _MAX_BATCH), _length_bucket(q_len, q_len), _length_bucket(k_len, q_len)
     # Timed at the lengths asked where they are keyed finely (the bucket only rounds them for the key).
-    tq, tk = (min(q_len, _MAX_LEN), min(k_len, _MAX_LEN)) if q_len > 1 and k_len <= _FINE_LEN else (q, k)
+    tq, tk = (q_len, k_len) if q_len > 1 and k_len <= _FINE_LEN else (q, k)
     per_head = 4.0 * tq * tk * head_dim * (3.5 if training else 1.0)
     rep_b, rep_h = b, heads  # fewer batch items first, then fewer heads: their cost is per item
     while rep_b > 1 and rep_b * rep_h * per_head > _CALL_FLOPS:
@@ -182,30 +190,31 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     while rep_h > 1 and rep_b * rep_h * per_head > _CALL_FLOPS:
         rep_h = (rep_h + 1) // 2
     fields = {"batch": b, "heads": heads, "q": q, "k": k, "head_dim": head_dim, "dtype": name,
-              "causal": bool(causal), "training": bool(training), "masked": bool(masked),
-              "layout": "packed" if q_len == k_len else "cache"}  # how q, k, v are laid out (_attention_runs)
+              "causal": bool(causal), "training": bool(training), "masked": bool(masked), "layout": layout}
     low = dtype in (torch.float16, torch.bfloat16)
     timed = {"batch": rep_b, "heads": rep_h, "q": tq, "k": tk}
     reduced = {n: v for n, v in timed.items() if v != fields[n]} or None
     return p.decide("attention", fields,
-                    lambda: _attention_runs(rep_b, rep_h, tq, tk, head_dim, dtype, causal, training, masked),
+                    lambda: _attention_runs(rep_b, rep_h, tq, tk, head_dim, dtype, causal, training, masked, layout),
                     memo_key=memo, tolerance=5e-2 if low else 1e-4, measured_with=reduced)
 
 
 def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype, causal: bool,
-                    training: bool, masked: bool) -> dict[str, Callable]:
+                    training: bool, masked: bool, layout: str) -> dict[str, Callable]:
     g = torch.Generator().manual_seed(0)
-    # In the layout a layer hands over (nn/attention.py's `_heads`): self-attention's q, k and v
-    # are (B, H, N, D_h) views into one packed (B, N, 3, H, D_h) projection, and its gradients
-    # flow back into that; after a KV cache, the query is such a view and the keys and values
-    # are the first positions of the cache's buffers. The layout changes the answer: on a 2-core
-    # AMD EPYC, plain matmuls over such views ran at half the speed of contiguous operands.
-    if nq == nk:
-        packed = _randn(g, b, nq, 3, h, d, dtype=dtype)
+    # In the layout a layer hands over (nn/attention.py's `_heads`): q, k and v as (B, H, N, D_h)
+    # views into one packed (B, N, 3, H, D_h) projection, its gradients flowing back into that
+    # (the first nq positions query where fewer query than attend); or, after a KV cache, the query
+    # such a view and the keys and values the first positions of the cache's buffers. The layout
+    # changes the answer: on a 2-core AMD EPYC, plain matmuls over packed views ran at half the
+    # speed of contiguous operands.
+    if layout == "packed":
+        packed = _randn(g, b, max(nq, nk), 3, h, d, dtype=dtype)
         leaves: tuple[torch.Tensor, ...] = (packed,)
 
         def qkv() -> list[torch.Tensor]:
-            return [t.transpose(1, 2) for t in packed.unbind(2)]
+            q, k, v = (t.transpose(1, 2) for t in packed.unbind(2))
+            return [q[:, :, :nq], k[:, :, :nk], v[:, :, :nk]]
     else:
         q0 = _randn(g, b, nq, h, d, dtype=dtype)
         k0, v0 = (_randn(g, b, h, 2 * nk, d, dtype=dtype) for _ in range(2))  # a cache with room to grow

@@ -1,4 +1,5 @@
-"""Compile or not: a training step under `torch.compile`, kept only where it measured faster here.
+"""Compile or not: a training step (or a gradient-free pass, `compile_for_inference`) under
+`torch.compile`, kept only where it measured faster here.
 
 Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias adds, residual
 adds, softmax, the copies around attention): the other half of a small model's step. Whether that
@@ -30,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 from torch import Tensor, nn
+from torch.utils import _pytree as pytree
 
 from . import choices
 from .choices import Decision, register
@@ -57,8 +59,8 @@ _SEED = 20_240_601      # the same random draws (dropout, noise) in every candid
 
 @dataclass
 class CompilePlan:
-    """What `compile_for_training` settled: the module to run training steps with, the choice,
-    and one line saying why (for the run's log)."""
+    """What `compile_for_training` or `compile_for_inference` settled: the module to run the steps
+    (or passes) with, the choice, and one line saying why (for the run's log)."""
 
     module: nn.Module
     choice: str
@@ -116,16 +118,23 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
     (if the `count` calls to come could repay a compile), with the numerics checked."""
     p = planner()
     forced = choices.forced_choice(p.forced()[0], COMPILE.name)
+    if forced == "eager":
+        return compiled.plan(forced, f"compile={forced} is forced")
+    eager_run, compiled_run = runs
+    # One eager pass first, outside any measurement (inside one, the kernel decisions a model asks
+    # for get the stock answer): the model's linear and attention choices are made now, and each
+    # attention layer keeps its answer for the compiled graph to follow. It also warms up the
+    # allocator and oneDNN's primitives.
+    with _quiet_rng(device):
+        eager_run()
     if forced is not None:
         return compiled.plan(forced, f"compile={forced} is forced")
     key = entry_key(COMPILE.name, fields)
     entry = p.entry(COMPILE.name, fields)
     recorded = [s for s in p.recorded(COMPILE.name, "compile_s") if isinstance(s, (int, float))]
     compile_s = max(recorded) if recorded else FIRST_COMPILE_S
-    eager_run, compiled_run = runs
     if entry is None and count is not None:
         with _quiet_rng(device):
-            eager_run()  # warm-up: allocator, oneDNN primitives
             t0 = time.perf_counter()
             eager_run()
             call_s = time.perf_counter() - t0
@@ -210,7 +219,8 @@ def _inference(module: Callable[[], nn.Module], forward: Callable[[nn.Module], T
             torch.cuda.synchronize(device)
         if first_call is not None and "s" not in first_call:
             first_call["s"] = time.perf_counter() - t0
-        return (out,) if isinstance(out, Tensor) else tuple(out)
+        # Every tensor in what came back (a tuple, a dict, a ModelOutput), in a fixed order.
+        return tuple(t for t in pytree.tree_leaves(out) if isinstance(t, Tensor))
     return run
 
 

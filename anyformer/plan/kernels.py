@@ -77,10 +77,9 @@ def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     """The maths spelled out: returns (output (B,H,Nq,D_h), weights (B,H,Nq,Nk))."""
     # Batched matmuls want each head's (N, D_h) block contiguous. A layer's q, k and v are views
     # into its packed projection, and on those the two products ran 1.4-1.8x slower (2-core AMD
-    # EPYC, a 50-token ViT) than on the copies made here, which cost a fraction of that. One query
-    # (a decode step) is not copied for: its keys and values are the KV cache's, read once.
-    if q.shape[-2] > 1:
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    # EPYC, a 50-token ViT) than on the copies made here, which cost a fraction of that. A KV
+    # cache's blocks already are (the copy would be the whole prefix), and so is one query's.
+    q, k, v = (t if _blocks_contiguous(t) else t.contiguous() for t in (q, k, v))
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
     allowed = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
     if mask is not None:
@@ -94,6 +93,11 @@ def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
         weights = weights.nan_to_num(0.0)
     dropped = F.dropout(weights, dropout, training) if dropout > 0 else weights
     return dropped @ v, weights
+
+
+def _blocks_contiguous(t: Tensor) -> bool:
+    """Each (N, D_h) block of a (..., N, D_h) tensor is contiguous in memory."""
+    return t.shape[-2] <= 1 or (t.stride(-1) == 1 and t.stride(-2) == t.shape[-1])
 
 
 def causal_mask(nq: int, nk: int, device: torch.device) -> Tensor:

@@ -144,9 +144,14 @@ def test_a_compiled_graph_follows_the_plans_eager_answer(monkeypatch):
     monkeypatch.setattr(att, "attention_explicit", lambda *a, **k: explicit.append(1) or real(*a, **k))
     m(x)  # eager, with gradients: the plan is asked
     assert len(asked) == 1 and len(explicit) == 1
+    monkeypatch.setattr(att, "attention_kernel", lambda *a, **k: asked.append(a) or "fused")
+    m(x[:1])  # another shape (a short last batch): another answer, kept beside the first
+    assert len(asked) == 2 and len(explicit) == 1
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    m(x)  # as traced: the eager answer, not asked again
-    assert len(asked) == 1 and len(explicit) == 2
+    m(x)  # as traced: the eager answer for this shape, not asked again
+    assert len(asked) == 2 and len(explicit) == 2
+    m(x[:1])
+    assert len(asked) == 2 and len(explicit) == 2
     with torch.no_grad():
         m(x)  # traced without gradients, a case the plan never answered for this layer: SDPA
-    assert len(asked) == 1 and len(explicit) == 2
+    assert len(asked) == 2 and len(explicit) == 2

@@ -104,6 +104,21 @@ def test_attention_kernel_times_the_lengths_asked(planner_with):
     assert len(p.measured) == 3
 
 
+def test_attention_kernel_keys_the_layout_it_is_told(planner_with):
+    """A layer says where q, k and v come from; the memo and the stored record agree on it."""
+    p = planner_with({"fused": 1.0, "explicit": 0.5})
+    plan.attention_kernel(4, 2, 50, 50, 8, torch.float32, False, False)
+    plan.attention_kernel(4, 2, 50, 52, 8, torch.float32, False, False)  # same key: packed views, q=k=56
+    plan.attention_kernel(4, 2, 50, 52, 8, torch.float32, False, False, layout="cache")
+    assert _entry(p, "attention batch=4 heads=2 q=56 k=56 head_dim=8 dtype=float32 causal=0 training=0 masked=0 "
+                     "layout=packed")["measured_with"] == {"q": 50, "k": 50}
+    assert len(p.measured) == 2 and p.measured[1].endswith("layout=cache")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        plan.attention_kernel(4, 2, 50, 52, 8, torch.float32, False, False, layout="strided")
+    with pytest.raises(ValueError, match="q_len must be a positive int, got 50.0"):
+        plan.attention_kernel(4, 2, 50.0, 50, 8, torch.float32, False, False)
+
+
 def test_amp_dtype_asks_bf16_for_a_clear_win(planner_with):
     p = planner_with({"none": 1.0, "bf16": 0.75, "stock": 1.0, "onednn": 1.0})
     assert plan.amp_dtype("cpu", width=32, hidden=64, rows=100) == "bf16"

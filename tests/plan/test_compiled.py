@@ -106,6 +106,24 @@ def test_the_forced_setting_wins(planner_with, fake_compile, tiny, monkeypatch, 
     assert chosen.choice == forced and "forced" in chosen.why and p.timer.calls == []
 
 
+@pytest.mark.parametrize("how", ["forced", "cached"])
+def test_an_eager_pass_comes_before_the_compiled_module(planner_with, fake_compile, tiny, monkeypatch, how):
+    """The model's own kernel decisions (and each attention layer's answer, which its compiled graph
+    follows) are made by an eager pass outside any measurement, also when nothing is measured."""
+    p = planner_with({"eager": 1.0, "compiled": 0.1})
+    model, loss = tiny
+    if how == "forced":
+        monkeypatch.setenv("ANYFORMER_PLAN", "compile=compiled")
+    else:
+        runs = {"eager": lambda: torch.ones(1), "compiled": lambda: torch.ones(1)}
+        p.decide("compile", FIELDS, lambda: runs, extra=lambda: {"compile_s": 1.0})
+        planner_with({"eager": 1.0, "compiled": 0.1})
+    seen = []
+    model.register_forward_hook(lambda m, i, o: seen.append(torch.compiler.is_compiling()))
+    chosen = compile_for_training(model, loss, fields=FIELDS, steps=1000)
+    assert chosen.choice == "compiled" and seen == [False]
+
+
 def test_the_check_leaves_rng_and_gradients_alone_and_real_steps_are_timed(planner_with, plan_cache,
                                                                           fake_compile, tiny):
     planner_with()  # a real timer, which runs what it times

@@ -56,7 +56,9 @@ MODELS = {
 PEERS = ("timm", "HF ViT sdpa", "HF ViT eager")
 NOTES = """\
 - Where anyformer's lead comes from, in training and inference alike: its linear layers run on
-  oneDNN (AVX-512) instead of MKL (AVX2 on this AMD CPU); everything else in the step (SDPA
+  oneDNN instead of MKL where the plan measured that faster (the `matmul torch` and `matmul oneDNN`
+  rows show by how much on this CPU: 2x on the AMD EPYC of 2026-11-21, 1.1-1.2x on the one of
+  2026-11-24); everything else in the step (SDPA
   attention, LayerNorm, GELU, AdamW) is the same kernels the peers call. The lead therefore grows
   with the share of the step spent in linear layers: ViT-Ti (width 192, MLP 768) gains much more
   than seed 000's MNIST ViT (width 128, MLP 128), where the K=128 products gain least from oneDNN
@@ -67,6 +69,13 @@ NOTES = """\
   attention output, MLP and norm for that token alone (`Transformer(keep=1)`, benchmarks/README.md):
   same logits, about half a block less work; the peers compute the whole block. GFLOP/s counts the
   full model's FLOPs for every contestant, an equivalent rate for anyformer.
+- Attention at head dim 16 over 50 tokens: the plan times SDPA against plain matmuls on views into
+  the packed q/k/v projection, as a layer hands them over. On contiguous operands plain matmuls ran
+  1.5x faster than SDPA, on those views at about SDPA's speed (and, without the copy the explicit
+  path now makes, at half of it); so SDPA stays.
+- Inference passes run under torch.compile where the plan measured that faster
+  (`compile_for_inference`; the header line says what it chose); the `anyformer eager` row is the
+  same model forced eager. In these rounds the two were within their spread of each other.
 - Inference: by default anyformer's forward passes without autograd run on oneDNN too. Its
   logits differ from the peers' (MKL) by summation order only, about 1e-6 of their scale (the
   `weights` line above; the interop parity tests allow 1e-5 of max(1, max|ref|)). The row

@@ -67,10 +67,17 @@ def _cpu_capability() -> str:
         return "unknown"
 
 
+# The plan's own revision, part of the key like torch's version: raised when a decision's candidates
+# or the way they are timed change, so that records measured the old way are measured again.
+# 2: attention timed in the layout a layer hands over, at the lengths asked (2026-11-24).
+PLAN_REVISION = 2
+
+
 def machine(threads: int | None = None) -> dict[str, Any]:
     """The machine key's fields and "key", a short hash of them."""
     cpu = cpu_info()
     fields = {
+        "plan": PLAN_REVISION,
         "cpu": cpu["model"], "arch": platform.machine(), "flags": list(cpu["flags"]),
         "torch": torch.__version__, "capability": _cpu_capability(),
         "onednn": bool(torch.backends.mkldnn.is_available()), "mkl": bool(torch.backends.mkl.is_available()),

@@ -32,6 +32,14 @@ def test_key_depends_on_threads_and_names_the_file():
     assert name.endswith(f"-t1-{a['key']}.json") and "/" not in name and torch.__version__.split("+")[0] in name
 
 
+def test_key_depends_on_the_plans_revision(monkeypatch):
+    """Records measured before the candidates or their timing changed are not read by a newer plan."""
+    before = host.machine(threads=1)
+    monkeypatch.setattr(host, "PLAN_REVISION", host.PLAN_REVISION + 1)
+    after = host.machine(threads=1)
+    assert after["key"] != before["key"] and after["plan"] == before["plan"] + 1
+
+
 def test_as_ranges():
     assert host.as_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     assert host.as_ranges([3]) == "3"

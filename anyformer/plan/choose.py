@@ -4,9 +4,9 @@ Each helper takes the shapes it is asked about and returns a choice name; the ca
 inside, from random inputs drawn from a private generator (planning never moves the global RNG,
 so a run is reproducible whether its plan came from the cache or was measured). Shapes are keyed
 by buckets (powers of two for rows, batch and a KV cache's length; finer steps for the sequence
-lengths of a forward over many queries, see `_length_bucket`) so that a growing KV cache or a short
-last batch does not trigger a measurement per size; each timed call is kept to about a GFLOP by timing fewer
-rows (or batch items) than asked for, recorded as `measured_with`. `linear_kernel` and
+lengths of a forward over many queries, see `_length_bucket`) so that a growing KV cache or a
+short last batch does not trigger a measurement per size; each timed call is kept to about a GFLOP
+by timing fewer rows (or batch items) than asked for, recorded as `measured_with`. `linear_kernel` and
 `attention_kernel` are CPU questions (the floors ask them only on the CPU).
 """
 from __future__ import annotations

@@ -206,13 +206,8 @@ def planned_forward(key: str, module, x, y):
     was chosen and why, for the results' header."""
     import torch.nn.functional as F
     from anyformer.plan import compile_for_training
-    fields = {"model": f"bench-{key}", "batch": "x".join(map(str, x.shape)), "amp": "none", "device": "cpu"}
-    t0 = time.perf_counter()
-    chosen = compile_for_training(
-        module, lambda m: F.cross_entropy(m(x).flatten(0, -2).float(), y.flatten()), fields=fields)
-    note = f"{key}: compile={chosen.choice} ({chosen.why}; decided in {time.perf_counter() - t0:.1f} s)"
-    print(note, flush=True)
-    return chosen.module, note
+    return _planned(key, x, lambda fields: compile_for_training(
+        module, lambda m: F.cross_entropy(m(x).flatten(0, -2).float(), y.flatten()), fields=fields))
 
 
 def planned_inference(key: str, module, x):
@@ -222,9 +217,14 @@ def planned_inference(key: str, module, x):
     serves many batches. `module` is put in eval mode first, as infer_step runs it."""
     from anyformer.plan import compile_for_inference
     module.eval()
+    return _planned(key, x, lambda fields: compile_for_inference(module, lambda m: m(x), fields=fields))
+
+
+def _planned(key: str, x, decide: Callable):
+    """(module, note): `decide(fields)`'s compile plan for input `x`, and one line saying what it chose."""
     fields = {"model": f"bench-{key}", "batch": "x".join(map(str, x.shape)), "amp": "none", "device": "cpu"}
     t0 = time.perf_counter()
-    chosen = compile_for_inference(module, lambda m: m(x), fields=fields)
+    chosen = decide(fields)
     note = f"{key}: compile={chosen.choice} ({chosen.why}; decided in {time.perf_counter() - t0:.1f} s)"
     print(note, flush=True)
     return chosen.module, note

@@ -65,7 +65,7 @@ def _length_bucket(n: int, queries: int) -> int:
     if queries > 1 and n <= _FINE_LEN:
         step = 8 if n <= 128 else 32
         return (n + step - 1) // step * step
-    return min(_MAX_LEN, 1 << max(0, int.bit_length(n - 1)))
+    return _bucket(n, _MAX_LEN)
 
 
 def _floor_pow2(x: float) -> int:
@@ -180,7 +180,7 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     name = _dtype("attention_kernel", dtype)
     if layout not in ATTENTION_LAYOUTS:
         raise ValueError(f"attention_kernel: layout must be one of {ATTENTION_LAYOUTS}, got {layout!r}")
-    b, q, k = _bucket(batch, _MAX_BATCH), _length_bucket(q_len, q_len), _length_bucket(k_len, q_len)
+    b, (q, k) = _bucket(batch, _MAX_BATCH), lengths  # validated above: ints >= 1
     # Timed at the lengths asked where they are keyed finely (the bucket only rounds them for the key).
     tq, tk = (q_len, k_len) if q_len > 1 and k_len <= _FINE_LEN else (q, k)
     per_head = 4.0 * tq * tk * head_dim * (3.5 if training else 1.0)

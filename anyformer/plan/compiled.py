@@ -193,34 +193,38 @@ def _candidate(module: Callable[[], nn.Module], step_loss: Callable[[nn.Module],
                device: torch.device, first_call: dict[str, float] | None = None) -> Callable[[], tuple]:
     """One training step's forward and backward with `module()`: returns the loss and the gradients
     (computed with autograd.grad, so nothing accumulates in the parameters' .grad)."""
-    def run() -> tuple:
-        t0 = time.perf_counter()
-        torch.manual_seed(_SEED)
+    def body(m: nn.Module) -> tuple:
         with torch.enable_grad():
-            loss = step_loss(module())
+            loss = step_loss(m)
             grads = torch.autograd.grad(loss, params, allow_unused=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if first_call is not None and "s" not in first_call:
-            first_call["s"] = time.perf_counter() - t0
         return (loss.detach(), *(g for g in grads if g is not None))
-    return run
+    return _seeded(module, body, device, first_call)
 
 
 def _inference(module: Callable[[], nn.Module], forward: Callable[[nn.Module], Tensor], device: torch.device,
                first_call: dict[str, float] | None = None) -> Callable[[], tuple]:
     """One gradient-free pass with `module()` under inference_mode: returns its output(s)."""
+    def body(m: nn.Module) -> tuple:
+        with torch.inference_mode():
+            out = forward(m)
+        # Every tensor in what came back (a tuple, a dict, a ModelOutput), in a fixed order.
+        return tuple(t for t in pytree.tree_leaves(out) if isinstance(t, Tensor))
+    return _seeded(module, body, device, first_call)
+
+
+def _seeded(module: Callable[[], nn.Module], body: Callable[[nn.Module], tuple], device: torch.device,
+            first_call: dict[str, float] | None) -> Callable[[], tuple]:
+    """`body(module())` from the same random state each call, synchronised; the first call's time
+    (the compile, for the compiled candidate) goes into `first_call["s"]`."""
     def run() -> tuple:
         t0 = time.perf_counter()
         torch.manual_seed(_SEED)
-        with torch.inference_mode():
-            out = forward(module())
+        out = body(module())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if first_call is not None and "s" not in first_call:
             first_call["s"] = time.perf_counter() - t0
-        # Every tensor in what came back (a tuple, a dict, a ModelOutput), in a fixed order.
-        return tuple(t for t in pytree.tree_leaves(out) if isinstance(t, Tensor))
+        return out
     return run
 
 

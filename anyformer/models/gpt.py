@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -10,7 +11,15 @@ from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
+from ..plan import compile_for_decode
 from .base import Model, check_seq_len, check_sizes, matmul_weights
+from .gpt_decode import (Step, cache_length, decode_step, eager_step, plan_fields, static_decode_unsupported,
+                         static_step)
+
+# Per model, kept beside it rather than on it (a deep copy of the model must not carry steps bound to
+# the original): the compiled decode steps by (batch, cache size), and the one-token steps asked for.
+_DECODE_STEPS: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
+_DECODE_TALLY: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -134,16 +143,62 @@ class GPT(Model):
             # model's step, ~1% of gpt2's (memory-bound). Sampling runs outside it, so the tokens
             # handed out are ordinary tensors; the cache, made inside, stays inside.
             with torch.inference_mode():
-                cache = self.new_cache(idx.shape[0], total) if use_cache else None
+                cache = self.new_cache(idx.shape[0], cache_length(self, total)) if use_cache else None
             step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
-            for _ in range(max_new_tokens):
+            step = None    # the one-token step (after the prompt): eager, or compiled where the plan chose it
+            for i in range(max_new_tokens):
                 with torch.inference_mode():
-                    logits = self(step_in, cache=cache, last_only=True)[:, -1].float()
+                    if step is None and use_cache and i == 1:
+                        step = self._decode_step(step_in, cache, max_new_tokens - 1)
+                    logits = (step(step_in, cache) if step is not None
+                              else self(step_in, cache=cache, last_only=True)[:, -1]).float()
                 nxt = sample(logits, temperature, top_k, top_p, generator)
                 step_in = nxt if use_cache else torch.cat([step_in, nxt], dim=1)
                 yield nxt
         finally:
             self.train(was_training)
+
+    def compiled_decode(self, batch: int, total: int) -> bool:
+        """Whether `generate` (and `stream`) now takes its one-token steps for `batch` prompts and
+        `total` tokens in all through the compiled static graph: the speed plan chose it in this
+        process (it does once the steps taken have cost about a compile, and it measured faster)."""
+        return (batch, cache_length(self, total)) in _DECODE_STEPS.get(self, {})
+
+    def _decode_step(self, ids: Tensor, cache: list[KVCache], steps: int) -> Step:
+        """The step for `steps` one-token calls from here: this model's eager forward, or its static
+        graph compiled (gpt_decode.py) where the speed plan measured that faster and the steps this
+        model has taken in this process repay the compile. Decided once per batch and cache size;
+        the cache is left as it came."""
+        eager = eager_step(self)
+        if static_decode_unsupported(self) is not None:
+            return eager
+        key = (ids.shape[0], cache[0].max_len)
+        memo = _DECODE_STEPS.setdefault(self, {})
+        if key in memo:
+            return memo[key]
+        tally = _DECODE_TALLY.setdefault(self, {})
+        tally[key] = tally.get(key, 0) + steps
+        pos = cache[0].length
+
+        def at_pos() -> None:  # every candidate call computes the same position
+            for c in cache:
+                c.length = pos
+
+        def run_eager() -> Tensor:
+            at_pos()
+            return eager(ids, cache)
+
+        def run_with(compiled) -> Tensor:
+            at_pos()
+            return static_step(self, compiled)(ids, cache)
+
+        plan = compile_for_decode(decode_step, run_with, run_eager, device=ids.device, tokens=tally[key],
+                                  fields=plan_fields(self, *key))
+        at_pos()
+        if plan.choice != "compiled":
+            return eager
+        memo[key] = static_step(self, plan.module)
+        return memo[key]
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the

@@ -34,8 +34,10 @@ class KVCache:
 
     def __init__(self, batch: int, heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
-        self.k = torch.empty(batch, heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = torch.empty_like(self.k)
+        # Zeros, not empty: a static decode step (models/gpt_decode.py) reads every position and masks
+        # those not yet written, and a masked weight of 0 times a NaN left in fresh memory is NaN.
+        self.k = torch.zeros(batch, heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
         self.length = 0
 
     @property

@@ -8,6 +8,7 @@ machine (DESIGN.md, "Speed: measured on the machine at hand").
     plan.adamw_impl(model.parameters())                                   # "foreach" | "fused"
     plan.compile_for_training(model, step_loss, fields=..., steps=N)      # eager or torch.compile
     plan.compile_for_inference(model, forward, fields=..., calls=N)       # the same, for inference passes
+    plan.compile_for_decode(step, call, eager, fields=..., tokens=N)      # a generation step's static graph
 
 Forcing: `ANYFORMER_PLAN="linear=stock,attention=explicit"`, `ANYFORMER_PLAN=stock` (all stock,
 nothing measured), or `plan.force(...)` / `with plan.forcing(...)` from Python, which replaces the
@@ -20,14 +21,14 @@ from typing import Mapping
 
 from .choices import ENV_PLAN, Decision, decision, decisions, register
 from .choose import adamw_impl, amp_dtype, attention_kernel, linear_kernel
-from .compiled import CompilePlan, compile_for_inference, compile_for_training
+from .compiled import CompilePlan, compile_for_decode, compile_for_inference, compile_for_training
 from .kernels import onednn_linear, onednn_linear_op
 from .host import machine, native_bf16
 from .planner import Planner, max_error, planner, using
 from .store import ENV_CACHE, plan_dir
 
 __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw_impl", "amp_dtype",
-           "attention_kernel", "compile_for_inference", "compile_for_training", "configure", "decision",
+           "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training", "configure", "decision",
            "decisions", "force", "forcing", "linear_kernel", "machine", "max_error", "native_bf16",
            "onednn_linear", "onednn_linear_op", "plan_dir", "planner", "register", "reset", "using"]
 

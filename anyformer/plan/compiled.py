@@ -54,6 +54,10 @@ BUDGET_S = 2.0          # timing rounds after the compile, calls that are not tr
 STEPS_BUDGET_S = 6.0    # when the timed calls are the run's own steps (up to 24 rounds: 50 steps)
 # The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.
 MAX_TIMED_STEPS = 2 * (1 + max_rounds_for(STEPS_BUDGET_S))
+# A one-token generation step is a small graph: a GPT's compiled in 4-9 s here (2-core AMD EPYC, the
+# char GPT's and gpt2's shapes), against 20-61 s for whole training steps. Its first compile is
+# estimated at this before one is on record.
+FIRST_DECODE_COMPILE_S = 15.0
 _SEED = 20_240_601      # the same random draws (dropout, noise) in every candidate's call
 
 
@@ -62,7 +66,7 @@ class CompilePlan:
     """What `compile_for_training` or `compile_for_inference` settled: the module to run the steps
     (or passes) with, the choice, and one line saying why (for the run's log)."""
 
-    module: nn.Module
+    module: nn.Module | Callable[..., Any]
     choice: str
     why: str
 
@@ -110,12 +114,37 @@ def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tens
                    None, "inference passes")
 
 
+def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[..., Tensor]], Tensor],
+                       eager: Callable[[], Tensor], *, fields: Mapping[str, Any], tokens: int | None,
+                       tolerance: float = 1e-4, device: torch.device | str = "cpu") -> CompilePlan:
+    """`torch.compile(step)` (static shapes), or `step` unchanged, for a generation loop's one-token
+    steps: `call(f)` runs one step with f (the compiled `step`), `eager()` the same step the stock way
+    (the model's own forward). Both must be repeatable: the caller resets its cache before each call.
+
+    The record is the compile decision's, keyed `pass=decode` besides `fields`. `tokens`: the steps
+    that the compile is to be paid back over. Like a JIT compiler, pass all the steps this model has
+    taken in this process so far plus those asked now: then the compile is measured (and later used)
+    once the eager steps already taken cost as much as a compile of this kind does here (the
+    ski-rental rule: never more than twice the cost of the better choice in hindsight), not on the
+    first short request. None: no accounting (a server that runs for days)."""
+    device = torch.device(device)
+    compiled = _Compiled(step, dynamic=False)
+    first_call: dict[str, float] = {}
+    runs = (_inference(lambda: step, lambda _: eager(), device), _inference(compiled.get, call, device, first_call))
+    return _settle(compiled, {**fields, "pass": "decode"}, tokens, "steps", runs, first_call, device, tolerance,
+                   None, "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
+                   compiles_like={"pass": "decode"})
+
+
 def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None, unit: str,
             runs: tuple[Callable[[], tuple], Callable[[], tuple]], first_call: dict[str, float],
             device: torch.device, tolerance: float, timed: dict[str, Callable[[], None]] | None,
-            what: str) -> CompilePlan:
-    """The decision both kinds of pass share: forced, cached (if the compile repays), or measured
-    (if the `count` calls to come could repay a compile), with the numerics checked."""
+            what: str, *, repay: float = REPAY, first_compile_s: float = FIRST_COMPILE_S,
+            compiles_like: Mapping[str, Any] | None = None) -> CompilePlan:
+    """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
+    (if the `count` calls to come could repay `repay` compiles), with the numerics checked. The
+    compile is estimated from the slowest on record (of those whose fields include `compiles_like`),
+    or `first_compile_s`."""
     p = planner()
     forced = choices.forced_choice(p.forced()[0], COMPILE.name)
     if forced == "eager":
@@ -124,21 +153,21 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
     # One eager pass first, outside any measurement (inside one, the kernel decisions a model asks
     # for get the stock answer): the model's linear and attention choices are made now, and each
     # attention layer keeps its answer for the compiled graph to follow. It also warms up the
-    # allocator and oneDNN's primitives.
+    # allocator and oneDNN's primitives, and keeps those decisions' timing out of the call timed below.
     with _quiet_rng(device):
         eager_run()
     if forced is not None:
         return compiled.plan(forced, f"compile={forced} is forced")
     key = entry_key(COMPILE.name, fields)
     entry = p.entry(COMPILE.name, fields)
-    recorded = [s for s in p.recorded(COMPILE.name, "compile_s") if isinstance(s, (int, float))]
-    compile_s = max(recorded) if recorded else FIRST_COMPILE_S
+    recorded = [s for s in p.recorded(COMPILE.name, "compile_s", where=compiles_like) if isinstance(s, (int, float))]
+    compile_s = max(recorded) if recorded else first_compile_s
     if entry is None and count is not None:
         with _quiet_rng(device):
             t0 = time.perf_counter()
             eager_run()
             call_s = time.perf_counter() - t0
-        if count * call_s < REPAY * compile_s:
+        if count * call_s < repay * compile_s:
             return compiled.plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
                                           f"compile (~{compile_s:.0f} s here); not measured")
     checked = {"eager": _quietly(eager_run, device), "compiled": _quietly(compiled_run, device)}
@@ -163,21 +192,21 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
 class _Compiled:
     """`torch.compile(module)`, made on first use: a run that stays eager never imports dynamo."""
 
-    def __init__(self, module: nn.Module) -> None:
-        self.module, self._compiled = module, None
+    def __init__(self, module: nn.Module | Callable[..., Any], **options: Any) -> None:
+        self.module, self._compiled, self.options = module, None, options
 
     def get(self) -> nn.Module:
         if self._compiled is None:
-            self._compiled = _compile(self.module)
+            self._compiled = _compile(self.module, **self.options)
         return self._compiled
 
     def plan(self, choice: str, why: str) -> CompilePlan:
         return CompilePlan(self.get() if choice == "compiled" else self.module, choice, why)
 
 
-def _compile(module: nn.Module) -> nn.Module:
+def _compile(module: nn.Module | Callable[..., Any], **options: Any) -> nn.Module:
     """torch.compile, drawing random numbers through eager's kernels (inductor's `fallback_random`)."""
-    return torch.compile(module, options={"fallback_random": True})
+    return torch.compile(module, options={"fallback_random": True}, **options)
 
 
 def _times(entry: Mapping[str, Any] | None, text: str) -> str:

@@ -324,12 +324,14 @@ class Planner:
             found = self._load().get(store.entry_key(name, fields))
             return dict(found) if found is not None else None
 
-    def recorded(self, name: str, field: str) -> list[Any]:
+    def recorded(self, name: str, field: str, where: Mapping[str, Any] | None = None) -> list[Any]:
         """The values of `field` in every record of decision `name` on this machine (e.g. the compile
-        times of earlier shapes: what the next one will likely cost)."""
+        times of earlier shapes: what the next one will likely cost); with `where`, only in records
+        whose fields include those (e.g. {"pass": "decode"})."""
         with self._lock:
             self._sync()
-            return [e[field] for e in self._load().values() if e.get("decision") == name and field in e]
+            return [e[field] for e in self._load().values() if e.get("decision") == name and field in e
+                    and all(e.get("fields", {}).get(k) == v for k, v in (where or {}).items())]
 
     # --- reporting -----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

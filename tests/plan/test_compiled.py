@@ -10,7 +10,7 @@ from torch import nn
 
 from anyformer import plan
 from anyformer.plan import compiled as compiled_module
-from anyformer.plan import compile_for_inference, compile_for_training
+from anyformer.plan import compile_for_decode, compile_for_inference, compile_for_training
 
 FIELDS = {"model": "tiny", "batch": "8x6", "amp": "none"}
 
@@ -193,3 +193,44 @@ def test_a_real_inference_compile_agrees_with_eager(planner_with, plan_cache, ti
     assert entry["dropped"] == {} and entry["compile_s"] > 0 and entry["error_vs_stock"]["compiled"] <= 1e-4
     with torch.inference_mode():
         torch.testing.assert_close(chosen.module(loss.x), model(loss.x), rtol=1e-5, atol=1e-6)
+
+
+# --- one-token decode steps -----------------------------------------------------------------------
+def _decode(offset: float = 0.0):
+    """A decode step's candidates: `step` stands for the static graph; call(f) runs it, eager() the stock way."""
+    x = torch.randn(3, 5)
+    step = lambda x: x * 2.0  # noqa: E731
+    return step, (lambda f: f(x) * (1.0 + offset)), (lambda: x * 2.0)
+
+
+@pytest.fixture
+def fake_function_compile(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(compiled_module, "_compile", lambda f, **kw: compiled.append(kw) or f)
+    return compiled
+
+
+def test_decode_steps_are_timed_under_their_own_key_once_they_could_repay_a_compile(planner_with, plan_cache,
+                                                                                    fake_function_compile):
+    p = planner_with({"eager": 1.0, "compiled": 0.5})
+    few = compile_for_decode(*_decode(), fields=FIELDS, tokens=3)
+    assert few.choice == "eager" and "3 steps" in few.why and p.timer.calls == []
+    many = compile_for_decode(*_decode(), fields=FIELDS, tokens=10**12)
+    assert many.choice == "compiled" and fake_function_compile == [{"dynamic": False}]  # static shapes
+    assert plan.planner().entry("compile", {**FIELDS, "pass": "decode"})["timed"] == "decode steps"
+
+
+def test_decode_estimates_its_compile_from_decode_compiles_only(planner_with, plan_cache, fake_function_compile):
+    """A training step's slow compile on record does not hold back the small decode graph."""
+    p = planner_with({"eager": 1.0, "compiled": 0.5})
+    runs = {"eager": lambda: torch.ones(1), "compiled": lambda: torch.ones(1)}
+    p.decide("compile", FIELDS, lambda: runs, extra=lambda: {"compile_s": 1e15})
+    assert compile_for_decode(*_decode(), fields=FIELDS, tokens=10**12).choice == "compiled"
+    assert compile_for_training(nn.Linear(2, 2), lambda m: m(torch.ones(1, 2)).sum(), fields={"model": "other"},
+                                steps=10**6).choice == "eager"  # ~1e15 s of compiling: not measured
+
+
+def test_a_decode_step_that_disagrees_is_dropped(planner_with, plan_cache, fake_function_compile):
+    planner_with({"eager": 1.0, "compiled": 0.1})
+    chosen = compile_for_decode(*_decode(offset=1e-3), fields=FIELDS, tokens=None)
+    assert chosen.choice == "eager"

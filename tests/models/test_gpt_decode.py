@@ -1,0 +1,84 @@
+"""The static one-token decode step (models/gpt_decode.py): the same logits as the model's own
+forward for every kind of position, the same greedy tokens when generate runs it compiled (a real
+inductor compile), and the eager forward wherever it does not apply or the plan has not chosen it."""
+import pytest
+import torch
+
+from anyformer.models.gpt import GPT, GPTConfig
+from anyformer import plan
+from anyformer.models import gpt as gpt_module
+from anyformer.models.gpt_decode import cache_length, decode_step, plan_fields, static_decode_unsupported
+from anyformer.plan import compiled as compiled_module
+
+
+def tiny_gpt(position: str = "learned", **kw) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=50, context=64, width=32, depth=2, heads=4, position=position,
+                               **kw)).eval()
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rotary", "none"])
+def test_the_static_step_computes_the_models_own_logits(position):
+    gpt = tiny_gpt(position, bias=position != "none")
+    ids = torch.randint(0, 50, (2, 12))
+    with torch.inference_mode():
+        cache = gpt.new_cache(2, 32)
+        gpt(ids[:, :9], cache=cache)
+        keys, values = [c.k for c in cache], [c.v for c in cache]
+        for t in range(9, 12):  # three steps, each written into the cache at its position
+            logits = decode_step(gpt, ids[:, t], torch.tensor(t), keys, values)
+            torch.testing.assert_close(logits, gpt(ids[:, :t + 1])[:, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_generate_with_the_compiled_step_gives_the_eager_tokens():
+    """A real torch.compile (inductor and the C++ compiler), forced: greedy tokens as the eager loop's."""
+    gpt = tiny_gpt()
+    prompt = torch.randint(0, 50, (1, 7))
+    with plan.forcing(compile="eager"):
+        eager = gpt.generate(prompt, 20, temperature=0)
+        assert not gpt.compiled_decode(1, 27)
+    with plan.forcing(compile="compiled"):
+        first = gpt.generate(prompt, 20, temperature=0)
+        again = gpt.generate(prompt, 20, temperature=0)  # a fresh cache through the same graph
+    assert gpt.compiled_decode(1, 27) and not gpt.compiled_decode(2, 27)
+    assert torch.equal(first, eager) and torch.equal(again, eager)
+
+
+def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypatch, tmp_path):
+    """Ski rental: no compile is measured while the eager steps taken cost less than one; they are
+    counted across calls."""
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
+    monkeypatch.delenv("ANYFORMER_PLAN", raising=False)
+    monkeypatch.setattr(compiled_module, "FIRST_DECODE_COMPILE_S", 1e6)
+    compiles = []
+    monkeypatch.setattr(compiled_module, "_compile", lambda f, **kw: compiles.append(f) or f)
+    gpt = tiny_gpt()
+    plan.reset()
+    try:
+        for _ in range(2):
+            gpt.generate(torch.randint(0, 50, (1, 5)), 8, temperature=0)
+        assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 14}  # 7 one-token steps per call
+        assert compiles == [] and not gpt.compiled_decode(1, 13)
+        monkeypatch.setattr(compiled_module, "FIRST_DECODE_COMPILE_S", 0.0)  # a compile costs nothing now
+        gpt.generate(torch.randint(0, 50, (1, 5)), 8, temperature=0)
+        assert compiles == [decode_step]  # measured (the stand-in "compiled" step is decode_step, eager)
+        fields = {**plan_fields(gpt, 1, 64), "pass": "decode"}
+        assert fields["model"] == "gpt-d2-w32-h4-m128-v50-learned-gelu_tanh"
+        assert plan.planner().entry("compile", fields)["timed"] == "decode steps"
+    finally:
+        plan.reset()
+
+
+def test_where_the_static_step_does_not_apply_generate_runs_eager():
+    gpt = tiny_gpt().to(torch.bfloat16)
+    assert "float32" in static_decode_unsupported(gpt)
+    with plan.forcing(compile="compiled"):
+        out = gpt.generate(torch.randint(0, 50, (1, 5)), 4, temperature=0)
+    assert out.shape == (1, 9) and not gpt.compiled_decode(1, 9)
+
+
+def test_caches_come_in_powers_of_two_up_to_the_context():
+    gpt = tiny_gpt()  # context 64
+    assert [cache_length(gpt, n) for n in (1, 64)] == [64, 64]
+    big = GPT(GPTConfig(vocab_size=10, context=1000, width=8, depth=1, heads=2))
+    assert [cache_length(big, n) for n in (65, 300, 512, 513, 1000)] == [128, 512, 512, 1000, 1000]

@@ -41,6 +41,7 @@ runtime.configure()  # before torch is imported, as the CLI does
 import torch  # noqa: E402
 
 import anyformer as af  # noqa: E402
+from anyformer import plan  # noqa: E402
 
 
 def _sh(cmd: str) -> str:
@@ -157,14 +158,40 @@ MV_ONEDNN = "matrix-vector products, oneDNN (anyformer's linears)"
 MV_MKL = "matrix-vector products, torch F.linear (MKL)"
 
 
-def bench_floor(gpt, prefix: int, rounds: int = 15, per_round: int = 3) -> dict:
+def compiled_step_setup(gpt, prefix: int, total: int):
+    """(rewind, step) for the compiled static decode step that `generate` runs for `total`-token
+    requests, if its plan has chosen it in this process (the HF comparison runs first); else None."""
+    from anyformer.models import gpt as gpt_module
+    from anyformer.models.gpt_decode import cache_length
+    size = cache_length(gpt, total)
+    step_fn = gpt_module._DECODE_STEPS.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
+    if step_fn is None:
+        return None
+    tok = torch.zeros(1, 1, dtype=torch.long)
+    with torch.inference_mode():
+        cache = gpt.new_cache(1, size)
+        gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
+            cache=cache)
+
+    def step():
+        with torch.inference_mode():
+            return step_fn(tok, cache)
+
+    def rewind() -> None:
+        for kv in cache:
+            kv.length = prefix
+    return rewind, step
+
+
+def bench_floor(gpt, prefix: int, total: int, rounds: int = 15, per_round: int = 3) -> dict:
     """What one cached step could cost at best: it multiplies a vector by every weight matrix once,
     so it must read every weight from memory once. Alternated with the real step, each round:
     reading all weight matrices (a sum over each: the memory read rate), the bare matrix-vector
     products on oneDNN (what anyformer's linears run) and through F.linear (torch's default BLAS,
     MKL; HF's GPT-2 multiplies the same products through addmm on transposed weights), and the
-    step itself. Biases, norms and attention over the cache are left out of the bare rows, so the
-    step's excess over them is everything else it does."""
+    step itself: the model's eager forward, and the compiled static step where generate runs it.
+    Biases, norms and attention over the cache are left out of the bare rows, so the step's excess
+    over them is everything else it does."""
     from anyformer.plan.kernels import onednn_mm as _mm
     mats = [m.weight for m in gpt.modules() if isinstance(m, torch.nn.Linear)] + [gpt.lm_head.weight]
     xs = {k: torch.randn(1, k) for k in {w.shape[1] for w in mats}}
@@ -176,6 +203,9 @@ def bench_floor(gpt, prefix: int, rounds: int = 15, per_round: int = 3) -> dict:
             MV_ONEDNN: (nothing, lambda: [_mm(xs[w.shape[1]], w) for w in mats]),
             MV_MKL: (nothing, lambda: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in mats]),
             "anyformer's cached step (eager forward)": one_step_setup(gpt, prefix)}
+    compiled = compiled_step_setup(gpt, prefix, total)
+    if compiled is not None:
+        ways["anyformer's cached step (compiled static graph)"] = compiled
     with torch.inference_mode():
         rows = alternate(ways, rounds, per_round)
     print(f"weights read per step: {gbytes * 1e3:.0f} MB; median of {rounds} alternated rounds:", flush=True)
@@ -223,7 +253,6 @@ def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2, serve_max: int
     except ImportError:
         print("transformers is not importable: Hugging Face comparison skipped")
         return None
-    from anyformer import plan
     from anyformer.models.gpt_decode import cache_length, plan_fields
     hf = gpt.to_hf()  # anyformer.interop: the same weights in a GPT2LMHeadModel
     prompt = torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(1))
@@ -275,7 +304,7 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
         f"- command: `{'OMP_PROC_BIND=' + info['bind'] + ' ' if info['bind'] == 'false' else ''}python "
         f"benchmarks/bench_generate.py {' '.join(sys.argv[1:])}` ({seconds:.0f} s)", "",
         f"## Key/value cache vs recomputing the prefix ({args.new_tokens} new tokens each; cached: best of "
-        f"{args.repeats} runs, uncached: one run)", "",
+        f"{args.repeats} runs, uncached: one run; both eager, `compile=eager` forced: what the cache itself is worth)", "",
         "Tokens per second of wall time, and (in brackets) per second of this process's CPU time, which on "
         "this shared machine is the steadier measure of the work (with one thread it approximates the rate on an idle "
         "core); the cache's win is given in both.", "",
@@ -372,9 +401,10 @@ def main() -> None:
     t0 = time.perf_counter()
     # HF first: its "first requests" are this process's first generations of that size.
     hf_row = None if args.no_hf else bench_hf(gpt, args.hf_prefix, args.hf_new, args.hf_repeats)
-    rows = bench_cache(gpt, args.prefixes, args.new_tokens, args.repeats)
+    with plan.forcing(compile="eager"):  # the cache's own worth: the same eager step at every prefix
+        rows = bench_cache(gpt, args.prefixes, args.new_tokens, args.repeats)
     step_row = bench_step(gpt, args.hf_prefix)
-    floor_row = bench_floor(gpt, args.hf_prefix)
+    floor_row = bench_floor(gpt, args.hf_prefix, args.hf_prefix + args.hf_new)
     load_after = _sh("uptime")
     print(f"load: {load_after}")
     if not args.no_write:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -11,15 +13,17 @@ from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
-from ..plan import compile_for_decode
+from ..plan import choices, compile_for_decode, planner
 from .base import Model, check_seq_len, check_sizes, matmul_weights
-from .gpt_decode import (Step, cache_length, decode_step, eager_step, plan_fields, static_decode_unsupported,
+from .gpt_decode import (Step, cache_length, eager_step, fresh_decode_step, plan_fields, static_decode_unsupported,
                          static_step)
 
 # Per model, kept beside it rather than on it (a deep copy of the model must not carry steps bound to
-# the original): the compiled decode steps by (batch, cache size), and the one-token steps asked for.
+# the original), by (batch, cache size): the compiled decode functions (None: eager, settled), the
+# one-token steps asked for, and a lock. The values must not hold the model, or it is never freed.
 _DECODE_STEPS: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
 _DECODE_TALLY: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
+_DECODE_LOCKS: "weakref.WeakKeyDictionary[GPT, threading.Lock]" = weakref.WeakKeyDictionary()
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -142,8 +146,10 @@ class GPT(Model):
             # Inference mode skips autograd's per-op bookkeeping: measured 5-12% of a small
             # model's step, ~1% of gpt2's (memory-bound). Sampling runs outside it, so the tokens
             # handed out are ordinary tensors; the cache, made inside, stays inside.
+            # Sized for the static decode step's buckets where it may run (one graph per size), else exactly.
+            size = cache_length(self, total) if static_decode_unsupported(self) is None else total
             with torch.inference_mode():
-                cache = self.new_cache(idx.shape[0], cache_length(self, total)) if use_cache else None
+                cache = self.new_cache(idx.shape[0], size) if use_cache else None
             step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
             step = None    # the one-token step (after the prompt): eager, or compiled where the plan chose it
             for i in range(max_new_tokens):
@@ -162,23 +168,34 @@ class GPT(Model):
         """Whether `generate` (and `stream`) now takes its one-token steps for `batch` prompts and
         `total` tokens in all through the compiled static graph: the speed plan chose it in this
         process (it does once the steps taken have cost about a compile, and it measured faster)."""
-        return (batch, cache_length(self, total)) in _DECODE_STEPS.get(self, {})
+        return _DECODE_STEPS.get(self, {}).get((batch, cache_length(self, total))) is not None
 
     def _decode_step(self, ids: Tensor, cache: list[KVCache], steps: int) -> Step:
         """The step for `steps` one-token calls from here: this model's eager forward, or its static
         graph compiled (gpt_decode.py) where the speed plan measured that faster and the steps this
-        model has taken in this process repay the compile. Decided once per batch and cache size;
-        the cache is left as it came."""
+        model has taken in this process repay the compile. Settled once per batch and cache size
+        (asked again while the plan waits for the steps to repay a compile); the cache is left as
+        it came."""
         eager = eager_step(self)
-        if static_decode_unsupported(self) is not None:
+        if static_decode_unsupported(self) is not None or choices.forced_choice(
+                planner().forced()[0], "compile") == "eager":
             return eager
         key = (ids.shape[0], cache[0].max_len)
-        memo = _DECODE_STEPS.setdefault(self, {})
-        if key in memo:
-            return memo[key]
-        tally = _DECODE_TALLY.setdefault(self, {})
-        tally[key] = tally.get(key, 0) + steps
-        pos = cache[0].length
+        with _DECODE_LOCKS.setdefault(self, threading.Lock()):  # one plan and compile per key, however many callers
+            memo = _DECODE_STEPS.setdefault(self, {})
+            if key not in memo:
+                tally = _DECODE_TALLY.setdefault(self, {})
+                tally[key] = tally.get(key, 0) + steps
+                compiled = self._plan_decode(ids, cache, tally[key])
+                if compiled is not False:  # settled: compiled, or None for eager; False: not yet
+                    memo[key] = compiled
+            compiled = memo.get(key)
+        return eager if compiled is None else static_step(self, compiled)
+
+    def _plan_decode(self, ids: Tensor, cache: list[KVCache], tally: int):
+        """The compiled decode function for this batch and cache size, None where eager is settled
+        (measured or recorded faster, or the compile failed), False while not yet decided."""
+        eager, pos = eager_step(self), cache[0].length
 
         def at_pos() -> None:  # every candidate call computes the same position
             for c in cache:
@@ -192,13 +209,22 @@ class GPT(Model):
             at_pos()
             return static_step(self, compiled)(ids, cache)
 
-        plan = compile_for_decode(decode_step, run_with, run_eager, device=ids.device, tokens=tally[key],
-                                  fields=plan_fields(self, *key))
-        at_pos()
-        if plan.choice != "compiled":
-            return eager
-        memo[key] = static_step(self, plan.module)
-        return memo[key]
+        fields = plan_fields(self, *(ids.shape[0], cache[0].max_len))
+        chosen = compile_for_decode(fresh_decode_step(), run_with, run_eager, device=ids.device, tokens=tally,
+                                    fields=fields)
+        try:
+            if chosen.choice != "compiled":
+                record = planner().entry("compile", {**fields, "pass": "decode"})
+                return None if record is not None and record.get("choice") == "eager" else False
+            try:  # compiled from a record of another process: the first call compiles, here and now
+                run_with(chosen.module)
+            except Exception as e:  # noqa: BLE001 - no compiler here, say: stay eager, and say so
+                warnings.warn(f"the compiled decode step failed ({type(e).__name__}: {e}); generating eagerly",
+                              RuntimeWarning, stacklevel=4)
+                return None
+            return chosen.module
+        finally:
+            at_pos()
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the

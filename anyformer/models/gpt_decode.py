@@ -18,6 +18,7 @@ measured against the eager step, numerics checked, compile time counted.
 """
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -101,6 +102,15 @@ def decode_step(model: "GPT", ids: Tensor, pos: Tensor, keys: list[Tensor], valu
     if model.backbone.norm is not None:
         x = model.backbone.norm(x)
     return _matvec(x, model.lm_head.weight, model.lm_head.bias)
+
+
+def fresh_decode_step() -> Callable[..., Tensor]:
+    """`decode_step` with a code object of its own. torch.compile keeps its graphs per code object and
+    stops compiling a code object after a few recompiles (`recompile_limit`, 8), running it eagerly
+    from then on: here that would be the slow product-and-sum form, unfused. With one code object
+    per (model shape, batch, cache size) each compiles exactly one graph, however many a process makes."""
+    f = decode_step
+    return types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__, f.__defaults__, f.__closure__)
 
 
 def eager_step(model: "GPT") -> Step:

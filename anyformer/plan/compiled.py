@@ -128,23 +128,30 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
     ski-rental rule: never more than twice the cost of the better choice in hindsight), not on the
     first short request. None: no accounting (a server that runs for days)."""
     device = torch.device(device)
-    compiled = _Compiled(step, dynamic=False)
+    # fullgraph: a graph break would leave parts of the step eager and slow, silently; it raises instead,
+    # and the candidate is dropped.
+    compiled = _Compiled(step, dynamic=False, fullgraph=True)
     first_call: dict[str, float] = {}
-    runs = (_inference(lambda: step, lambda _: eager(), device), _inference(compiled.get, call, device, first_call))
+    # No seeding and no forked RNG: the step draws no random numbers, and a server's other requests
+    # may be sampling from the global generator meanwhile.
+    runs = (_inference(lambda: step, lambda _: eager(), device, seed=False),
+            _inference(compiled.get, call, device, first_call, seed=False))
     return _settle(compiled, {**fields, "pass": "decode"}, tokens, "steps", runs, first_call, device, tolerance,
                    None, "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
-                   compiles_like={"pass": "decode"})
+                   compiles_like={"pass": "decode"}, rng=False)
 
 
 def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None, unit: str,
             runs: tuple[Callable[[], tuple], Callable[[], tuple]], first_call: dict[str, float],
             device: torch.device, tolerance: float, timed: dict[str, Callable[[], None]] | None,
             what: str, *, repay: float = REPAY, first_compile_s: float = FIRST_COMPILE_S,
-            compiles_like: Mapping[str, Any] | None = None) -> CompilePlan:
+            compiles_like: Mapping[str, Any] | None = None, rng: bool = True) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
     (if the `count` calls to come could repay `repay` compiles), with the numerics checked. The
-    compile is estimated from the slowest on record (of those whose fields include `compiles_like`),
-    or `first_compile_s`."""
+    compile is estimated from the slowest on record (of those whose fields include `compiles_like`;
+    without it, of all but the small decode graphs'), or `first_compile_s`. `rng=False`: the calls
+    draw no random numbers, so the global generator is neither forked nor seeded around them."""
+    quiet = _quiet_rng if rng else _no_rng
     p = planner()
     forced = choices.forced_choice(p.forced()[0], COMPILE.name)
     if forced == "eager":
@@ -154,26 +161,30 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
     # for get the stock answer): the model's linear and attention choices are made now, and each
     # attention layer keeps its answer for the compiled graph to follow. It also warms up the
     # allocator and oneDNN's primitives, and keeps those decisions' timing out of the call timed below.
-    with _quiet_rng(device):
+    with quiet(device):
         eager_run()
     if forced is not None:
         return compiled.plan(forced, f"compile={forced} is forced")
     key = entry_key(COMPILE.name, fields)
     entry = p.entry(COMPILE.name, fields)
-    recorded = [s for s in p.recorded(COMPILE.name, "compile_s", where=compiles_like) if isinstance(s, (int, float))]
+    recorded = [s for s in p.recorded(COMPILE.name, "compile_s", where=compiles_like,
+                                      unless=None if compiles_like else {"pass": "decode"})
+                if isinstance(s, (int, float))]
     compile_s = max(recorded) if recorded else first_compile_s
     if entry is None and count is not None:
-        with _quiet_rng(device):
+        with quiet(device):
             t0 = time.perf_counter()
             eager_run()
             call_s = time.perf_counter() - t0
         if count * call_s < repay * compile_s:
             return compiled.plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
                                           f"compile (~{compile_s:.0f} s here); not measured")
-    checked = {"eager": _quietly(eager_run, device), "compiled": _quietly(compiled_run, device)}
+    checked = {"eager": _quietly(eager_run, device, quiet), "compiled": _quietly(compiled_run, device, quiet)}
     choice = p.decide(COMPILE.name, fields, lambda: checked if timed is None else timed, check=lambda: checked,
                       tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S if timed is None else STEPS_BUDGET_S),
-                      extra=lambda: {"compile_s": round(first_call.get("s", 0.0), 3), "timed": what})
+                      # A compile that raised has no time to record: it must not pass for a free one.
+                      extra=lambda: {**({"compile_s": round(first_call["s"], 3)} if "s" in first_call else {}),
+                                     "timed": what})
     if choice != "compiled":
         return compiled.plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
     entry = p.entry(COMPILE.name, fields) or {}
@@ -231,23 +242,24 @@ def _candidate(module: Callable[[], nn.Module], step_loss: Callable[[nn.Module],
 
 
 def _inference(module: Callable[[], nn.Module], forward: Callable[[nn.Module], Tensor], device: torch.device,
-               first_call: dict[str, float] | None = None) -> Callable[[], tuple]:
+               first_call: dict[str, float] | None = None, seed: bool = True) -> Callable[[], tuple]:
     """One gradient-free pass with `module()` under inference_mode: returns its output(s)."""
     def body(m: nn.Module) -> tuple:
         with torch.inference_mode():
             out = forward(m)
         # Every tensor in what came back (a tuple, a dict, a ModelOutput), in a fixed order.
         return tuple(t for t in pytree.tree_leaves(out) if isinstance(t, Tensor))
-    return _seeded(module, body, device, first_call)
+    return _seeded(module, body, device, first_call, seed)
 
 
 def _seeded(module: Callable[[], nn.Module], body: Callable[[nn.Module], tuple], device: torch.device,
-            first_call: dict[str, float] | None) -> Callable[[], tuple]:
-    """`body(module())` from the same random state each call, synchronised; the first call's time
-    (the compile, for the compiled candidate) goes into `first_call["s"]`."""
+            first_call: dict[str, float] | None, seed: bool = True) -> Callable[[], tuple]:
+    """`body(module())` from the same random state each call (unless `seed=False`), synchronised; the
+    first call's time (the compile, for the compiled candidate) goes into `first_call["s"]`."""
     def run() -> tuple:
         t0 = time.perf_counter()
-        torch.manual_seed(_SEED)
+        if seed:
+            torch.manual_seed(_SEED)
         out = body(module())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -257,9 +269,9 @@ def _seeded(module: Callable[[], nn.Module], body: Callable[[nn.Module], tuple],
     return run
 
 
-def _quietly(run: Callable[[], tuple], device: torch.device) -> Callable[[], tuple]:
+def _quietly(run: Callable[[], tuple], device: torch.device, quiet_rng=None) -> Callable[[], tuple]:
     def quiet() -> tuple:
-        with _quiet_rng(device):
+        with (quiet_rng or _quiet_rng)(device):
             return run()
     return quiet
 
@@ -276,3 +288,8 @@ def _quiet_rng(device: torch.device):
     """Planning draws random numbers (dropout, noise) but must not move the run's RNG."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         yield
+
+
+def _no_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """For calls that draw no random numbers: nothing to fork."""
+    return contextlib.nullcontext()

@@ -324,14 +324,19 @@ class Planner:
             found = self._load().get(store.entry_key(name, fields))
             return dict(found) if found is not None else None
 
-    def recorded(self, name: str, field: str, where: Mapping[str, Any] | None = None) -> list[Any]:
+    def recorded(self, name: str, field: str, where: Mapping[str, Any] | None = None,
+                 unless: Mapping[str, Any] | None = None) -> list[Any]:
         """The values of `field` in every record of decision `name` on this machine (e.g. the compile
         times of earlier shapes: what the next one will likely cost); with `where`, only in records
-        whose fields include those (e.g. {"pass": "decode"})."""
+        whose fields include those (e.g. {"pass": "decode"}); with `unless`, not in those whose
+        fields include any of these."""
+        def fits(fields: Mapping[str, Any]) -> bool:
+            return (all(fields.get(k) == v for k, v in (where or {}).items())
+                    and not any(fields.get(k) == v for k, v in (unless or {}).items()))
         with self._lock:
             self._sync()
             return [e[field] for e in self._load().values() if e.get("decision") == name and field in e
-                    and all(e.get("fields", {}).get(k) == v for k, v in (where or {}).items())]
+                    and fits(e.get("fields", {}))]
 
     # --- reporting -----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

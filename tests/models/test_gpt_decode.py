@@ -1,6 +1,9 @@
 """The static one-token decode step (models/gpt_decode.py): the same logits as the model's own
 forward for every kind of position, the same greedy tokens when generate runs it compiled (a real
 inductor compile), and the eager forward wherever it does not apply or the plan has not chosen it."""
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -9,6 +12,7 @@ from anyformer import plan
 from anyformer.models import gpt as gpt_module
 from anyformer.models.gpt_decode import cache_length, decode_step, plan_fields, static_decode_unsupported
 from anyformer.plan import compiled as compiled_module
+from anyformer.plan.timing import Measurement
 
 
 def tiny_gpt(position: str = "learned", **kw) -> GPT:
@@ -30,43 +34,75 @@ def test_the_static_step_computes_the_models_own_logits(position):
             torch.testing.assert_close(logits, gpt(ids[:, :t + 1])[:, -1], rtol=1e-5, atol=1e-5)
 
 
-def test_generate_with_the_compiled_step_gives_the_eager_tokens():
+@pytest.mark.parametrize("position, batch", [("learned", 1), ("rotary", 2)])
+def test_generate_with_the_compiled_step_gives_the_eager_tokens(position, batch):
     """A real torch.compile (inductor and the C++ compiler), forced: greedy tokens as the eager loop's."""
-    gpt = tiny_gpt()
-    prompt = torch.randint(0, 50, (1, 7))
+    gpt = tiny_gpt(position)
+    prompt = torch.randint(0, 50, (batch, 7))
     with plan.forcing(compile="eager"):
         eager = gpt.generate(prompt, 20, temperature=0)
-        assert not gpt.compiled_decode(1, 27)
+        assert not gpt.compiled_decode(batch, 27)
     with plan.forcing(compile="compiled"):
         first = gpt.generate(prompt, 20, temperature=0)
         again = gpt.generate(prompt, 20, temperature=0)  # a fresh cache through the same graph
-    assert gpt.compiled_decode(1, 27) and not gpt.compiled_decode(2, 27)
+    assert gpt.compiled_decode(batch, 27) and not gpt.compiled_decode(batch + 1, 27)
     assert torch.equal(first, eager) and torch.equal(again, eager)
+    with plan.forcing(compile="eager"):  # forcing wins over the compiled step already made
+        assert torch.equal(gpt.generate(prompt, 20, temperature=0), eager)
+
+
+class Clock:
+    """`time` for compiled.py: every perf_counter() half a second on. The gate reads it around a call
+    that reads it once more itself, so every step it times takes 1 s."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 0.5
+        return self.now
+
+
+def _favour(name, runs):
+    times = {n: (0.5 if n == name else 1.0) for n in runs}
+    return Measurement(times=times, best=dict(times), errors={}, rounds=1)
 
 
 def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypatch, tmp_path):
-    """Ski rental: no compile is measured while the eager steps taken cost less than one; they are
-    counted across calls."""
+    """Ski rental: with steps timed at 1 s and a compile estimated at 10 s, a request of 7 steps does
+    not measure one; the second brings the steps taken to 14, and the compile is measured (faked
+    timings favour it) and kept."""
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
     monkeypatch.delenv("ANYFORMER_PLAN", raising=False)
-    monkeypatch.setattr(compiled_module, "FIRST_DECODE_COMPILE_S", 1e6)
+    monkeypatch.setattr(compiled_module, "FIRST_DECODE_COMPILE_S", 10.0)
+    monkeypatch.setattr(compiled_module, "time", Clock())
     compiles = []
-    monkeypatch.setattr(compiled_module, "_compile", lambda f, **kw: compiles.append(f) or f)
+    monkeypatch.setattr(compiled_module, "_compile", lambda f, **kw: compiles.append(kw) or f)
     gpt = tiny_gpt()
-    plan.reset()
-    try:
-        for _ in range(2):
-            gpt.generate(torch.randint(0, 50, (1, 5)), 8, temperature=0)
-        assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 14}  # 7 one-token steps per call
+    prompt = torch.randint(0, 50, (1, 5))
+    with plan.using(plan.Planner(timer=lambda runs, budget_s: _favour("compiled", runs))):
+        gpt.generate(prompt, 8, temperature=0)
         assert compiles == [] and not gpt.compiled_decode(1, 13)
-        monkeypatch.setattr(compiled_module, "FIRST_DECODE_COMPILE_S", 0.0)  # a compile costs nothing now
-        gpt.generate(torch.randint(0, 50, (1, 5)), 8, temperature=0)
-        assert compiles == [decode_step]  # measured (the stand-in "compiled" step is decode_step, eager)
-        fields = {**plan_fields(gpt, 1, 64), "pass": "decode"}
-        assert fields["model"] == "gpt-d2-w32-h4-m128-v50-learned-gelu_tanh"
-        assert plan.planner().entry("compile", fields)["timed"] == "decode steps"
-    finally:
-        plan.reset()
+        assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 7}  # 7 one-token steps in a request
+        gpt.generate(prompt, 8, temperature=0)
+        assert compiles == [{"dynamic": False, "fullgraph": True}] and gpt.compiled_decode(1, 13)
+        record = plan.planner().entry("compile", {**plan_fields(gpt, 1, 64), "pass": "decode"})
+        assert record["choice"] == "compiled" and record["timed"] == "decode steps"
+        assert plan_fields(gpt, 1, 64)["model"] == "gpt-d2-w32-h4-m128-v50-learned-gelu_tanh"
+        gpt.generate(prompt, 8, temperature=0)
+        assert len(compiles) == 1  # settled: the step is kept, not planned again
+    assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 14}
+
+
+def test_a_model_with_a_compiled_step_can_still_be_freed():
+    gpt = tiny_gpt()
+    with plan.forcing(compile="compiled"):
+        gpt.generate(torch.randint(0, 50, (1, 5)), 4, temperature=0)
+    assert gpt.compiled_decode(1, 9)
+    gone = weakref.ref(gpt)
+    del gpt
+    gc.collect()
+    assert gone() is None
 
 
 def test_where_the_static_step_does_not_apply_generate_runs_eager():

@@ -216,7 +216,7 @@ def test_decode_steps_are_timed_under_their_own_key_once_they_could_repay_a_comp
     few = compile_for_decode(*_decode(), fields=FIELDS, tokens=3)
     assert few.choice == "eager" and "3 steps" in few.why and p.timer.calls == []
     many = compile_for_decode(*_decode(), fields=FIELDS, tokens=10**12)
-    assert many.choice == "compiled" and fake_function_compile == [{"dynamic": False}]  # static shapes
+    assert many.choice == "compiled" and fake_function_compile == [{"dynamic": False, "fullgraph": True}]
     assert plan.planner().entry("compile", {**FIELDS, "pass": "decode"})["timed"] == "decode steps"
 
 
@@ -230,7 +230,32 @@ def test_decode_estimates_its_compile_from_decode_compiles_only(planner_with, pl
                                 steps=10**6).choice == "eager"  # ~1e15 s of compiling: not measured
 
 
+def test_training_estimates_its_compile_from_other_than_decode_compiles(planner_with, plan_cache, fake_compile,
+                                                                      tiny):
+    """The other way round: a 1 s decode compile on record does not make a whole step look cheap to
+    compile (the first estimate, 60 s, stays)."""
+    p = planner_with({"eager": 1.0, "compiled": 0.5})
+    runs = {"eager": lambda: torch.ones(1), "compiled": lambda: torch.ones(1)}
+    p.decide("compile", {**FIELDS, "pass": "decode"}, lambda: runs, extra=lambda: {"compile_s": 1.0})
+    chosen = compile_for_training(*tiny, fields=FIELDS, steps=100)
+    assert chosen.choice == "eager" and "too few to repay a compile (~60 s here)" in chosen.why
+
+
 def test_a_decode_step_that_disagrees_is_dropped(planner_with, plan_cache, fake_function_compile):
     planner_with({"eager": 1.0, "compiled": 0.1})
     chosen = compile_for_decode(*_decode(offset=1e-3), fields=FIELDS, tokens=None)
     assert chosen.choice == "eager"
+
+
+def test_a_compile_that_raised_records_no_compile_time(planner_with, plan_cache, monkeypatch):
+    """Else its 0 s would pass for a free compile, and every new shape would be measured at once."""
+    planner_with({"eager": 1.0, "compiled": 0.1})
+
+    def no_compiler(f, **kw):
+        def fails(*a):
+            raise RuntimeError("inductor: no C++ compiler found")
+        return fails
+    monkeypatch.setattr(compiled_module, "_compile", no_compiler)
+    assert compile_for_decode(*_decode(), fields=FIELDS, tokens=None).choice == "eager"
+    entry = plan.planner().entry("compile", {**FIELDS, "pass": "decode"})
+    assert "no C++ compiler" in entry["dropped"]["compiled"] and "compile_s" not in entry

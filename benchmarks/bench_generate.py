@@ -162,11 +162,12 @@ def compiled_step_setup(gpt, prefix: int, total: int):
     """(rewind, step) for the compiled static decode step that `generate` runs for `total`-token
     requests, if its plan has chosen it in this process (the HF comparison runs first); else None."""
     from anyformer.models import gpt as gpt_module
-    from anyformer.models.gpt_decode import cache_length
+    from anyformer.models.gpt_decode import cache_length, static_step
     size = cache_length(gpt, total)
-    step_fn = gpt_module._DECODE_STEPS.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
-    if step_fn is None:
+    compiled = gpt_module._DECODE_STEPS.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
+    if compiled is None:
         return None
+    step_fn = static_step(gpt, compiled)
     tok = torch.zeros(1, 1, dtype=torch.long)
     with torch.inference_mode():
         cache = gpt.new_cache(1, size)

@@ -176,8 +176,9 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 def _run_info(directory: str) -> tuple[Any, dict[str, Any]]:
     from .models import load, read_config
+    from .nn import plan_kernels
     meta = read_config(directory)
-    return load(directory), meta
+    return plan_kernels(load(directory)), meta  # the commands' passes on the plan's kernels
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ runtime.configure()  # before torch is imported, as the CLI does
 import torch  # noqa: E402
 
 import anyformer as af  # noqa: E402
+from anyformer.nn import plan_kernels  # noqa: E402
 from anyformer import plan  # noqa: E402
 
 
@@ -391,7 +392,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     overrides = {k: int(v) for k, v in (s.split("=", 1) for s in args.set)}
-    gpt = af.GPT.preset(args.model, **overrides).eval()
+    gpt = plan_kernels(af.GPT.preset(args.model, **overrides).eval())  # as generate runs it
     c = gpt.config
     args.shape = f"{c.depth} layers, width {c.width}, {c.heads} heads, vocab {c.vocab_size}, context {c.context}, " \
                  f"{gpt.num_params() / 1e6:.0f}M parameters"

@@ -48,6 +48,7 @@ import torch  # noqa: E402
 import anyformer as af  # noqa: E402
 from anyformer.interop._torchvision_compat import ensure_torchvision_importable  # noqa: E402
 from anyformer.models.gpt import GPTConfig  # noqa: E402
+from anyformer.nn import plan_kernels  # noqa: E402
 from peers.nanogpt_ref import RefConfig, RefGPT, state_dict_from_anyformer  # noqa: E402
 
 ensure_torchvision_importable()
@@ -77,7 +78,7 @@ def reference_weights() -> dict:
 def anyformer_model(dropout: float, weights: dict | None = None):
     cfg = GPTConfig(vocab_size=VOCAB, context=CONTEXT, width=WIDTH, depth=DEPTH, heads=HEADS,
                     activation="gelu_tanh", bias=True, dropout=dropout)
-    gpt = af.GPT(cfg)
+    gpt = plan_kernels(af.GPT(cfg))  # as its trainer runs it: linear layers on the plan's kernel
     if weights is not None:
         gpt.load_state_dict(weights)
     return gpt, gpt

@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
+from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer, planned_kernels
 from ..nn.dropout import Dropout
 from ..plan import choices, compile_for_decode, planner
 from .base import Model, check_seq_len, check_sizes, matmul_weights
@@ -140,6 +140,8 @@ class GPT(Model):
                              f"exceeds the model's context of {self.config.context} tokens")
         was_training = self.training
         self.eval()
+        kernels = planned_kernels(self)  # generation is anyformer's loop: the plan's kernels, for its length
+        kernels.__enter__()
         try:
             # Every step is the one forward: with the cache it computes one position, attending
             # over the cached keys and values (tests/models hold its logits equal to the uncached).
@@ -162,6 +164,7 @@ class GPT(Model):
                 step_in = nxt if use_cache else torch.cat([step_in, nxt], dim=1)
                 yield nxt
         finally:
+            kernels.__exit__(None, None, None)
             self.train(was_training)
 
     def compiled_decode(self, batch: int, total: int) -> bool:

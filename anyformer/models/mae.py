@@ -18,7 +18,6 @@ from torch import Tensor, nn
 
 from ..nn import ClassToken, LearnedPosition, PatchEmbedding, PatchOutput, SinusoidalPosition, Transformer, init_weights
 from ..nn.heads import unpatchify
-from ..nn.linear import Linear
 from ..shapes import pair, patch_grid
 from .base import Model, check_sizes, matmul_weights
 from .vit import ViTConfig
@@ -123,7 +122,7 @@ class MAE(Model):
                     else LearnedPosition(n + p, c.width))
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm_eps=c.norm_eps,
                                     impl=c.attn_impl)
-        self.decoder_embed = Linear(c.width, c.decoder_width)
+        self.decoder_embed = nn.Linear(c.width, c.decoder_width)
         self.decoder_mask_token = nn.Parameter(torch.zeros(1, 1, c.decoder_width))
         self.decoder_pos = SinusoidalPosition(n + p, c.decoder_width, grid=c.grid, prefix=p)
         self.decoder = Transformer(c.decoder_width, c.decoder_depth, c.decoder_heads,

@@ -10,7 +10,6 @@ from torch import Tensor, nn
 
 from ..nn import LearnedPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
-from ..nn.linear import Linear
 from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 
@@ -51,7 +50,7 @@ class TextEncoder(Model):
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm="post",
                                     final_norm=False, norm_eps=c.norm_eps, activation=c.activation,
                                     dropout=c.dropout, attn_dropout=c.attn_dropout, impl=c.attn_impl)
-        self.pooler = Linear(c.width, c.width) if c.pooler else None
+        self.pooler = nn.Linear(c.width, c.width) if c.pooler else None
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, return_attention: bool | Sequence[int] = False):

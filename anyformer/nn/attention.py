@@ -18,7 +18,6 @@ from torch import Tensor, nn
 from ..plan import attention_kernel
 from ..plan.kernels import attention_explicit, causal_mask
 from .dropout import Dropout
-from .linear import Linear
 from .positions import RotaryEmbedding
 
 AttentionImpl = Literal["auto", "fused", "explicit"]
@@ -93,11 +92,11 @@ class MultiHeadAttention(nn.Module):
         self.width, self.heads, self.head_dim = width, heads, width // heads
         self.cross = cross
         if cross:
-            self.q = Linear(width, width, bias=bias)
-            self.kv = Linear(context_width or width, 2 * width, bias=bias)
+            self.q = nn.Linear(width, width, bias=bias)
+            self.kv = nn.Linear(context_width or width, 2 * width, bias=bias)
         else:
-            self.qkv = Linear(width, 3 * width, bias=bias)  # fused: one matmul for Q, K, V
-        self.proj = Linear(width, width, bias=bias)
+            self.qkv = nn.Linear(width, 3 * width, bias=bias)  # fused: one matmul for Q, K, V
+        self.proj = nn.Linear(width, width, bias=bias)
         self.attn_dropout = attn_dropout
         self.proj_drop = Dropout(proj_dropout) if proj_dropout > 0 else None
         self.rotary = rotary

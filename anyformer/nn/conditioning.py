@@ -12,7 +12,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .linear import Linear
 
 
 def timestep_sinusoid(t: Tensor, dim: int, scale: float = 1000.0, base: float = 10000.0) -> Tensor:
@@ -32,7 +31,7 @@ class TimeEmbedding(nn.Module):
     def __init__(self, width: int, freq_dim: int = 256, scale: float = 1000.0) -> None:
         super().__init__()
         self.freq_dim, self.scale = freq_dim, scale
-        self.mlp = nn.Sequential(Linear(freq_dim, width), nn.SiLU(), Linear(width, width))
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, width), nn.SiLU(), nn.Linear(width, width))
 
     def forward(self, t: Tensor) -> Tensor:
         if t.dim() != 1:
@@ -78,7 +77,7 @@ class AdaLNModulation(nn.Module):
     def __init__(self, width: int, chunks: int) -> None:
         super().__init__()
         self.chunks = chunks
-        self.proj = Linear(width, chunks * width)
+        self.proj = nn.Linear(width, chunks * width)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -9,7 +9,6 @@ import torch
 from torch import Tensor, nn
 
 from ..shapes import pair
-from .linear import Linear
 
 
 class TokenEmbedding(nn.Module):
@@ -42,7 +41,7 @@ class LinearEmbedding(nn.Module):
 
     def __init__(self, in_features: int, width: int, bias: bool = True) -> None:
         super().__init__()
-        self.proj = Linear(in_features, width, bias=bias)
+        self.proj = nn.Linear(in_features, width, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 3 or x.shape[-1] != self.proj.in_features:

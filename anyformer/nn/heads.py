@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..shapes import pair
 from .embeddings import TokenEmbedding
-from .linear import Linear, linear
+from .linear import linear, register_planned
 from .mlp import make_activation
 
 POOLS = ("cls", "mean")
@@ -27,8 +28,8 @@ class ClassifierHead(nn.Module):
         if pool == "cls" and num_prefix < 1:
             raise ValueError("pool='cls' needs a class token; use pool='mean' without one")
         self.pool, self.num_prefix = pool, num_prefix
-        self.pre_logits = nn.Sequential(Linear(width, hidden), make_activation(activation)) if hidden else None
-        self.fc = Linear(hidden or width, num_classes)
+        self.pre_logits = nn.Sequential(nn.Linear(width, hidden), make_activation(activation)) if hidden else None
+        self.fc = nn.Linear(hidden or width, num_classes)
 
     def pooled(self, tokens: Tensor) -> Tensor:
         return tokens[:, 0] if self.pool == "cls" else tokens[:, self.num_prefix:].mean(dim=1)
@@ -55,7 +56,17 @@ class LMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class PlannedLMHead(LMHead):
+    """LMHead computed by the plan's kernel (`anyformer.nn.plan_kernels`); same parameters."""
+
+    def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
+
+
+register_planned(LMHead, PlannedLMHead)
 
 
 class PatchOutput(nn.Module):
@@ -64,7 +75,7 @@ class PatchOutput(nn.Module):
     def __init__(self, width: int, patch_size: int | tuple[int, int], out_chans: int) -> None:
         super().__init__()
         self.patch_size, self.out_chans = pair(patch_size), out_chans
-        self.proj = Linear(width, self.patch_size[0] * self.patch_size[1] * out_chans)
+        self.proj = nn.Linear(width, self.patch_size[0] * self.patch_size[1] * out_chans)
 
     def forward(self, tokens: Tensor, grid: tuple[int, int]) -> Tensor:
         gh, gw = grid

@@ -1,4 +1,5 @@
-"""`nn.Linear` with the kernel the speed plan measured fastest on this machine.
+"""The plan's kernel for the models' linear layers, switched on per model: models are built from
+plain `nn.Linear`.
 
 torch's CPU wheels send fp32 `addmm`/`mm` to their BLAS (MKL). oneDNN, which torch ships too,
 picks its kernels by instruction set: on an AMD EPYC with AVX-512, where MKL takes its AVX2
@@ -8,15 +9,24 @@ training) `anyformer.plan.linear_kernel` times F.linear against oneDNN once on t
 checks oneDNN's output against F.linear's, keeps F.linear unless oneDNN wins by a clear margin,
 and caches the answer (see `anyformer doctor`). `ANYFORMER_PLAN=linear=stock` forces F.linear.
 
-The parameters, their names and shapes are nn.Linear's, so state dicts and weight conversion
-are unchanged, and `isinstance(layer, nn.Linear)` holds. Against F.linear, oneDNN's outputs
-differ by summation order only (~1e-6 relative), which the interop tests allow.
-Anything other than plain fp32 on the CPU (bf16, autocast, CUDA, float64 for gradcheck, empty
-tensors) takes F.linear without asking the plan, and so do torch.compile, jit and fx tracing,
-torch.func transforms and dispatch modes (FakeTensor, FLOP counting). The oneDNN backward is
-once-differentiable: a second derivative through it (create_graph=True) raises.
+A model is built from plain `nn.Linear` (and `LMHead`), so that what it is does not depend on the
+plan, and tools that match layers by type (`torch.ao.quantization.quantize_dynamic(model,
+{nn.Linear})`, fx passes) see what they expect. `plan_kernels(model)` switches its layers, in
+place, to `PlannedLinear` (`PlannedLMHead`): the same parameters, names and state dict, computed by
+`linear`, the plan's kernel; `stock_kernels(model)` switches them back, and `planned_kernels(model)`
+does it for a `with` block. anyformer's own loops switch their models: the trainer, `anyformer
+eval`/`generate`/`serve`, `GPT.generate`, the benchmarks.
+
+Against F.linear, oneDNN's outputs differ by summation order only (~1e-6 relative), which the
+interop tests allow. Anything other than plain fp32 on the CPU (bf16, autocast, CUDA, float64 for
+gradcheck, empty tensors) takes F.linear without asking the plan, and so do torch.compile, jit and
+fx tracing, torch.func transforms and dispatch modes (FakeTensor, FLOP counting). The oneDNN
+backward is once-differentiable: a second derivative through it (create_graph=True) raises.
 """
 from __future__ import annotations
+
+import contextlib
+from typing import Iterator, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +35,7 @@ from torch import Tensor, nn
 from ..plan import linear_kernel, onednn_linear, onednn_linear_op
 
 _ONEDNN = onednn_linear_op() is not None
+M = TypeVar("M", bound=nn.Module)
 
 # Looked up once: these checks run on every linear call, and a one-token generation step makes
 # ~50 such calls, where a microsecond each is a measurable share of the step.
@@ -61,8 +72,57 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return onednn_linear(x, weight, bias, blas_dw=kernel == "mixed")
 
 
-class Linear(nn.Linear):
-    """nn.Linear computed by `linear` (the plan's kernel); same parameters and state dict."""
+class PlannedLinear(nn.Linear):
+    """nn.Linear computed by `linear` (the plan's kernel); same parameters and state dict. What
+    `plan_kernels` turns a model's nn.Linear into."""
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
+
+
+Linear = PlannedLinear  # the name anyformer.nn has exported since its first release
+
+# Stock class -> its planned subclass (same parameters, forward on `linear`); heads.py adds LMHead's.
+_PLANNED: dict[type, type] = {nn.Linear: PlannedLinear}
+
+
+def register_planned(stock: type, planned: type) -> None:
+    """`plan_kernels` turns modules of exactly type `stock` into `planned` (a subclass)."""
+    if not issubclass(planned, stock):
+        raise TypeError(f"{planned.__name__} must subclass {stock.__name__}")
+    _PLANNED[stock] = planned
+
+
+def _switch(module: nn.Module, table: dict[type, type]) -> list[tuple[nn.Module, type]]:
+    switched = []
+    for m in module.modules():
+        to = table.get(type(m))
+        if to is not None:
+            switched.append((m, type(m)))
+            m.__class__ = to
+    return switched
+
+
+def plan_kernels(module: M) -> M:
+    """In place: every plain nn.Linear (and LMHead) in `module` computes with the plan's kernel from
+    now on. Returns `module`."""
+    _switch(module, _PLANNED)
+    return module
+
+
+def stock_kernels(module: M) -> M:
+    """In place: the reverse of `plan_kernels`, plain nn.Linear (and LMHead) again. Returns `module`."""
+    _switch(module, {planned: stock for stock, planned in _PLANNED.items()})
+    return module
+
+
+@contextlib.contextmanager
+def planned_kernels(module: nn.Module) -> Iterator[nn.Module]:
+    """`with planned_kernels(model):` the plan's kernels inside the block; the layers it switched are
+    switched back after it (those already planned stay so)."""
+    switched = _switch(module, _PLANNED)
+    try:
+        yield module
+    finally:
+        for m, stock in switched:
+            m.__class__ = stock

@@ -4,7 +4,6 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .dropout import Dropout
-from .linear import Linear
 
 ACTIVATIONS = {
     "gelu": lambda: nn.GELU(),                        # exact erf GELU (ViT, BERT)
@@ -32,10 +31,10 @@ class MLP(nn.Module):
         super().__init__()
         if layers < 1:
             raise ValueError(f"an MLP needs at least one hidden layer, got layers={layers}")
-        self.fc1 = Linear(width, hidden, bias=bias)
+        self.fc1 = nn.Linear(width, hidden, bias=bias)
         self.act = make_activation(activation)
-        self.hidden = nn.ModuleList(Linear(hidden, hidden, bias=bias) for _ in range(layers - 1))
-        self.fc2 = Linear(hidden, out or width, bias=bias)
+        self.hidden = nn.ModuleList(nn.Linear(hidden, hidden, bias=bias) for _ in range(layers - 1))
+        self.fc2 = nn.Linear(hidden, out or width, bias=bias)
         self.drop = Dropout(dropout) if dropout > 0 else None
 
     def forward(self, x: Tensor) -> Tensor:

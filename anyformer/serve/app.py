@@ -14,6 +14,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..models import load, read_config
+from ..nn import plan_kernels
 from .context import Context
 from .limits import ApiError, Limits
 from .sections import section_for
@@ -31,7 +32,7 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
     """The app for the run in `run_dir` (loaded now, so a bad run fails before the server starts)."""
     limits = limits or Limits()
     meta = read_config(run_dir)
-    model = load(run_dir).eval()
+    model = plan_kernels(load(run_dir).eval())  # the server's passes on the plan's kernels
     section = section_for(model.family)
     ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits, worker=ModelWorker(limits.concurrency))
     run_info = {"run": Path(run_dir).resolve().name, "family": model.family, **section.info(ctx),

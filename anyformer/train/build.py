@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..models import PRESETS, REGISTRY, Model
+from ..nn import plan_kernels
 from .config import TrainConfig
 from .protocol import Task
 
@@ -45,7 +46,7 @@ def build_model(cfg: TrainConfig, task: Task, device: torch.device | None = None
     model = REGISTRY[family].preset(cfg.model, **kwargs)
     if cfg.init_from is not None:
         init_from(model, cfg.init_from, cfg.model)
-    return model
+    return plan_kernels(model)  # the trainer's linear layers on the plan's kernel (anyformer/nn/linear.py)
 
 
 TRUNK = ("patch_embed.", "prefix.", "pos.", "backbone.")  # a ViT's trunk, and an MAE's encoder by the same names

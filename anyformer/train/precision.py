@@ -16,15 +16,18 @@ from ..plan import amp_dtype
 _SETTLED: dict[str, str] = {}  # device type -> what `auto` was settled to for the model being trained
 
 
-def settle_amp(amp: str, device: torch.device, *, width: int, hidden: int) -> str:
+def settle_amp(amp: str, device: torch.device, *, width: int, hidden: int,
+               decided: str | None = None) -> str:
     """Decide `auto` once, for the model at hand: bf16 autocast where the speed plan measured an
     MLP step of this width and hidden size (forward and backward, both ways) clearly faster than
     fp32 on this machine, else fp32. Native bf16 (avx512_bf16, AMX) made it about 2x faster on an
     AMD EPYC; emulated bf16 was 1.7x slower on an Intel Xeon. On CUDA: bf16 where supported.
+    `decided`: what another process settled (rank 0's choice, under torchrun): taken as it is, so
+    that every rank computes in the same precision and only one of them measures.
     Later `resolve_amp("auto")` calls (the tasks' evaluation, the summary) return this choice."""
     if amp != "auto":
         return amp
-    _SETTLED[device.type] = amp_dtype(device, width=width, hidden=hidden)
+    _SETTLED[device.type] = decided or amp_dtype(device, width=width, hidden=hidden)
     return _SETTLED[device.type]
 
 

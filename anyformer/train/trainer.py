@@ -71,7 +71,12 @@ class Trainer:
         self.ema = EMA(self.model, cfg.ema) if cfg.ema else None  # what is evaluated and saved, when asked for
         torch.manual_seed(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
         c = self.model.config  # `auto` precision measured for this model's size, with the run's threads
-        settle_amp(cfg.amp, self.device, width=c.width, hidden=getattr(c, "mlp_hidden", None) or 4 * c.width)
+        size = dict(width=c.width, hidden=getattr(c, "mlp_hidden", None) or 4 * c.width)
+        # Under torchrun rank 0 measures and every rank takes its answer: ranks that timed each other's
+        # load could settle on different precisions.
+        amp = settle_amp(cfg.amp, self.device, **size) if self.dist.is_main else None
+        if self.dist.enabled:
+            settle_amp(cfg.amp, self.device, **size, decided=self.dist.broadcast(amp))
         self.forward_model: nn.Module = self.dist.wrap(self.model)
         # After wrapping: FSDP replaces the parameters with sharded ones, which the optimiser must hold.
         self.optimizer = make_optimizer(self.model, cfg, self.device)

@@ -178,3 +178,14 @@ def test_a_signal_on_one_rank_stops_every_rank_after_the_same_step(tmp_path):
     assert said[1].startswith("rank 1: stopped by signal SIGTERM") and "rank 0 wrote the checkpoint" in said[1]
     assert (tmp_path / "run" / "checkpoints" / f"step-{stopped:09d}.pt").is_file()
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_precision_settled_elsewhere_is_taken_without_measuring(monkeypatch):
+    """Under torchrun every rank takes rank 0's `auto` precision: the others measure nothing."""
+    from anyformer.train import precision
+    monkeypatch.setattr(precision, "_SETTLED", {})
+    monkeypatch.setattr(precision, "amp_dtype", lambda *a, **k: pytest.fail("measured on a rank that was told"))
+    cpu = torch.device("cpu")
+    assert precision.settle_amp("auto", cpu, width=8, hidden=32, decided="bf16") == "bf16"
+    assert precision.resolve_amp("auto", cpu) == "bf16"
+    assert precision.settle_amp("none", cpu, width=8, hidden=32, decided="bf16") == "none"  # asked for: kept

@@ -13,6 +13,7 @@ import torch
 from PIL import Image, ImageDraw, ImageOps
 
 import anyformer as af
+from anyformer import plan
 from anyformer.data.preprocess import ImagePreprocess
 from anyformer.data.text import tokenizer_from_info
 from anyformer.models import read_config
@@ -189,6 +190,21 @@ def test_bad_generation_requests_get_a_clear_4xx(lm_client, body, status, words)
     assert r.status_code == status, r.text
     assert words in r.json()["error"]
     still_serving(lm_client)
+
+
+def test_generate_through_the_compiled_decode_step_gives_the_same_text(lm_run, lm_client):
+    """The server's generation with the plan's compiled one-token step (forced here; a real inductor
+    compile, made in a worker thread, each token's step on whichever thread takes it)."""
+    from anyformer.models import gpt as gpt_module
+    eager = lm_client.post("/api/generate", json={"prompt": "KING:", "max_new_tokens": 30, "temperature": 0})
+    try:
+        with plan.forcing(compile="compiled"):
+            compiled = lm_client.post("/api/generate", json={"prompt": "KING:", "max_new_tokens": 30, "temperature": 0})
+        assert [m.compiled_decode(1, 36) for m in gpt_module._DECODE_STEPS] == [True]  # the server's model
+    finally:
+        gpt_module._DECODE_STEPS.clear()  # the other tests' server generates eagerly, as the suite's plan says
+    assert eager.status_code == compiled.status_code == 200, compiled.text
+    assert compiled.json() == eager.json()
 
 
 def test_generate_refuses_what_is_not_json(lm_client):

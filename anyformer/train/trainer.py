@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..models import REGISTRY, Model
-from ..plan import compile_for_training, planner
+from ..plan import adamw_impl, compile_for_training, planner
 from ..plan.compiled import MAX_TIMED_STEPS
 from ..plan.host import cpu_info
 from .build import build_model, pick_device
@@ -34,7 +34,7 @@ from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkp
 from .config import TrainConfig
 from .distributed import Distributed
 from .ema import EMA
-from .optim import lr_at, make_optimizer
+from .optim import lr_at, make_optimizer, param_groups
 from .perf import measured_peak_flops
 from .precision import autocast, make_scaler, resolve_amp, settle_amp
 from .protocol import Task
@@ -77,6 +77,7 @@ class Trainer:
         amp = settle_amp(cfg.amp, self.device, **size) if self.dist.is_main else None
         if self.dist.enabled:
             settle_amp(cfg.amp, self.device, **size, decided=self.dist.broadcast(amp))
+            self._plan_on_rank0()
         self.forward_model: nn.Module = self.dist.wrap(self.model)
         # After wrapping: FSDP replaces the parameters with sharded ones, which the optimiser must hold.
         self.optimizer = make_optimizer(self.model, cfg, self.device)
@@ -287,6 +288,26 @@ class Trainer:
             raise
         self.dist.close(wait=True)
         return summary
+
+    def _plan_on_rank0(self) -> None:
+        """Under torchrun: rank 0 takes one training forward and backward of its share of the first
+        batch (before the model is wrapped: no collectives; gradients discarded, RNG untouched) and
+        asks for AdamW's kernel, so that the plan measures the step's choices once, while the other
+        ranks wait. They then read its answers from the plan file instead of timing the same cores
+        under each other's load (and perhaps choosing differently)."""
+        if self.dist.is_main:
+            batch, _ = self.task.batch(0, 0, self.dist.world)
+            chunk = tuple(t[0] for t in (torch.tensor_split(t, self.cfg.grad_accum) for t in batch))
+            if len(chunk[0]):
+                with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                    with autocast(self.cfg.amp, self.device):
+                        loss = self.task.loss(self.model, chunk)[0]
+                    loss.backward()
+                self.model.zero_grad(set_to_none=True)
+            adamw_impl(param_groups(self.model, self.cfg.weight_decay, self.cfg.decay_all), device=self.device)
+        self.dist.barrier()
+        if not self.dist.is_main:
+            planner().reset()  # read the plan file again: rank 0's measurements are in it
 
     def _plan_compile(self) -> None:
         """Eager or torch.compile for the training step: forced by --compile / --no-compile, else

@@ -189,3 +189,35 @@ def test_a_precision_settled_elsewhere_is_taken_without_measuring(monkeypatch):
     assert precision.settle_amp("auto", cpu, width=8, hidden=32, decided="bf16") == "bf16"
     assert precision.resolve_amp("auto", cpu) == "bf16"
     assert precision.settle_amp("none", cpu, width=8, hidden=32, decided="bf16") == "none"  # asked for: kept
+
+
+def test_under_torchrun_rank_0_plans_the_step_and_the_others_read_its_answers(tmp_path, mnist_slice, monkeypatch):
+    """A stand-in for a 2-process group (no collectives run: the barrier and broadcast are the
+    group's, stood in for): rank 0 measures the training step's kernel choices and AdamW's before the
+    model is wrapped; rank 1 then answers the same choices from the plan file, measuring none."""
+    from anyformer.plan import Planner, using
+    from anyformer.plan.timing import Measurement
+    from anyformer.train.distributed import Distributed
+
+    def table(runs, budget_s):  # every candidate as fast as the stock one: stock stays
+        times = {n: 1.0 for n in runs}
+        return Measurement(times=times, best=dict(times), errors={}, rounds=1)
+
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ANYFORMER_PLAN", raising=False)
+    monkeypatch.setattr(Distributed, "barrier", lambda self: None)
+    monkeypatch.setattr(Distributed, "broadcast", lambda self, obj: obj if obj is not None else "none")
+    monkeypatch.setattr(Distributed, "wrap", lambda self, model: model)
+    cfg = tiny_config(tmp_path, amp="none", compile=False)
+    trained = {}
+    for rank in (0, 1):
+        monkeypatch.setattr(Distributed, "from_env", classmethod(lambda cls, device, fsdp=False, r=rank:
+                                                                 cls(r, 2, r, 2, device, fsdp)))
+        with using(Planner(timer=table)) as p:
+            trainer = make_trainer(cfg, mnist_slice)
+            if rank == 1:  # the step's own forward and backward, as training would take it
+                batch, _ = trainer.task.batch(0, 1, 2)
+                trainer.task.loss(trainer.model, batch)[0].backward()
+            trained[rank] = list(p.measured)
+    assert any("training=1" in k for k in trained[0]) and any(k.startswith("adamw") for k in trained[0])
+    assert not any("training=1" in k or k.startswith("adamw") for k in trained[1]), trained[1]

@@ -195,7 +195,7 @@ class GPT(Model):
             compiled = memo.get(key)
         return eager if compiled is None else static_step(self, compiled)
 
-    def _plan_decode(self, ids: Tensor, cache: list[KVCache], tally: int):
+    def _plan_decode(self, ids: Tensor, cache: list[KVCache], tally: int) -> Callable[..., Tensor] | None | bool:
         """The compiled decode function for this batch and cache size, None where eager is settled
         (measured or recorded faster, or the compile failed), False while not yet decided."""
         eager, pos = eager_step(self), cache[0].length
@@ -212,7 +212,7 @@ class GPT(Model):
             at_pos()
             return static_step(self, compiled)(ids, cache)
 
-        fields = plan_fields(self, *(ids.shape[0], cache[0].max_len))
+        fields = plan_fields(self, ids.shape[0], cache[0].max_len)
         chosen = compile_for_decode(fresh_decode_step(), run_with, run_eager, device=ids.device, tokens=tally,
                                     fields=fields)
         try:
@@ -221,7 +221,7 @@ class GPT(Model):
                 return None if record is not None and record.get("choice") == "eager" else False
             try:  # compiled from a record of another process: the first call compiles, here and now
                 run_with(chosen.module)
-            except Exception as e:  # noqa: BLE001 - no compiler here, say: stay eager, and say so
+            except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler in this process: stay eager, and say so
                 warnings.warn(f"the compiled decode step failed ({type(e).__name__}: {e}); generating eagerly",
                               RuntimeWarning, stacklevel=4)
                 return None

@@ -2,8 +2,8 @@
 
 A cached step computes one position, so it is bound by memory: every weight is read once per
 token. Eager PyTorch spends it in ~10 separate kernels per block (and Python between them), and
-sends each one-row product to a GEMM library, which reached 10-16 GB/s of weights here (2-core AMD
-EPYC, a 6 x 384 char GPT) against 27-44 GB/s for a plain pass over them. Written below as a
+sends each one-row product to a GEMM library, which reached 10-24 GB/s of weights here (2-core AMD
+EPYC, the char GPT and gpt2) against 28-44 GB/s for a plain pass over them. Written below as a
 product and a sum over the input features, each one-row product is a reduction that inductor fuses
 into one loop over the weight; the norms, activations and residuals fuse around them. Same maths
 as the eager step (IEEE products; only the summation order differs, as between MKL and oneDNN).

@@ -1,5 +1,6 @@
-"""Compile or not: a training step (or a gradient-free pass, `compile_for_inference`) under
-`torch.compile`, kept only where it measured faster here.
+"""Compile or not: a training step (or a gradient-free pass, `compile_for_inference`, or a
+generation loop's one-token step, `compile_for_decode`) under `torch.compile`, kept only where it
+measured faster here.
 
 Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias adds, residual
 adds, softmax, the copies around attention): the other half of a small model's step. Whether that
@@ -54,7 +55,7 @@ BUDGET_S = 2.0          # timing rounds after the compile, calls that are not tr
 STEPS_BUDGET_S = 6.0    # when the timed calls are the run's own steps (up to 24 rounds: 50 steps)
 # The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.
 MAX_TIMED_STEPS = 2 * (1 + max_rounds_for(STEPS_BUDGET_S))
-# A one-token generation step is a small graph: a GPT's compiled in 4-9 s here (2-core AMD EPYC, the
+# A one-token generation step is a small graph: a GPT's compiled in 3-15 s here (2-core AMD EPYC, the
 # char GPT's and gpt2's shapes), against 20-61 s for whole training steps. Its first compile is
 # estimated at this before one is on record.
 FIRST_DECODE_COMPILE_S = 15.0
@@ -63,8 +64,8 @@ _SEED = 20_240_601      # the same random draws (dropout, noise) in every candid
 
 @dataclass
 class CompilePlan:
-    """What `compile_for_training` or `compile_for_inference` settled: the module to run the steps
-    (or passes) with, the choice, and one line saying why (for the run's log)."""
+    """What `compile_for_training`, `compile_for_inference` or `compile_for_decode` settled: the module
+    (or function) to run the steps or passes with, the choice, and one line saying why (for the log)."""
 
     module: nn.Module | Callable[..., Any]
     choice: str

@@ -6,10 +6,13 @@ the cache a new token costs one position (plus attention over the cached keys), 
 win by a margin that widens with the prefix. Weights are random (no pretrained GPT-2 ships in a
 package we may use): speed does not depend on their values. Greedy decoding (temperature 0).
 
-Also timed, alternated in one process: one cached step through the model's forward under
-`torch.no_grad()` and under `torch.inference_mode()` (what `generate` uses), and that step against
-its memory floor (every weight read once, and the bare matrix-vector products on oneDNN and on
-MKL): a one-token step is bound by memory.
+Against HF (run first): as a process's first requests, and in the steady state of a process that
+keeps generating, once anyformer's speed plan has had the eager steps it takes to decide on the
+compiled static decode step (anyformer/models/gpt_decode.py; the cache-vs-no-cache rows force it
+eager). Also timed, alternated in one process: one cached step through the model's forward under
+`torch.no_grad()` and under `torch.inference_mode()` (what `generate` uses), and the step, eager
+and compiled, against its memory floor (every weight read once, and the bare matrix-vector products
+on oneDNN and on MKL): a one-token step is bound by memory.
 
     python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/<processor>/generate.md
     python benchmarks/bench_generate.py --prefixes 32 128 --new-tokens 16 --no-write   # a quick look

@@ -140,31 +140,30 @@ class GPT(Model):
                              f"exceeds the model's context of {self.config.context} tokens")
         was_training = self.training
         self.eval()
-        kernels = planned_kernels(self)  # generation is anyformer's loop: the plan's kernels, for its length
-        kernels.__enter__()
         try:
-            # Every step is the one forward: with the cache it computes one position, attending
-            # over the cached keys and values (tests/models hold its logits equal to the uncached).
-            # Inference mode skips autograd's per-op bookkeeping: measured 5-12% of a small
-            # model's step, ~1% of gpt2's (memory-bound). Sampling runs outside it, so the tokens
-            # handed out are ordinary tensors; the cache, made inside, stays inside.
-            # Sized for the static decode step's buckets where it may run (one graph per size), else exactly.
-            size = cache_length(self, total) if static_decode_unsupported(self) is None else total
-            with torch.inference_mode():
-                cache = self.new_cache(idx.shape[0], size) if use_cache else None
-            step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
-            step = None    # the one-token step (after the prompt): eager, or compiled where the plan chose it
-            for i in range(max_new_tokens):
+            # Generation is anyformer's loop: the plan's kernels for its length (anyformer/nn/linear.py).
+            with planned_kernels(self):
+                # Every step is the one forward: with the cache it computes one position, attending
+                # over the cached keys and values (tests/models hold its logits equal to the uncached).
+                # Inference mode skips autograd's per-op bookkeeping: measured 5-12% of a small
+                # model's step, ~1% of gpt2's (memory-bound). Sampling runs outside it, so the tokens
+                # handed out are ordinary tensors; the cache, made inside, stays inside.
+                # Sized for the static decode step's buckets where it may run (one graph per size).
+                size = cache_length(self, total) if static_decode_unsupported(self) is None else total
                 with torch.inference_mode():
-                    if step is None and use_cache and i == 1:
-                        step = self._decode_step(step_in, cache, max_new_tokens - 1)
-                    logits = (step(step_in, cache) if step is not None
-                              else self(step_in, cache=cache, last_only=True)[:, -1]).float()
-                nxt = sample(logits, temperature, top_k, top_p, generator)
-                step_in = nxt if use_cache else torch.cat([step_in, nxt], dim=1)
-                yield nxt
+                    cache = self.new_cache(idx.shape[0], size) if use_cache else None
+                step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
+                step = None    # the one-token step after the prompt: eager, or compiled where the plan chose it
+                for i in range(max_new_tokens):
+                    with torch.inference_mode():
+                        if step is None and use_cache and i == 1:
+                            step = self._decode_step(step_in, cache, max_new_tokens - 1)
+                        logits = (step(step_in, cache) if step is not None
+                                  else self(step_in, cache=cache, last_only=True)[:, -1]).float()
+                    nxt = sample(logits, temperature, top_k, top_p, generator)
+                    step_in = nxt if use_cache else torch.cat([step_in, nxt], dim=1)
+                    yield nxt
         finally:
-            kernels.__exit__(None, None, None)
             self.train(was_training)
 
     def compiled_decode(self, batch: int, total: int) -> bool:
@@ -189,16 +188,17 @@ class GPT(Model):
             if key not in memo:
                 tally = _DECODE_TALLY.setdefault(self, {})
                 tally[key] = tally.get(key, 0) + steps
-                compiled = self._plan_decode(ids, cache, tally[key])
+                compiled = self._plan_decode(eager, ids, cache, tally[key])
                 if compiled is not False:  # settled: compiled, or None for eager; False: not yet
                     memo[key] = compiled
             compiled = memo.get(key)
         return eager if compiled is None else static_step(self, compiled)
 
-    def _plan_decode(self, ids: Tensor, cache: list[KVCache], tally: int) -> Callable[..., Tensor] | None | bool:
+    def _plan_decode(self, eager: Step, ids: Tensor, cache: list[KVCache],
+                     tally: int) -> Callable[..., Tensor] | None | bool:
         """The compiled decode function for this batch and cache size, None where eager is settled
         (measured or recorded faster, or the compile failed), False while not yet decided."""
-        eager, pos = eager_step(self), cache[0].length
+        pos = cache[0].length
 
         def at_pos() -> None:  # every candidate call computes the same position
             for c in cache:

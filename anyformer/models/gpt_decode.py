@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import KVCache
+from ..nn.positions import rotate_pairs
 
 if TYPE_CHECKING:
     from .gpt import GPT
@@ -65,12 +66,6 @@ def _lin(x: Tensor, layer: nn.Module) -> Tensor:
     return _matvec(x, layer.weight, layer.bias)
 
 
-def _rotate(t: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """RoPE on (B, H, D_h) at one position (RotaryEmbedding's pairs: even and odd channels)."""
-    t1, t2 = t[..., 0::2], t[..., 1::2]
-    return torch.stack([t1 * cos - t2 * sin, t1 * sin + t2 * cos], dim=-1).flatten(-2)
-
-
 def decode_step(model: "GPT", ids: Tensor, pos: Tensor, keys: list[Tensor], values: list[Tensor]) -> Tensor:
     """Logits (B, vocab) for tokens `ids` (B,) standing at position `pos` (a 0-dim int64 tensor),
     after the positions before it held in `keys`/`values` (one (B, H, L, D_h) buffer per layer,
@@ -89,7 +84,7 @@ def decode_step(model: "GPT", ids: Tensor, pos: Tensor, keys: list[Tensor], valu
         q, k, v = _lin(block.norm1(x), a.qkv).view(b, 3, heads, dh).unbind(1)  # each (B, H, D_h)
         if a.rotary is not None:
             cos, sin = (t.index_select(0, at).to(x.dtype) for t in (a.rotary.cos, a.rotary.sin))
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         kb.index_copy_(2, at, k[:, :, None])
         vb.index_copy_(2, at, v[:, :, None])
         o = F.scaled_dot_product_attention(q[:, :, None], kb, vb, attn_mask=visible)  # (B, H, 1, D_h)

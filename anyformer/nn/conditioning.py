@@ -13,7 +13,6 @@ import torch
 from torch import Tensor, nn
 
 
-
 def timestep_sinusoid(t: Tensor, dim: int, scale: float = 1000.0, base: float = 10000.0) -> Tensor:
     """(B,) times in [0, 1] -> (B, dim): [cos(s t f_k), sin(s t f_k)]. The scale spreads t over the
     range the frequencies were made for (positions 0..1000), so that nearby times differ visibly."""

@@ -117,6 +117,12 @@ class RotaryEmbedding(nn.Module):
         _check_length(n, offset, self.cos.shape[0])
         cos = self.cos[offset:offset + n].to(t.dtype)
         sin = self.sin[offset:offset + n].to(t.dtype)
-        t1, t2 = t[..., 0::2], t[..., 1::2]
-        return torch.stack([t1 * cos - t2 * sin, t1 * sin + t2 * cos], dim=-1).flatten(-2)
+        return rotate_pairs(t, cos, sin)
+
+
+def rotate_pairs(t: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """RoPE's rotation of the channel pairs (even, odd) of t (..., D_h) by angles given as their
+    cos and sin (..., D_h / 2), broadcast against t's pairs."""
+    t1, t2 = t[..., 0::2], t[..., 1::2]
+    return torch.stack([t1 * cos - t2 * sin, t1 * sin + t2 * cos], dim=-1).flatten(-2)
 

@@ -42,8 +42,9 @@ from .timing import max_rounds_for
 
 # A smaller margin than the kernels': the numerics are checked, the compile time is counted, and the
 # timed steps are many (a 5-8% gain is real on a small ViT but within a 10% margin's noise).
-COMPILE = register(Decision("compile", ("eager", "compiled"), "a training step, or (pass=inference) a gradient-free "
-                            "pass: eager or torch.compile (inductor); compile time counted", margin=0.05))
+COMPILE = register(Decision("compile", ("eager", "compiled"), "a training step, (pass=inference) a gradient-free "
+                            "pass, or (pass=decode) a one-token generation step: eager or torch.compile (inductor); "
+                            "compile time counted", margin=0.05))
 
 # Measuring costs a compile. It is spent only on a run whose eager time is at least REPAY times
 # what a compile took on this machine before (the slowest on record), or FIRST_COMPILE_S before any:
@@ -270,9 +271,11 @@ def _seeded(module: Callable[[], nn.Module], body: Callable[[nn.Module], tuple],
     return run
 
 
-def _quietly(run: Callable[[], tuple], device: torch.device, quiet_rng=None) -> Callable[[], tuple]:
+def _quietly(run: Callable[[], tuple], device: torch.device,
+             rng: Callable[[torch.device], contextlib.AbstractContextManager]) -> Callable[[], tuple]:
+    """`run` inside `rng(device)` (`_quiet_rng`, or `_no_rng`)."""
     def quiet() -> tuple:
-        with (quiet_rng or _quiet_rng)(device):
+        with rng(device):
             return run()
     return quiet
 

@@ -289,6 +289,11 @@ class Trainer:
         self.dist.close(wait=True)
         return summary
 
+    def _first_chunk(self, step: int) -> tuple[Tensor, ...]:
+        """This rank's first gradient-accumulation chunk of step `step`'s batch: what a planning pass runs."""
+        batch, _ = self.task.batch(step, self.dist.rank, self.dist.world)
+        return tuple(t[0] for t in (torch.tensor_split(t, self.cfg.grad_accum) for t in batch))
+
     def _plan_on_rank0(self) -> None:
         """Under torchrun: rank 0 takes one training forward and backward of its share of the first
         batch (before the model is wrapped: no collectives; gradients discarded, RNG untouched) and
@@ -296,8 +301,7 @@ class Trainer:
         ranks wait. They then read its answers from the plan file instead of timing the same cores
         under each other's load (and perhaps choosing differently)."""
         if self.dist.is_main:
-            batch, _ = self.task.batch(0, 0, self.dist.world)
-            chunk = tuple(t[0] for t in (torch.tensor_split(t, self.cfg.grad_accum) for t in batch))
+            chunk = self._first_chunk(0)
             if len(chunk[0]):
                 with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                     with autocast(self.cfg.amp, self.device):
@@ -318,8 +322,7 @@ class Trainer:
             return
         if cfg.compile is None and self.dist.enabled:
             return  # ranks would time each other's load: under torchrun only --compile compiles
-        batch, _ = self.task.batch(self.step, self.dist.rank, self.dist.world)
-        chunk = tuple(t[0] for t in (torch.tensor_split(t, cfg.grad_accum) for t in batch))
+        chunk = self._first_chunk(self.step)
         if not len(chunk[0]):
             return
         amp = resolve_amp(cfg.amp, self.device)

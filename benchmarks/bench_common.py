@@ -198,16 +198,32 @@ def train_step(module, forward, x, y, *, lr: float, weight_decay: float, bf16: b
     return step
 
 
+def _loss(x, y):
+    import torch.nn.functional as F
+    return lambda m: F.cross_entropy(m(x).flatten(0, -2).float(), y.flatten())
+
+
+def planned_linears(key: str, module, x, y) -> str:
+    """The kernel the speed plan measured fastest for all of `module`'s linear layers in this
+    training step (anyformer.plan.linears: each as planned, all oneDNN, or all mixed), as its trainer
+    settles it; applied to `module`'s layers, and returned."""
+    from anyformer.nn import set_training_kernel
+    from anyformer.plan import linears_for_training
+    return linears_for_training(module, lambda kernel: set_training_kernel(module, kernel), _loss(x, y),
+                                fields=_fields(key, x))
+
+
 def planned_forward(key: str, module, x, y):
-    """(forward, note): anyformer's training forward as its trainer runs it, under torch.compile
-    where the speed plan measured a compiled training step (forward and backward of this
+    """(forward, note): anyformer's training forward as its trainer runs it: its linear layers on the
+    kernel the speed plan measured fastest for the whole step (`planned_linears`), then under
+    torch.compile where the plan measured a compiled training step (forward and backward of this
     cross-entropy) faster on this machine (anyformer.plan.compiled), else the module itself. A first
     run measures, its compile time included; later runs read the plan's cache. `note` says what
     was chosen and why, for the results' header."""
-    import torch.nn.functional as F
     from anyformer.plan import compile_for_training
-    return _planned(key, x, lambda fields: compile_for_training(
-        module, lambda m: F.cross_entropy(m(x).flatten(0, -2).float(), y.flatten()), fields=fields))
+    linears = planned_linears(key, module, x, y)
+    return _planned(key, x, lambda fields: (compile_for_training(module, _loss(x, y), fields=fields),
+                                            f"linears={linears}"))
 
 
 def planned_inference(key: str, module, x):
@@ -221,13 +237,20 @@ def planned_inference(key: str, module, x):
 
 
 def _planned(key: str, x, decide: Callable):
-    """(module, note): `decide(fields)`'s compile plan for input `x`, and one line saying what it chose."""
-    fields = {"model": f"bench-{key}", "batch": "x".join(map(str, x.shape)), "amp": "none", "device": "cpu"}
+    """(module, note): `decide(fields)`'s compile plan for input `x` (or (plan, what was settled before
+    it)), and one line saying what it chose."""
     t0 = time.perf_counter()
-    chosen = decide(fields)
-    note = f"{key}: compile={chosen.choice} ({chosen.why}; decided in {time.perf_counter() - t0:.1f} s)"
+    chosen = decide(_fields(key, x))
+    chosen, before = chosen if isinstance(chosen, tuple) else (chosen, "")
+    note = (f"{key}: {before + ', ' if before else ''}compile={chosen.choice} ({chosen.why}; decided in "
+            f"{time.perf_counter() - t0:.1f} s)")
     print(note, flush=True)
     return chosen.module, note
+
+
+def _fields(key: str, x) -> dict:
+    """The plan file's key for a benchmark's step on input `x`."""
+    return {"model": f"bench-{key}", "batch": "x".join(map(str, x.shape)), "amp": "none", "device": "cpu"}
 
 
 def infer_step(module, forward, x, bf16: bool = False):

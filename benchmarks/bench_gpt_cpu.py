@@ -17,10 +17,11 @@ anyformer's model is benchmarked as its trainer runs it, with the speed plan's c
 machine (anyformer/plan): its training step under torch.compile where the plan measured a compiled
 step faster, and its inference passes likewise where compiled passes measured faster
 (anyformer.plan.compile_for_inference; the rows `anyformer eager` force compile=eager: what compiling
-adds), and its linear layers on oneDNN where that measured faster, for training and, by
-default, for inference and generation too (anyformer/nn/linear.py). Its logits therefore match
-HF's and nanoGPT-ref's to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of
-max(1, max|ref|)), not bitwise. The extra row `anyformer, MKL inference` runs the same model with
+adds), and its linear layers on oneDNN where that measured faster (per shape, and in training also for
+the whole step together: anyformer.plan.linears), for training and, by default, for inference
+and generation too (anyformer/nn/linear.py). Its logits therefore match HF's and nanoGPT-ref's
+to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)), not
+bitwise. The extra row `anyformer, MKL inference` runs the same model with
 the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
 (bitwise nn.Linear), to show what oneDNN adds there.
 
@@ -239,6 +240,7 @@ def main() -> None:
             plan_notes.append(note)
         train.append(Contestant(name, train_step(model, forward, x, y), TOKENS, train_flops, BUILDERS[name][2]))
     model, forward = build("anyformer", weights)
+    bench_common.planned_linears("gpt-anyformer", model, x, y)  # as the trainer runs an eager step
     train.append(Contestant(EAGER, train_step(model, forward, x, y), TOKENS, train_flops, "ANYFORMER_PLAN=compile=eager"))
     model, forward = build(BF16, weights)
     bf16_train = Contestant(BF16, train_step(model, forward, x, y, bf16=True), TOKENS, train_flops,
@@ -328,7 +330,8 @@ def main() -> None:
                  "contestant, same weights. anyformer runs as its trainer would, with the speed plan's choices "
                  "for this machine: its training step under torch.compile where the plan measured that faster "
                  "(the `anyformer eager` rows force compile=eager), and its inference passes likewise where the "
-                 "plan measured compiled passes faster; its linear layers on oneDNN where that measured faster "
+                 "plan measured compiled passes faster; its linear layers on oneDNN where that measured faster, "
+                 "per shape and, in training, for the whole step (anyformer.plan.linears) "
                  "(anyformer/nn/linear.py); the `MKL inference` row is the same eager model with the plan forced "
                  "to linear=stock, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "Dropout: anyformer drops after the embeddings and on both residual branches (as nanoGPT), not "

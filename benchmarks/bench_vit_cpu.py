@@ -16,9 +16,9 @@ anyformer's model is benchmarked as its trainer runs it, with the speed plan's c
 machine (anyformer/plan): its training step under torch.compile where the plan measured a compiled
 step faster, and its inference passes likewise where compiled passes measured faster
 (anyformer.plan.compile_for_inference; the rows `anyformer eager` force compile=eager: what compiling
-adds), and its linear layers on oneDNN where that measured faster, for training and, by
-default, for inference too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's
-to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
+adds), and its linear layers on oneDNN where that measured faster (per shape, and in training also for
+the whole step together: anyformer.plan.linears), for training and, by default, for inference
+too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
 not bitwise. The extra row `anyformer, MKL inference` runs the same model with
 the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
 (bitwise nn.Linear), to show what oneDNN adds there.
@@ -236,6 +236,7 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
             PLAN_NOTES.append(note)
         train.append(Contestant(name, train_step(m, fwd, x, y), b, train_flops))
     m, fwd = build(model, "anyformer")
+    bench_common.planned_linears(f"vit-{model}", m, x, y)  # as the trainer runs an eager step
     train.append(Contestant(EAGER, train_step(m, fwd, x, y), b, train_flops, "ANYFORMER_PLAN=compile=eager"))
     m, fwd = build(model, BF16)
     bf16_train = Contestant(BF16, train_step(m, fwd, x, y, bf16=True), b, train_flops, "not the same maths")
@@ -350,8 +351,8 @@ def main() -> None:
                  "same weights. anyformer runs as its trainer would, with the speed plan's choices for this "
                  "machine: its training step under torch.compile where the plan measured that faster (the "
                  "`anyformer eager` rows force compile=eager), and its inference passes likewise where the plan "
-                 "measured compiled passes faster; its linear layers on oneDNN where that measured faster "
-                 "(anyformer/nn/linear.py); the `MKL inference` row is the same eager model with the plan forced "
+                 "measured compiled passes faster; its linear layers on oneDNN where that measured faster, "
+                 "per shape and, in training, for the whole step (anyformer.plan.linears; anyformer/nn/linear.py); the `MKL inference` row is the same eager model with the plan forced "
                  "to linear=stock, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "`time / anyformer time` is the contestant's median over anyformer's: above 1, anyformer is "
                  "faster. `spread` is (max - min) / median over the rounds. `of matmul torch` / `of matmul "

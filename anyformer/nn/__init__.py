@@ -5,7 +5,7 @@ from .conditioning import (AdaLNModulation, ClassEmbedding, FinalAdaLN, TimeEmbe
 from .embeddings import ClassToken, LinearEmbedding, PatchEmbedding, TokenEmbedding
 from .dropout import Dropout
 from .heads import ClassifierHead, LMHead, PatchOutput, PlannedLMHead
-from .linear import Linear, PlannedLinear, plan_kernels, planned_kernels, stock_kernels
+from .linear import Linear, PlannedLinear, plan_kernels, planned_kernels, set_training_kernel, stock_kernels
 from .mlp import MLP
 from .positions import (POSITION_KINDS, ConcatPosition, LearnedPosition, RotaryEmbedding,
                         SinusoidalPosition, sinusoidal_1d, sinusoidal_2d)
@@ -15,7 +15,7 @@ __all__ = [
     "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
     "ClassToken", "LinearEmbedding", "PatchEmbedding", "TokenEmbedding",
     "ClassifierHead", "LMHead", "PatchOutput", "MLP", "Linear", "Dropout",
-    "PlannedLinear", "PlannedLMHead", "plan_kernels", "planned_kernels", "stock_kernels",
+    "PlannedLinear", "PlannedLMHead", "plan_kernels", "planned_kernels", "set_training_kernel", "stock_kernels",
     "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
     "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "drop_path",
     "init_weights", "AdaLNModulation", "ClassEmbedding", "FinalAdaLN", "TimeEmbedding", "modulate",

@@ -62,8 +62,10 @@ class LMHead(nn.Module):
 class PlannedLMHead(LMHead):
     """LMHead computed by the plan's kernel (`anyformer.nn.plan_kernels`); same parameters."""
 
+    training_kernel: str | None = None
+
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.training_kernel)
 
 
 register_planned(LMHead, PlannedLMHead)

@@ -8,6 +8,9 @@ faster and cost 21% in one recipe. So nothing is assumed: for each shape (rows, 
 training) `anyformer.plan.linear_kernel` times F.linear against oneDNN once on this machine,
 checks oneDNN's output against F.linear's, keeps F.linear unless oneDNN wins by a clear margin,
 and caches the answer (see `anyformer doctor`). `ANYFORMER_PLAN=linear=stock` forces F.linear.
+A training run also times its whole step with every layer on one kernel
+(`anyformer.plan.linears_for_training`), and `set_training_kernel(model, kernel)` applies the
+answer to the layers' calls that need gradients.
 
 A model is built from plain `nn.Linear` (and `LMHead`), so that what it is does not depend on the
 plan, and tools that match layers by type (`torch.ao.quantization.quantize_dynamic(model,
@@ -60,13 +63,18 @@ def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
                      or _dispatch_modes() or _autocast_on("cpu")))
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """`F.linear`, or the same product on oneDNN where the plan measured that faster for this shape."""
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, training_kernel: str | None = None) -> Tensor:
+    """`F.linear`, or the same product on oneDNN where the plan measured that faster for this shape.
+    `training_kernel` ("onednn" or "mixed"): the kernel for calls that need gradients, instead of
+    asking the plan (the model-wide choice of `anyformer.plan.linears_for_training`)."""
     if not _plain_fp32_cpu(x, weight):
         return F.linear(x, weight, bias)
     training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                             or (bias is not None and bias.requires_grad))
-    kernel = linear_kernel(x.numel() // x.shape[-1], weight.shape[1], weight.shape[0], x.dtype, training)
+    if training and training_kernel is not None:
+        kernel = training_kernel
+    else:
+        kernel = linear_kernel(x.numel() // x.shape[-1], weight.shape[1], weight.shape[0], x.dtype, training)
     if kernel == "stock":
         return F.linear(x, weight, bias)
     return onednn_linear(x, weight, bias, blas_dw=kernel == "mixed")
@@ -74,10 +82,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 class PlannedLinear(nn.Linear):
     """nn.Linear computed by `linear` (the plan's kernel); same parameters and state dict. What
-    `plan_kernels` turns a model's nn.Linear into."""
+    `plan_kernels` turns a model's nn.Linear into. `training_kernel`: see `set_training_kernel`."""
+
+    training_kernel: str | None = None
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.training_kernel)
 
 
 Linear = PlannedLinear  # the name anyformer.nn has exported since its first release
@@ -114,6 +124,21 @@ def stock_kernels(module: M) -> M:
     """In place: the reverse of `plan_kernels`, plain nn.Linear (and LMHead) again. Returns `module`."""
     _switch(module, {planned: stock for stock, planned in _PLANNED.items()})
     return module
+
+
+_TRAINING_KERNELS = (None, "stock", "onednn", "mixed")
+
+
+def set_training_kernel(module: nn.Module, kernel: str | None) -> None:
+    """Every planned layer in `module` (see `plan_kernels`) computes its calls that need gradients
+    with `kernel` ("stock", "onednn" or "mixed"), or asks the plan per shape (None, the default).
+    What the trainer applies once `anyformer.plan.linears_for_training` has timed its step."""
+    if kernel not in _TRAINING_KERNELS:
+        raise ValueError(f"training kernel must be one of {_TRAINING_KERNELS}, got {kernel!r}")
+    planned = tuple(_PLANNED.values())
+    for m in module.modules():
+        if isinstance(m, planned):
+            m.training_kernel = kernel
 
 
 @contextlib.contextmanager

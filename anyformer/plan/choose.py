@@ -30,6 +30,11 @@ AMP = register(Decision("amp", ("none", "bf16"), "amp=auto on the CPU: fp32 or b
 ADAMW = register(Decision("adamw", ("foreach", "fused"), "AdamW step: multi-tensor foreach or the fused kernel"))
 
 _CALL_FLOPS = 1e9  # one timed call: ~5-20 ms at the 50-200 GFLOP/s of a small CPU
+# A training linear's weight gradient, dy^T x, sums over its rows: timed on fewer rows, that product
+# is another shape, and the answer changes. On a 2-core AMD EPYC (2026-11-24), oneDNN's forward and
+# backward over 384 -> 1152 took 1.24x F.linear's time at 256 rows and 0.82x at 4096 (the whole char
+# GPT step on oneDNN: 0.93x). So a training call may take this much before its rows are cut (~100 ms).
+_TRAIN_CALL_FLOPS = 16e9
 _MAX_ROWS, _MAX_LEN, _MAX_BATCH = 4096, 2048, 64
 # Inference on at most this many rows reads each weight from memory (the weights of a model do not
 # stay in cache between its layers): timed over copies of the weight that overflow the caches.
@@ -112,7 +117,7 @@ def linear_kernel(batch_rows: int, in_features: int, out_features: int, dtype: t
     name = _dtype("linear_kernel", dtype)
     rows = _bucket(batch_rows, _MAX_ROWS)
     per_row = 2 * in_features * out_features * (3 if training else 1)
-    rep = min(rows, max(16, _floor_pow2(_CALL_FLOPS / per_row)))
+    rep = min(rows, max(16, _floor_pow2((_TRAIN_CALL_FLOPS if training else _CALL_FLOPS) / per_row)))
     fields = {"rows": rows, "in": in_features, "out": out_features, "dtype": name, "training": bool(training)}
     # A few rows (a decode step) stream the weight from memory once per call: timed on a weight
     # found in cache, a product's speed says nothing about that, so such shapes are timed on

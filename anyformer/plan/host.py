@@ -70,7 +70,8 @@ def _cpu_capability() -> str:
 # The plan's own revision, part of the key like torch's version: raised when a decision's candidates
 # or the way they are timed change, so that records measured the old way are measured again.
 # 2: attention timed in the layout a layer hands over, at the lengths asked (2026-11-24).
-PLAN_REVISION = 2
+# 3: training linears timed at the rows asked, up to _TRAIN_CALL_FLOPS a call (2026-11-24).
+PLAN_REVISION = 3
 
 
 def machine(threads: int | None = None) -> dict[str, Any]:

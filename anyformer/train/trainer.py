@@ -26,8 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from ..models import REGISTRY, Model
-from ..plan import adamw_impl, compile_for_training, planner
+from ..nn import set_training_kernel
+from ..plan import adamw_impl, compile_for_training, linears_for_training, planner
 from ..plan.compiled import MAX_TIMED_STEPS
+from ..plan.linears import MAX_TIMED_STEPS as MAX_LINEARS_STEPS
 from ..plan.host import cpu_info
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
@@ -86,6 +88,7 @@ class Trainer:
         self.compiled: nn.Module | None = None
         self._compiled_shape: tuple[int, ...] | None = None
         self.compile_choice = "eager"
+        self.linears_choice = "planned"  # the model-wide linear kernel `_plan_compile` settles for eager steps
         self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
@@ -316,7 +319,8 @@ class Trainer:
     def _plan_compile(self) -> None:
         """Eager or torch.compile for the training step: forced by --compile / --no-compile, else
         measured by the speed plan on this step's model, batch shape and precision, the compile
-        time counted against the steps left (anyformer.plan.compiled)."""
+        time counted against the steps left (anyformer.plan.compiled). Before that, for an fp32 step
+        that may run eagerly, the kernel of all its linear layers together (anyformer.plan.linears)."""
         cfg = self.cfg
         if cfg.compile is False or self.step >= self.total_steps:
             return
@@ -337,13 +341,21 @@ class Trainer:
         ahead = [self.total_steps - self.step, self.eval_every - self.step % self.eval_every, spe - self.step % spe]
         if cfg.checkpoint_every:
             ahead.append(cfg.checkpoint_every - self.step % cfg.checkpoint_every)
-        real_steps = min(ahead) > MAX_TIMED_STEPS
+        linears = amp == "none" and not cfg.compile  # a compiled graph's products are F.linear's regardless
+        real_steps = min(ahead) > MAX_TIMED_STEPS + (MAX_LINEARS_STEPS if linears else 0)
         self._compiled_shape = tuple(chunk[0].shape)
         config = json.dumps(self.model.config.__dict__, sort_keys=True, default=str)
         fields = {"model": f"{type(self.model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
                   "task": cfg.task, "batch": "x".join(map(str, chunk[0].shape)), "amp": amp,
                   "device": self.device.type}
         t0, step0 = time.perf_counter(), self.step
+        if linears:
+            self.linears_choice = linears_for_training(
+                self.forward_model, lambda kernel: set_training_kernel(self.model, kernel), step_loss,
+                fields=fields, steps=self.total_steps - self.step, device=self.device,
+                train_step=self.train_step if real_steps else None)
+            if self.dist.is_main and self.linears_choice != "planned":
+                print(f"linear layers: {self.linears_choice} for every layer (measured faster on the whole step)")
         with planner().forcing(compile="compiled") if cfg.compile else contextlib.nullcontext():
             chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
                                           steps=self.total_steps - self.step,
@@ -500,7 +512,7 @@ class Trainer:
              "device_name": _device_name(self.device), "world_size": self.dist.world,
              "amp": resolve_amp(self.cfg.amp, self.device), unit: round(line.get(unit, 0.0), 1),
              "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed,
-             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice,
+             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice, "linears": self.linears_choice,
              "time_budget": self.cfg.time_budget}
         return {**s, **self.task.summary_fields(line, self.files.read_metrics())}
 

@@ -4,8 +4,11 @@ import pytest
 import torch
 from torch import nn
 
+from anyformer import plan
 from anyformer.models import REGISTRY
-from anyformer.nn import LMHead, PlannedLinear, PlannedLMHead, plan_kernels, planned_kernels, stock_kernels
+from anyformer.nn import (LMHead, PlannedLinear, PlannedLMHead, plan_kernels, planned_kernels, set_training_kernel,
+                          stock_kernels)
+from anyformer.nn import linear as linear_module
 from anyformer.train.build import build_model
 
 TINY = {
@@ -67,3 +70,39 @@ def test_the_trainers_model_and_generate_use_the_planned_kernels(monkeypatch):
     task = SimpleNamespace(family="vit", model_overrides=lambda: {"num_classes": 10})  # what build_model reads
     model = build_model(TrainConfig(model="vit-mnist-fast"), task)
     assert _linear_types(model) == {PlannedLinear}
+
+
+@pytest.mark.skipif(plan.onednn_linear_op() is None, reason="this torch build has no oneDNN")
+def test_a_training_kernel_set_on_the_model_serves_its_gradient_calls_only(monkeypatch):
+    """`set_training_kernel` (the model-wide choice of plan.linears_for_training): calls that need
+    gradients take that kernel without asking the plan; gradient-free calls still ask it."""
+    gpt = plan_kernels(REGISTRY["gpt"](REGISTRY["gpt"].config_class(**TINY["gpt"])))
+    asked = []
+    monkeypatch.setattr(linear_module, "linear_kernel", lambda *a: asked.append(a[-1]) or "stock")
+    idx = torch.randint(0, 11, (2, 8))
+    set_training_kernel(gpt, "mixed")
+    assert {m.training_kernel for m in gpt.modules() if isinstance(m, (PlannedLinear, PlannedLMHead))} == {"mixed"}
+    out = gpt(idx)
+    assert asked == [] and "OneDNNLinearBackward" in _grad_names(out)
+    with torch.no_grad():
+        gpt(idx)
+    assert asked and not any(asked)  # every gradient-free call asked the plan (training=False)
+    set_training_kernel(gpt, None)
+    asked.clear()
+    gpt(idx)
+    assert asked and all(asked)
+    with pytest.raises(ValueError, match="training kernel must be one of"):
+        set_training_kernel(gpt, "fast")
+
+
+def _grad_names(t: torch.Tensor) -> str:
+    """The names of every node of t's autograd graph."""
+    seen, todo, names = set(), [t.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(type(node).__name__)
+        todo += [n for n, _ in node.next_functions]
+    return " ".join(names)

@@ -53,9 +53,12 @@ def test_linear_kernel_buckets_rows_and_caps_the_timed_size(planner_with):
     plan.linear_kernel(300, 16, 16, torch.float32, False)
     plan.linear_kernel(400, 16, 16, torch.float32, False)  # same bucket (512): no second measurement
     plan.linear_kernel(100_000, 2048, 2048, torch.float32, True)
-    assert len(p.measured) == 2
-    big = _entry(p, "linear rows=4096 in=2048 out=2048")
-    assert big["measured_with"] == {"rows": 32}  # ~1 GFLOP a call, not 4096 rows' 100 GFLOP
+    plan.linear_kernel(100_000, 2048, 2048, torch.float32, False)
+    assert len(p.measured) == 3
+    # Training: ~16 GFLOP a call (the weight gradient sums over the rows, so fewer rows are another
+    # product), not 4096 rows' 100 GFLOP; a pass without gradients ~1 GFLOP.
+    assert _entry(p, "linear rows=4096 in=2048 out=2048 dtype=float32 training=1")["measured_with"] == {"rows": 512}
+    assert _entry(p, "linear rows=4096 in=2048 out=2048 dtype=float32 training=0")["measured_with"] == {"rows": 64}
 
 
 def test_linear_kernel_without_a_candidate_measures_nothing(planner_with):

@@ -50,6 +50,30 @@ def test_a_short_run_is_not_worth_measuring_a_compile(tmp_path, mnist_slice, cap
     assert "too few to repay a compile" in capsys.readouterr().out
 
 
+def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_slice, monkeypatch):
+    """The plan times the run's fp32 step with its linear layers all on F.linear, each as planned,
+    all on oneDNN and all mixed (anyformer.plan.linears); the layers keep the choice for the run."""
+    from anyformer import plan
+    from anyformer.nn import PlannedLinear
+    monkeypatch.setenv("ANYFORMER_PLAN", "auto,compile=eager")
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    plan.reset()
+    try:
+        trainer = make_trainer(tiny_config(tmp_path, max_steps=210, eval_every=210, amp="none"), mnist_slice)
+        summary = trainer.run()
+        records = [e for k, e in plan.planner().snapshot()["entries"].items() if k.startswith("linears ")]
+    finally:
+        monkeypatch.undo()
+        plan.reset()
+    kernels = {m.training_kernel for m in trainer.model.modules() if isinstance(m, PlannedLinear)}
+    if plan.onednn_linear_op() is None:  # nothing but F.linear: nothing to time
+        assert summary["linears"] == "planned" and records == [] and kernels == {None}
+        return
+    (record,) = records
+    assert summary["linears"] == record["choice"] and set(record["times"]) == {"stock", "planned", "onednn", "mixed"}
+    assert kernels == {None if record["choice"] == "planned" else record["choice"]}
+
+
 def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):
     full = make_trainer(tiny_config(tmp_path / "a", max_steps=24, eval_every=8, augment="digits"), mnist_slice)
     full.run()

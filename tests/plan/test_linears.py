@@ -1,0 +1,130 @@
+"""The model-wide linear decision: faked timings pick and the choice is applied, a gain within the
+margin keeps F.linear, a candidate that disagrees is dropped, forcing wins, a short run measures
+nothing, and real training steps are timed with each kernel on real planned layers."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from anyformer import plan
+from anyformer.nn import plan_kernels, set_training_kernel
+from anyformer.plan import linears_for_training
+
+FIELDS = {"model": "tiny", "batch": "8x6", "amp": "none", "device": "cpu"}
+needs_onednn = pytest.mark.skipif(plan.onednn_linear_op() is None, reason="this torch build has no oneDNN")
+
+
+class Tiny(nn.Module):
+    """Two linear layers; `kernel` is what set_kernel last applied, and `wrong_for` a kernel whose
+    outputs come out doubled (a kernel that disagrees)."""
+
+    def __init__(self, wrong_for: str | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 3))
+        self.kernel: str | None = None
+        self.applied: list[str | None] = []
+        self.wrong_for = wrong_for
+
+    def set_kernel(self, kernel: str | None) -> None:
+        self.kernel = kernel
+        self.applied.append(kernel)
+
+    def forward(self, x):
+        out = self.net(x)
+        return out * 2 if self.kernel is not None and self.kernel == self.wrong_for else out
+
+
+def _loss(model):
+    x, y = torch.randn(8, 6, generator=torch.Generator().manual_seed(1)), torch.arange(8) % 3
+    return lambda m: F.cross_entropy(m(x), y)
+
+
+def _entry(plan_cache):
+    data = json.loads(next(plan_cache.glob("*.json")).read_text())["decisions"]
+    return next(v for k, v in data.items() if k.startswith("linears "))
+
+
+CHOICES = ("stock", "planned", "onednn", "mixed")
+
+
+@pytest.mark.parametrize("winner", CHOICES)
+def test_faked_timing_table_picks_its_favourite_and_applies_it(planner_with, plan_cache, winner, monkeypatch):
+    monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())  # as on a build with oneDNN
+    planner_with({n: 0.5 if n == winner else 1.0 for n in CHOICES})
+    model = Tiny()
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == winner
+    assert model.applied[-1] == (None if winner == "planned" else winner)
+    entry = _entry(plan_cache)
+    assert entry["choice"] == winner and entry["timed"] == "forward+backward"
+
+
+def test_a_gain_within_the_margin_keeps_f_linear(planner_with, monkeypatch):
+    monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
+    planner_with({"stock": 1.0, "planned": 0.99, "onednn": 0.97, "mixed": 0.98})  # under the 5% margin
+    model = Tiny()
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == "stock"
+    assert model.kernel == "stock"
+
+
+def test_a_kernel_that_disagrees_is_dropped(planner_with, plan_cache, monkeypatch):
+    monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
+    planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.5})
+    model = Tiny(wrong_for="onednn")
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == "mixed"
+    assert "differs from stock" in _entry(plan_cache)["dropped"]["onednn"]
+
+
+@pytest.mark.parametrize("spec, expected, applied", [("linears=onednn", "onednn", "onednn"),
+                                                     ("linear=stock", "planned", None), ("stock", "stock", "stock")])
+def test_the_forced_setting_wins(planner_with, monkeypatch, spec, expected, applied):
+    monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
+    p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.1})
+    monkeypatch.setenv("ANYFORMER_PLAN", spec)
+    model = Tiny()
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == expected
+    assert model.applied == [applied] and p.timer.calls == []
+
+
+def test_too_short_a_run_is_not_measured_but_a_record_still_applies(planner_with, monkeypatch):
+    monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
+    p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.5, "mixed": 0.8})
+    model = Tiny()
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20) == "planned"
+    assert p.timer.calls == [] and model.applied == [None]
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=1000) == "onednn"
+    planner_with({})  # another process: reads that record, times nothing
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20) == "onednn"
+    assert model.applied[-1] == "onednn"
+
+
+def test_nothing_to_choose_without_onednn(planner_with, monkeypatch):
+    monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: None)
+    p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.1})
+    model = Tiny()
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == "planned"
+    assert p.timer.calls == []
+
+
+@needs_onednn
+def test_real_steps_are_timed_with_each_kernel_on_planned_layers(planner_with, plan_cache):
+    planner_with()  # a real timer, which runs what it times
+    model = plan_kernels(Tiny().net)
+    loss = _loss(model)
+    torch.manual_seed(7)
+    rng = torch.get_rng_state()
+    taken = []
+
+    def train_step(m):  # records which kernel the layers had for each real step
+        taken.append(m[0].training_kernel)
+        loss(m).backward()
+        m.zero_grad(set_to_none=True)
+    chosen = linears_for_training(model, lambda k: set_training_kernel(model, k), loss, fields=FIELDS,
+                                  train_step=train_step)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(q.grad is None for q in model.parameters())
+    assert {"stock", None, "onednn", "mixed"} == set(taken)
+    assert chosen in CHOICES and _entry(plan_cache)["timed"] == "training steps"
+    assert {m.training_kernel for m in model if isinstance(m, nn.Linear)} == {None if chosen == "planned" else chosen}

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from . import choices
 from .choices import Decision, register
 from .choose import LINEAR
-from .compiled import BUDGET_S, STEPS_BUDGET_S, _candidate, _quiet_rng, _quietly, _synced
+from .compiled import BUDGET_S, STEPS_BUDGET_S, _candidate, _quiet_rng, _quietly, _synced, _times
 from .kernels import onednn_linear_op
 from .planner import planner
 from .timing import max_rounds_for
@@ -92,6 +92,12 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
     finally:
         set_kernel(_kernel(choice))
     return choice
+
+
+def explain(fields: Mapping[str, Any]) -> str:
+    """What the record for `fields` says, for a run's log: the times behind the choice."""
+    entry = planner().entry(LINEARS.name, fields)
+    return _times(entry, "timed on the whole step") if entry else "not measured: forced, or too short a run"
 
 
 def _kernel(choice: str) -> str | None:

@@ -30,6 +30,7 @@ from ..nn import set_training_kernel
 from ..plan import adamw_impl, compile_for_training, linears_for_training, planner
 from ..plan.compiled import MAX_TIMED_STEPS
 from ..plan.linears import MAX_TIMED_STEPS as MAX_LINEARS_STEPS
+from ..plan.linears import explain as explain_linears
 from ..plan.host import cpu_info
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
@@ -354,8 +355,8 @@ class Trainer:
                 self.forward_model, lambda kernel: set_training_kernel(self.model, kernel), step_loss,
                 fields=fields, steps=self.total_steps - self.step, device=self.device,
                 train_step=self.train_step if real_steps else None)
-            if self.dist.is_main and self.linears_choice != "planned":
-                print(f"linear layers: {self.linears_choice} for every layer (measured faster on the whole step)")
+            if self.dist.is_main:
+                print(f"linears: {self.linears_choice} ({explain_linears(fields)})")
         with planner().forcing(compile="compiled") if cfg.compile else contextlib.nullcontext():
             chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
                                           steps=self.total_steps - self.step,

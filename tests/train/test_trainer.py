@@ -50,7 +50,7 @@ def test_a_short_run_is_not_worth_measuring_a_compile(tmp_path, mnist_slice, cap
     assert "too few to repay a compile" in capsys.readouterr().out
 
 
-def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_slice, monkeypatch):
+def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_slice, monkeypatch, capsys):
     """The plan times the run's fp32 step with its linear layers all on F.linear, each as planned,
     all on oneDNN and all mixed (anyformer.plan.linears); the layers keep the choice for the run."""
     from anyformer import plan
@@ -71,6 +71,7 @@ def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_sl
         return
     (record,) = records
     assert summary["linears"] == record["choice"] and set(record["times"]) == {"stock", "planned", "onednn", "mixed"}
+    assert f"linears: {record['choice']} (timed on the whole step: stock " in capsys.readouterr().out
     assert kernels == {None if record["choice"] == "planned" else record["choice"]}
 
 

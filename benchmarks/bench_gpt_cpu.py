@@ -113,8 +113,10 @@ BF16 = "anyformer bf16 autocast"
 EAGER = "anyformer eager"
 NOTES = """\
 - anyformer's lead, in training and inference alike, comes from its linear layers running on
-  oneDNN (AVX-512) instead of MKL (AVX2 on this AMD CPU); attention (SDPA's flash kernel, causal),
-  LayerNorm, GELU and AdamW are the same kernels nanoGPT-ref calls.
+  oneDNN (AVX-512) instead of MKL (AVX2 on this AMD CPU) where the plan measured that faster: per
+  shape, and in training for the whole step together (the `linears=` choice in the header line:
+  each product timed alone gained 2-10% on oneDNN, the whole step more); attention (SDPA's flash
+  kernel, causal), LayerNorm, GELU and AdamW are the same kernels nanoGPT-ref calls.
 - Dropout 0.2: anyformer keeps SDPA's flash kernel (the line "attention kernels in a training
   forward" above: dropout_p=0 in every layer) because it does not drop attention weights, drops
   after the embeddings and on both residual branches (where nanoGPT does), not on the MLP's

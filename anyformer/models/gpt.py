@@ -140,6 +140,7 @@ class GPT(Model):
                              f"exceeds the model's context of {self.config.context} tokens")
         was_training = self.training
         self.eval()
+        cache, computed = None, 0  # computed: the steps run so far, the prompt's first among them
         try:
             # Generation is anyformer's loop: the plan's kernels for its length (anyformer/nn/linear.py).
             with planned_kernels(self):
@@ -160,11 +161,22 @@ class GPT(Model):
                             step = self._decode_step(step_in, cache, max_new_tokens - 1)
                         logits = (step(step_in, cache) if step is not None
                                   else self(step_in, cache=cache, last_only=True)[:, -1]).float()
+                    computed = i + 1
                     nxt = sample(logits, temperature, top_k, top_p, generator)
                     step_in = nxt if use_cache else torch.cat([step_in, nxt], dim=1)
                     yield nxt
         finally:
             self.train(was_training)
+            if cache is not None and computed > 1:  # one-token steps taken, however the request ended
+                self._count_decode_steps((idx.shape[0], cache[0].max_len), computed - 1)
+
+    def _count_decode_steps(self, key: tuple[int, int], steps: int) -> None:
+        """Add `steps` one-token steps taken to the tally of a batch and cache size whose step is not
+        settled yet: what a compile would have been paid back over (the ski-rental rule)."""
+        with _DECODE_LOCKS.setdefault(self, threading.Lock()):
+            if key not in _DECODE_STEPS.get(self, {}):
+                tally = _DECODE_TALLY.setdefault(self, {})
+                tally[key] = tally.get(key, 0) + steps
 
     def compiled_decode(self, batch: int, total: int) -> bool:
         """Whether `generate` (and `stream`) now takes its one-token steps for `batch` prompts and
@@ -175,9 +187,10 @@ class GPT(Model):
     def _decode_step(self, ids: Tensor, cache: list[KVCache], steps: int) -> Step:
         """The step for `steps` one-token calls from here: this model's eager forward, or its static
         graph compiled (gpt_decode.py) where the speed plan measured that faster and the steps this
-        model has taken in this process repay the compile. Settled once per batch and cache size
-        (asked again while the plan waits for the steps to repay a compile); the cache is left as
-        it came."""
+        model has taken in this process (counted as they are taken: a request that stops early
+        counts what it ran) and those asked now repay the compile. Settled once per batch and cache
+        size (asked again while the plan waits for the steps to repay a compile); the cache is left
+        as it came."""
         eager = eager_step(self)
         if static_decode_unsupported(self) is not None or choices.forced_choice(
                 planner().forced()[0], "compile") == "eager":
@@ -186,9 +199,7 @@ class GPT(Model):
         with _DECODE_LOCKS.setdefault(self, threading.Lock()):  # one plan and compile per key, however many callers
             memo = _DECODE_STEPS.setdefault(self, {})
             if key not in memo:
-                tally = _DECODE_TALLY.setdefault(self, {})
-                tally[key] = tally.get(key, 0) + steps
-                compiled = self._plan_decode(eager, ids, cache, tally[key])
+                compiled = self._plan_decode(eager, ids, cache, _DECODE_TALLY.get(self, {}).get(key, 0) + steps)
                 if compiled is not False:  # settled: compiled, or None for eager; False: not yet
                     memo[key] = compiled
             compiled = memo.get(key)

@@ -70,7 +70,7 @@ def _favour(name, runs):
 
 def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypatch, tmp_path):
     """Ski rental: with steps timed at 1 s and a compile estimated at 10 s, a request of 7 steps does
-    not measure one; the second brings the steps taken to 14, and the compile is measured (faked
+    not measure one; the second, 7 steps taken and 7 asked, does, and the compile is measured (faked
     timings favour it) and kept."""
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
     monkeypatch.delenv("ANYFORMER_PLAN", raising=False)
@@ -91,7 +91,25 @@ def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypa
         assert plan_fields(gpt, 1, 64)["model"] == "gpt-d2-w32-h4-m128-v50-learned-gelu_tanh"
         gpt.generate(prompt, 8, temperature=0)
         assert len(compiles) == 1  # settled: the step is kept, not planned again
-    assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 14}
+    assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 7}  # counted while unsettled: the second request's were compiled
+
+
+def test_a_request_that_stops_early_counts_the_steps_it_took(monkeypatch, tmp_path):
+    """The tally is of steps taken, not asked: a client that reads 3 tokens of 40 and goes away adds 2
+    one-token steps, and a request asking for many does not pay for a compile by asking."""
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
+    monkeypatch.delenv("ANYFORMER_PLAN", raising=False)
+    monkeypatch.setattr(compiled_module, "FIRST_DECODE_COMPILE_S", 1000.0)  # never repaid here
+    gpt = tiny_gpt()
+    prompt = torch.randint(0, 50, (1, 5))
+    with plan.using(plan.Planner(timer=lambda runs, budget_s: _favour("compiled", runs))):
+        tokens = gpt.stream(prompt, 40, temperature=0)
+        for _ in range(3):
+            next(tokens)
+        tokens.close()
+        assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 2}
+        gpt.generate(prompt, 5, temperature=0)
+    assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 6}
 
 
 def test_a_model_with_a_compiled_step_can_still_be_freed():

@@ -210,7 +210,7 @@ def planned_linears(key: str, module, x, y) -> str:
     from anyformer.nn import set_training_kernel
     from anyformer.plan import linears_for_training
     return linears_for_training(module, lambda kernel: set_training_kernel(module, kernel), _loss(x, y),
-                                fields=_fields(key, x))
+                                fields=_fields(key, x)).choice
 
 
 def planned_forward(key: str, module, x, y):

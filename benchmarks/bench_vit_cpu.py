@@ -18,7 +18,8 @@ step faster, and its inference passes likewise where compiled passes measured fa
 (anyformer.plan.compile_for_inference; the rows `anyformer eager` force compile=eager: what compiling
 adds), and its linear layers on oneDNN where that measured faster (per shape, and in training also for
 the whole step together: anyformer.plan.linears), for training and, by default, for inference
-too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
+too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's to about 1e-6 of their
+scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
 not bitwise. The extra row `anyformer, MKL inference` runs the same model with
 the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
 (bitwise nn.Linear), to show what oneDNN adds there.
@@ -352,7 +353,8 @@ def main() -> None:
                  "machine: its training step under torch.compile where the plan measured that faster (the "
                  "`anyformer eager` rows force compile=eager), and its inference passes likewise where the plan "
                  "measured compiled passes faster; its linear layers on oneDNN where that measured faster, "
-                 "per shape and, in training, for the whole step (anyformer.plan.linears; anyformer/nn/linear.py); the `MKL inference` row is the same eager model with the plan forced "
+                 "per shape and, in training, for the whole step (anyformer.plan.linears; anyformer/nn/linear.py); "
+                 "the `MKL inference` row is the same eager model with the plan forced "
                  "to linear=stock, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "`time / anyformer time` is the contestant's median over anyformer's: above 1, anyformer is "
                  "faster. `spread` is (max - min) / median over the rounds. `of matmul torch` / `of matmul "

@@ -24,6 +24,10 @@ from .gpt_decode import (Step, cache_length, eager_step, fresh_decode_step, plan
 _DECODE_STEPS: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
 _DECODE_TALLY: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
 _DECODE_LOCKS: "weakref.WeakKeyDictionary[GPT, threading.Lock]" = weakref.WeakKeyDictionary()
+# The tally's own lock, held for an addition only: a stream closed on a server's event loop must not
+# wait for another request's compile (which holds the model's lock above). Re-entrant: a stream left
+# to the garbage collector may close (and count) inside another's addition, on the same thread.
+_TALLY_LOCK = threading.RLock()
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -140,7 +144,7 @@ class GPT(Model):
                              f"exceeds the model's context of {self.config.context} tokens")
         was_training = self.training
         self.eval()
-        cache, computed = None, 0  # computed: the steps run so far, the prompt's first among them
+        cache, computed, static = None, 0, False  # computed: the steps run, the prompt's first among them
         try:
             # Generation is anyformer's loop: the plan's kernels for its length (anyformer/nn/linear.py).
             with planned_kernels(self):
@@ -150,7 +154,8 @@ class GPT(Model):
                 # model's step, ~1% of gpt2's (memory-bound). Sampling runs outside it, so the tokens
                 # handed out are ordinary tensors; the cache, made inside, stays inside.
                 # Sized for the static decode step's buckets where it may run (one graph per size).
-                size = cache_length(self, total) if static_decode_unsupported(self) is None else total
+                static = static_decode_unsupported(self) is None
+                size = cache_length(self, total) if static else total
                 with torch.inference_mode():
                     cache = self.new_cache(idx.shape[0], size) if use_cache else None
                 step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
@@ -167,16 +172,17 @@ class GPT(Model):
                     yield nxt
         finally:
             self.train(was_training)
-            if cache is not None and computed > 1:  # one-token steps taken, however the request ended
+            if static and cache is not None and computed > 1:  # one-token steps taken, however it ended
                 self._count_decode_steps((idx.shape[0], cache[0].max_len), computed - 1)
 
     def _count_decode_steps(self, key: tuple[int, int], steps: int) -> None:
         """Add `steps` one-token steps taken to the tally of a batch and cache size whose step is not
         settled yet: what a compile would have been paid back over (the ski-rental rule)."""
-        with _DECODE_LOCKS.setdefault(self, threading.Lock()):
-            if key not in _DECODE_STEPS.get(self, {}):
-                tally = _DECODE_TALLY.setdefault(self, {})
-                tally[key] = tally.get(key, 0) + steps
+        if key in _DECODE_STEPS.get(self, {}):
+            return
+        with _TALLY_LOCK:
+            tally = _DECODE_TALLY.setdefault(self, {})
+            tally[key] = tally.get(key, 0) + steps
 
     def compiled_decode(self, batch: int, total: int) -> bool:
         """Whether `generate` (and `stream`) now takes its one-token steps for `batch` prompts and
@@ -199,7 +205,9 @@ class GPT(Model):
         with _DECODE_LOCKS.setdefault(self, threading.Lock()):  # one plan and compile per key, however many callers
             memo = _DECODE_STEPS.setdefault(self, {})
             if key not in memo:
-                compiled = self._plan_decode(eager, ids, cache, _DECODE_TALLY.get(self, {}).get(key, 0) + steps)
+                with _TALLY_LOCK:
+                    taken = _DECODE_TALLY.get(self, {}).get(key, 0)
+                compiled = self._plan_decode(eager, ids, cache, taken + steps)
                 if compiled is not False:  # settled: compiled, or None for eager; False: not yet
                     memo[key] = compiled
             compiled = memo.get(key)

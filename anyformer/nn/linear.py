@@ -65,8 +65,8 @@ def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, training_kernel: str | None = None) -> Tensor:
     """`F.linear`, or the same product on oneDNN where the plan measured that faster for this shape.
-    `training_kernel` ("onednn" or "mixed"): the kernel for calls that need gradients, instead of
-    asking the plan (the model-wide choice of `anyformer.plan.linears_for_training`)."""
+    `training_kernel` ("stock", "onednn" or "mixed"): the kernel for calls that need gradients,
+    instead of asking the plan (the model-wide choice of `anyformer.plan.linears_for_training`)."""
     if not _plain_fp32_cpu(x, weight):
         return F.linear(x, weight, bias)
     training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad

@@ -6,7 +6,7 @@ machine (DESIGN.md, "Speed: measured on the machine at hand").
     plan.attention_kernel(B, H, Nq, Nk, D_h, dtype, causal, training)    # "fused" | "explicit"
     plan.amp_dtype("cpu", width=384, hidden=1536)                         # "none" | "bf16"
     plan.adamw_impl(model.parameters())                                   # "foreach" | "fused"
-    plan.linears_for_training(model, set_kernel, step_loss, fields=...)  # all linears: "planned" | "onednn" | "mixed"
+    plan.linears_for_training(model, set_kernel, step_loss, fields=...)  # all of a step's linears at once
     plan.compile_for_training(model, step_loss, fields=..., steps=N)      # eager or torch.compile
     plan.compile_for_inference(model, forward, fields=..., calls=N)       # the same, for inference passes
     plan.compile_for_decode(step, call, eager, fields=..., tokens=N)      # a generation step's static graph
@@ -30,8 +30,10 @@ from .planner import Planner, max_error, planner, using
 from .store import ENV_CACHE, plan_dir
 
 __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw_impl", "amp_dtype",
-           "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training", "configure", "decision",
-           "decisions", "force", "forcing", "linear_kernel", "linears_for_training", "machine", "max_error", "native_bf16",
+           "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training", "configure",
+           "decision",
+           "decisions", "force", "forcing", "linear_kernel", "linears_for_training", "machine", "max_error",
+           "native_bf16",
            "onednn_linear", "onednn_linear_op", "plan_dir", "planner", "register", "reset", "using"]
 
 

@@ -92,9 +92,11 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
     first_call: dict[str, float] = {}
     eager_run = _candidate(lambda: module, step_loss, params, device)
     compiled_run = _candidate(compiled.get, step_loss, params, device, first_call)
-    timed = None if train_step is None else {
-        "eager": lambda: _synced(train_step, module, device),
-        "compiled": lambda: _synced(train_step, compiled.get(), device)}
+    timed = None if train_step is None else _real_steps(
+        {"eager": lambda: _synced(train_step, module, device),
+         "compiled": lambda: _synced(train_step, compiled.get(), device)},
+        {"eager": _quietly(eager_run, device, _quiet_rng), "compiled": _quietly(compiled_run, device, _quiet_rng)},
+        MAX_TIMED_STEPS)
     return _settle(compiled, fields, steps, "steps", (eager_run, compiled_run), first_call, device, tolerance,
                    timed, "training steps" if train_step is not None else "forward+backward")
 
@@ -184,6 +186,7 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
     checked = {"eager": _quietly(eager_run, device, quiet), "compiled": _quietly(compiled_run, device, quiet)}
     choice = p.decide(COMPILE.name, fields, lambda: checked if timed is None else timed, check=lambda: checked,
                       tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S if timed is None else STEPS_BUDGET_S),
+                      training=timed is not None,
                       # A compile that raised has no time to record: it must not pass for a free one.
                       extra=lambda: {**({"compile_s": round(first_call["s"], 3)} if "s" in first_call else {}),
                                      "timed": what})
@@ -278,6 +281,24 @@ def _quietly(run: Callable[[], tuple], device: torch.device,
         with rng(device):
             return run()
     return quiet
+
+
+def _real_steps(steps: Mapping[str, Callable[[], Any]], stand_ins: Mapping[str, Callable[[], Any]],
+                most: int) -> dict[str, Callable[[], Any]]:
+    """The candidates' real training steps, `most` in all (the room the caller left before an
+    evaluation or an epoch's end): the timer may call a short step more often (several calls a
+    round, more rounds), and past `most` each candidate's `stand_ins` call (forward and backward,
+    no update) is timed instead."""
+    taken = [0]
+
+    def bounded(name: str) -> Callable[[], Any]:
+        def call():
+            if taken[0] >= most:
+                return stand_ins[name]()
+            taken[0] += 1
+            return steps[name]()
+        return call
+    return {name: bounded(name) for name in steps}
 
 
 def _synced(train_step: Callable[[nn.Module], None], m: nn.Module, device: torch.device) -> None:

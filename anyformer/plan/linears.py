@@ -12,11 +12,12 @@ input gradient and the weight gradient on BLAS ("mixed"); the numerics of each a
 against stock (loss and gradients), and a candidate must beat stock by the compile decision's 5%.
 
 Only fp32 CPU steps ask (the layers take F.linear under autocast, on CUDA and under torch.compile
-regardless). `ANYFORMER_PLAN=linears=onednn` forces one; a forced `linear=` forces every layer and
-leaves nothing to choose here.
+regardless). `ANYFORMER_PLAN=linears=onednn` forces one; a forced `linear=` (or a bare `stock`)
+forces every layer and leaves nothing to choose here.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
@@ -25,9 +26,10 @@ from torch import Tensor, nn
 from . import choices
 from .choices import Decision, register
 from .choose import LINEAR
-from .compiled import BUDGET_S, STEPS_BUDGET_S, _candidate, _quiet_rng, _quietly, _synced, _times
+from .compiled import BUDGET_S, STEPS_BUDGET_S, _candidate, _quiet_rng, _quietly, _real_steps, _synced, _times
 from .kernels import onednn_linear_op
 from .planner import planner
+from .store import entry_key
 from .timing import max_rounds_for
 
 # The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.
@@ -43,30 +45,45 @@ LINEARS = register(Decision("linears", ("stock", "planned", "onednn", "mixed"),
 PLANNED = "planned"
 
 
+@dataclass
+class LinearsPlan:
+    """What `linears_for_training` settled (and applied), and one line saying why (for the log)."""
+
+    choice: str
+    why: str
+
+
 def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], None],
                          step_loss: Callable[[nn.Module], Tensor], *, fields: Mapping[str, Any],
                          steps: int | None = None, tolerance: float = 1e-3, device: torch.device | str = "cpu",
-                         train_step: Callable[[nn.Module], None] | None = None) -> str:
+                         train_step: Callable[[nn.Module], None] | None = None) -> LinearsPlan:
     """The choice for `module`'s linear layers in the training step `step_loss(m) -> scalar loss`
     (forward; this adds the backward), applied with `set_kernel` before returning it:
     `set_kernel(None)` for "planned" (each layer asks the plan), else `set_kernel(choice)`. `fields`
-    name the step in the plan file (model, batch shape, precision).
-    `steps`: how many steps the run will take; under `MIN_STEPS` nothing is measured (None: no limit).
-    `train_step(m)`, if given, is what is timed: a whole real step of the run taken with m, so the
-    measurement is training, not time lost. Without it the timed calls are step_loss's forward and
-    backward. The numerics check leaves the global RNG and the gradients as they were."""
+    name the step in the plan file (model, batch shape, precision). `steps`: how many steps the run
+    will take; under `MIN_STEPS` nothing is measured (None: no limit). `train_step(m)`, if given, is
+    what is timed: the run's own steps taken with m, at most `MAX_TIMED_STEPS` of them (then forward
+    and backward), so the measurement is training, not time lost. Without it the timed calls are
+    step_loss's forward and backward. The numerics check leaves the global RNG and the gradients as
+    they were."""
     device = torch.device(device)
     p = planner()
     forced = p.forced()[0]
-    choice = choices.forced_choice(forced, LINEARS.name)
-    if choice is None and (choices.forced_choice(forced, LINEAR.name) is not None or onednn_linear_op() is None
-                           or device.type != "cpu"):
-        choice = PLANNED  # every layer forced, or nothing but F.linear here: nothing to choose
-    if choice is None and steps is not None and steps < MIN_STEPS and p.entry(LINEARS.name, fields) is None:
-        choice = PLANNED  # too short a run to repay a measurement: each layer as its shape's plan says
-    if choice is not None:
+
+    def settled(choice: str, why: str) -> LinearsPlan:
         set_kernel(_kernel(choice))
-        return choice
+        return LinearsPlan(choice, why)
+
+    if LINEARS.name in forced and forced[LINEARS.name] is not None:
+        return settled(forced[LINEARS.name], f"linears={forced[LINEARS.name]} is forced")
+    if choices.forced_choice(forced, LINEAR.name) is not None:  # `linear=...`, or a bare `stock`
+        return settled(PLANNED, f"linear={choices.forced_choice(forced, LINEAR.name)} is forced for every layer")
+    if device.type != "cpu" or onednn_linear_op() is None:
+        return settled(PLANNED, "no oneDNN here: F.linear" if device.type == "cpu" else "not on the CPU: F.linear")
+    entry = p.entry(LINEARS.name, fields)
+    if steps is not None and steps < MIN_STEPS and entry is None:
+        return settled(PLANNED, f"{steps} steps are too few to repay timing them (under {MIN_STEPS}); "
+                                "each layer as its shape's plan says")
     params = [q for q in module.parameters() if q.requires_grad]
     step = _candidate(lambda: module, step_loss, params, device)
 
@@ -76,28 +93,26 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
             return run()
         return call
 
-    # One planned pass first, outside any measurement (inside one, each layer's own decision would get
-    # the stock answer): the per-shape choices that "planned" stands for are made now.
-    set_kernel(_kernel(PLANNED))
-    with _quiet_rng(device):
-        step()
+    if entry is None:
+        # One planned pass first, outside any measurement (inside one, each layer's own decision gets
+        # the stock answer): the per-shape choices that "planned" stands for are made now.
+        set_kernel(_kernel(PLANNED))
+        with _quiet_rng(device):
+            step()
     checked = {k: using(k, _quietly(step, device, _quiet_rng)) for k in LINEARS.choices}
-    timed = None if train_step is None else {
-        k: using(k, lambda: _synced(train_step, module, device)) for k in LINEARS.choices}
-    choice = LINEARS.stock
+    timed = None if train_step is None else _real_steps(
+        {k: using(k, lambda: _synced(train_step, module, device)) for k in LINEARS.choices}, checked, MAX_TIMED_STEPS)
+    choice, before = PLANNED, len(p.measured)  # PLANNED: what the layers were told before, should this raise
     try:
         choice = p.decide(LINEARS.name, fields, lambda: checked if timed is None else timed, check=lambda: checked,
                           tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S if timed is None else STEPS_BUDGET_S),
+                          training=timed is not None,
                           extra=lambda: {"timed": "training steps" if timed is not None else "forward+backward"})
     finally:
         set_kernel(_kernel(choice))
-    return choice
-
-
-def explain(fields: Mapping[str, Any]) -> str:
-    """What the record for `fields` says, for a run's log: the times behind the choice."""
-    entry = planner().entry(LINEARS.name, fields)
-    return _times(entry, "timed on the whole step") if entry else "not measured: forced, or too short a run"
+    measured = entry_key(LINEARS.name, fields) in p.measured[before:]
+    return LinearsPlan(choice, _times(p.entry(LINEARS.name, fields), "measured on the whole step" if measured
+                                      else "recorded for the whole step"))
 
 
 def _kernel(choice: str) -> str | None:

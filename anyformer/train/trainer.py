@@ -27,10 +27,9 @@ from torch import Tensor, nn
 
 from ..models import REGISTRY, Model
 from ..nn import set_training_kernel
-from ..plan import adamw_impl, compile_for_training, linears_for_training, planner
+from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner
 from ..plan.compiled import MAX_TIMED_STEPS
 from ..plan.linears import MAX_TIMED_STEPS as MAX_LINEARS_STEPS
-from ..plan.linears import explain as explain_linears
 from ..plan.host import cpu_info
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
@@ -89,7 +88,7 @@ class Trainer:
         self.compiled: nn.Module | None = None
         self._compiled_shape: tuple[int, ...] | None = None
         self.compile_choice = "eager"
-        self.linears_choice = "planned"  # the model-wide linear kernel `_plan_compile` settles for eager steps
+        self.linears_choice: str | None = None  # the model-wide linear kernel `_plan_compile` settles (fp32 CPU)
         self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
@@ -320,13 +319,11 @@ class Trainer:
     def _plan_compile(self) -> None:
         """Eager or torch.compile for the training step: forced by --compile / --no-compile, else
         measured by the speed plan on this step's model, batch shape and precision, the compile
-        time counted against the steps left (anyformer.plan.compiled). Before that, for an fp32 step
-        that may run eagerly, the kernel of all its linear layers together (anyformer.plan.linears)."""
+        time counted against the steps left (anyformer.plan.compiled). Before that, for an fp32 CPU
+        step that runs eagerly, the kernel of all its linear layers together (anyformer.plan.linears)."""
         cfg = self.cfg
-        if cfg.compile is False or self.step >= self.total_steps:
-            return
-        if cfg.compile is None and self.dist.enabled:
-            return  # ranks would time each other's load: under torchrun only --compile compiles
+        if self.step >= self.total_steps or (self.dist.enabled and not cfg.compile):
+            return  # under torchrun ranks would time each other's load: only --compile compiles
         chunk = self._first_chunk(self.step)
         if not len(chunk[0]):
             return
@@ -336,41 +333,46 @@ class Trainer:
             with autocast(cfg.amp, self.device):
                 return self.task.loss(m, chunk)[0]
 
-        # The compile plan times real steps (training, not time lost) unless an evaluation, a checkpoint or
-        # the end of the run or of an epoch would fall among them.
-        spe = self.task.steps_per_epoch  # and the epoch's short last batch, which runs eagerly
-        ahead = [self.total_steps - self.step, self.eval_every - self.step % self.eval_every, spe - self.step % spe]
-        if cfg.checkpoint_every:
-            ahead.append(cfg.checkpoint_every - self.step % cfg.checkpoint_every)
-        linears = amp == "none" and not cfg.compile  # a compiled graph's products are F.linear's regardless
-        real_steps = min(ahead) > MAX_TIMED_STEPS + (MAX_LINEARS_STEPS if linears else 0)
         self._compiled_shape = tuple(chunk[0].shape)
         config = json.dumps(self.model.config.__dict__, sort_keys=True, default=str)
         fields = {"model": f"{type(self.model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
                   "task": cfg.task, "batch": "x".join(map(str, chunk[0].shape)), "amp": amp,
                   "device": self.device.type}
         t0, step0 = time.perf_counter(), self.step
-        if linears:
-            self.linears_choice = linears_for_training(
+        compiles = cfg.compile or choices.forced_choice(planner().forced()[0], "compile") == "compiled"
+        if amp == "none" and self.device.type == "cpu" and not compiles:  # a compiled graph's products are F.linear's
+            chosen_linears = linears_for_training(
                 self.forward_model, lambda kernel: set_training_kernel(self.model, kernel), step_loss,
                 fields=fields, steps=self.total_steps - self.step, device=self.device,
-                train_step=self.train_step if real_steps else None)
+                train_step=self.train_step if self._room_for(MAX_LINEARS_STEPS) else None)
+            self.linears_choice = chosen_linears.choice
             if self.dist.is_main:
-                print(f"linears: {self.linears_choice} ({explain_linears(fields)})")
-        with planner().forcing(compile="compiled") if cfg.compile else contextlib.nullcontext():
-            chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
-                                          steps=self.total_steps - self.step,
-                                          tolerance=1e-3 if amp == "none" else 5e-2, device=self.device,
-                                          train_step=self.train_step if real_steps else None)
+                print(f"linears: {chosen_linears.choice} ({chosen_linears.why})")
+        if cfg.compile is not False:
+            with planner().forcing(compile="compiled") if cfg.compile else contextlib.nullcontext():
+                chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
+                                              steps=self.total_steps - self.step,
+                                              tolerance=1e-3 if amp == "none" else 5e-2, device=self.device,
+                                              train_step=self.train_step if self._room_for(MAX_TIMED_STEPS) else None)
+            self.compile_choice = chosen.choice
+            if chosen.choice == "compiled":
+                self.compiled = chosen.module
+            if self.dist.is_main:
+                print(f"compile: {chosen.choice} ({chosen.why})")
         if self.step > step0:  # steps taken while timing: their time, compile included, is training time
             spent = time.perf_counter() - t0
             self.elapsed += spent
             self.sums["seconds"] = self.sums.get("seconds", 0.0) + spent
-        self.compile_choice = chosen.choice
-        if chosen.choice == "compiled":
-            self.compiled = chosen.module
-        if self.dist.is_main:
-            print(f"compile: {chosen.choice} ({chosen.why})")
+
+    def _room_for(self, steps: int) -> bool:
+        """Whether `steps` real training steps fit before an evaluation, a checkpoint, or the end of
+        the run or of an epoch (whose short last batch runs eagerly): then a plan may time the run's
+        own steps (training, not time lost)."""
+        spe = self.task.steps_per_epoch
+        ahead = [self.total_steps - self.step, self.eval_every - self.step % self.eval_every, spe - self.step % spe]
+        if self.cfg.checkpoint_every:
+            ahead.append(self.cfg.checkpoint_every - self.step % self.cfg.checkpoint_every)
+        return min(ahead) > steps
 
     def _fit_budget(self, bar) -> None:
         """--time-budget: set the run's steps so that it ends within the budget, from the time per step
@@ -513,7 +515,8 @@ class Trainer:
              "device_name": _device_name(self.device), "world_size": self.dist.world,
              "amp": resolve_amp(self.cfg.amp, self.device), unit: round(line.get(unit, 0.0), 1),
              "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed,
-             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice, "linears": self.linears_choice,
+             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice,
+             "linears": self.linears_choice,
              "time_budget": self.cfg.time_budget}
         return {**s, **self.task.summary_fields(line, self.files.read_metrics())}
 

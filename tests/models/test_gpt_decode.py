@@ -96,7 +96,7 @@ def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypa
 
 def test_a_request_that_stops_early_counts_the_steps_it_took(monkeypatch, tmp_path):
     """The tally is of steps taken, not asked: a client that reads 3 tokens of 40 and goes away adds 2
-    one-token steps, and a request asking for many does not pay for a compile by asking."""
+    one-token steps; the 37 it asked for and never took are not carried into later requests."""
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
     monkeypatch.delenv("ANYFORMER_PLAN", raising=False)
     monkeypatch.setattr(compiled_module, "FIRST_DECODE_COMPILE_S", 1000.0)  # never repaid here

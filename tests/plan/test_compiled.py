@@ -136,6 +136,8 @@ def test_the_check_leaves_rng_and_gradients_alone_and_real_steps_are_timed(plann
     assert all(q.grad is None for q in model.parameters())
     assert chosen.choice in ("eager", "compiled") and _entry(plan_cache)["timed"] == "training steps"
     assert {"Sequential", "FakeCompiled"} == set(taken)  # the timer ran the run's own steps with each
+    # but no more of them than the room the trainer reserved (a short step is called many times a round)
+    assert len(taken) == compiled_module.MAX_TIMED_STEPS
 
 
 def test_a_real_compile_end_to_end(planner_with, plan_cache, tiny):

@@ -55,17 +55,19 @@ def test_faked_timing_table_picks_its_favourite_and_applies_it(planner_with, pla
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())  # as on a build with oneDNN
     planner_with({n: 0.5 if n == winner else 1.0 for n in CHOICES})
     model = Tiny()
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == winner
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == winner
     assert model.applied[-1] == (None if winner == "planned" else winner)
     entry = _entry(plan_cache)
     assert entry["choice"] == winner and entry["timed"] == "forward+backward"
+    again = linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS)  # from the record
+    assert again.choice == winner and again.why.startswith("recorded for the whole step: stock ")
 
 
 def test_a_gain_within_the_margin_keeps_f_linear(planner_with, monkeypatch):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
     planner_with({"stock": 1.0, "planned": 0.99, "onednn": 0.97, "mixed": 0.98})  # under the 5% margin
     model = Tiny()
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == "stock"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == "stock"
     assert model.kernel == "stock"
 
 
@@ -73,18 +75,20 @@ def test_a_kernel_that_disagrees_is_dropped(planner_with, plan_cache, monkeypatc
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
     planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.5})
     model = Tiny(wrong_for="onednn")
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == "mixed"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == "mixed"
     assert "differs from stock" in _entry(plan_cache)["dropped"]["onednn"]
 
 
 @pytest.mark.parametrize("spec, expected, applied", [("linears=onednn", "onednn", "onednn"),
-                                                     ("linear=stock", "planned", None), ("stock", "stock", "stock")])
+                                                     ("linear=stock", "planned", None), ("stock", "planned", None),
+                                                     ("stock,linear=onednn", "planned", None),
+                                                     ("stock,linears=mixed", "mixed", "mixed")])
 def test_the_forced_setting_wins(planner_with, monkeypatch, spec, expected, applied):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
     p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.1})
     monkeypatch.setenv("ANYFORMER_PLAN", spec)
     model = Tiny()
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == expected
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == expected
     assert model.applied == [applied] and p.timer.calls == []
 
 
@@ -92,11 +96,11 @@ def test_too_short_a_run_is_not_measured_but_a_record_still_applies(planner_with
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
     p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.5, "mixed": 0.8})
     model = Tiny()
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20) == "planned"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20).choice == "planned"
     assert p.timer.calls == [] and model.applied == [None]
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=1000) == "onednn"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=1000).choice == "onednn"
     planner_with({})  # another process: reads that record, times nothing
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20) == "onednn"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20).choice == "onednn"
     assert model.applied[-1] == "onednn"
 
 
@@ -104,27 +108,35 @@ def test_nothing_to_choose_without_onednn(planner_with, monkeypatch):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: None)
     p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.1})
     model = Tiny()
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS) == "planned"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == "planned"
     assert p.timer.calls == []
 
 
 @needs_onednn
 def test_real_steps_are_timed_with_each_kernel_on_planned_layers(planner_with, plan_cache):
-    planner_with()  # a real timer, which runs what it times
-    model = plan_kernels(Tiny().net)
+    p = planner_with()  # a real timer, which runs what it times
+    torch.manual_seed(0)
+    model = plan_kernels(nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.2), nn.Linear(16, 3)))
     loss = _loss(model)
+    loss(model).backward()  # the layers' own (per-shape) decisions, planned now
+    model.zero_grad(set_to_none=True)
+    planning_s = p.planning_s
     torch.manual_seed(7)
     rng = torch.get_rng_state()
     taken = []
 
-    def train_step(m):  # records which kernel the layers had for each real step
+    def train_step(m):  # the run's own step, without dropout: records which kernel the layers had
         taken.append(m[0].training_kernel)
+        m.eval()
         loss(m).backward()
-        m.zero_grad(set_to_none=True)
+        m.train().zero_grad(set_to_none=True)
     chosen = linears_for_training(model, lambda k: set_training_kernel(model, k), loss, fields=FIELDS,
-                                  train_step=train_step)
-    assert torch.equal(torch.get_rng_state(), rng)
-    assert all(q.grad is None for q in model.parameters())
+                                  train_step=train_step).choice
     assert {"stock", None, "onednn", "mixed"} == set(taken)
+    # A tiny step is short: the timer would call it thousands of times; the run's steps stop at the
+    # room reserved for them, and forward and backward passes are timed past it.
+    assert len(taken) == plan.linears.MAX_TIMED_STEPS
+    assert torch.equal(torch.get_rng_state(), rng)  # the checks and the stand-ins' dropout drew from a fork
     assert chosen in CHOICES and _entry(plan_cache)["timed"] == "training steps"
     assert {m.training_kernel for m in model if isinstance(m, nn.Linear)} == {None if chosen == "planned" else chosen}
+    assert p.planning_s == planning_s  # the run's own steps are training, not planning time

@@ -50,16 +50,20 @@ def test_a_short_run_is_not_worth_measuring_a_compile(tmp_path, mnist_slice, cap
     assert "too few to repay a compile" in capsys.readouterr().out
 
 
-def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_slice, monkeypatch, capsys):
+@pytest.mark.parametrize("spec, compile", [("auto,compile=eager", None), ("auto", False)])
+def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_slice, monkeypatch, capsys,
+                                                              spec, compile):
     """The plan times the run's fp32 step with its linear layers all on F.linear, each as planned,
-    all on oneDNN and all mixed (anyformer.plan.linears); the layers keep the choice for the run."""
+    all on oneDNN and all mixed (anyformer.plan.linears); the layers keep the choice for the run.
+    An eager run settles it whether the plan or --no-compile keeps it eager."""
     from anyformer import plan
     from anyformer.nn import PlannedLinear
-    monkeypatch.setenv("ANYFORMER_PLAN", "auto,compile=eager")
+    monkeypatch.setenv("ANYFORMER_PLAN", spec)
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
     plan.reset()
     try:
-        trainer = make_trainer(tiny_config(tmp_path, max_steps=210, eval_every=210, amp="none"), mnist_slice)
+        cfg = tiny_config(tmp_path, max_steps=210, eval_every=210, amp="none", compile=compile)
+        trainer = make_trainer(cfg, mnist_slice)
         summary = trainer.run()
         records = [e for k, e in plan.planner().snapshot()["entries"].items() if k.startswith("linears ")]
     finally:
@@ -71,8 +75,28 @@ def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_sl
         return
     (record,) = records
     assert summary["linears"] == record["choice"] and set(record["times"]) == {"stock", "planned", "onednn", "mixed"}
-    assert f"linears: {record['choice']} (timed on the whole step: stock " in capsys.readouterr().out
+    assert f"linears: {record['choice']} (measured on the whole step: stock " in capsys.readouterr().out
     assert kernels == {None if record["choice"] == "planned" else record["choice"]}
+
+
+@pytest.mark.skipif(not __import__("anyformer").plan.onednn_linear_op(), reason="no oneDNN: nothing to time")
+def test_the_linears_plan_times_the_runs_own_steps_where_they_fit(tmp_path, mnist_slice, monkeypatch):
+    """250 steps an epoch leave room for the decision's real steps (at most 100): it times them, and
+    the run still takes exactly the steps it was asked for, their time counted as training."""
+    from anyformer import plan
+    monkeypatch.setenv("ANYFORMER_PLAN", "auto,compile=eager")
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    plan.reset()
+    try:
+        cfg = tiny_config(tmp_path, max_steps=260, eval_every=260, amp="none", batch_size=8)
+        summary = make_trainer(cfg, mnist_slice).run()
+        (record,) = [e for k, e in plan.planner().snapshot()["entries"].items() if k.startswith("linears ")]
+    finally:
+        monkeypatch.undo()
+        plan.reset()
+    assert record["timed"] == "training steps" and summary["steps"] == 260
+    lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [l["step"] for l in lines] == [260]  # evaluated where asked, not among the timed steps
 
 
 def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):

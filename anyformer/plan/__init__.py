@@ -30,11 +30,10 @@ from .planner import Planner, max_error, planner, using
 from .store import ENV_CACHE, plan_dir
 
 __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw_impl", "amp_dtype",
-           "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training", "configure",
-           "decision",
-           "decisions", "force", "forcing", "linear_kernel", "linears_for_training", "machine", "max_error",
-           "native_bf16",
-           "onednn_linear", "onednn_linear_op", "plan_dir", "planner", "register", "reset", "using"]
+           "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training",
+           "configure", "decision", "decisions", "force", "forcing", "linear_kernel", "linears_for_training",
+           "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
+           "register", "reset", "using"]
 
 
 def force(spec: str | Mapping[str, str] | None = None, **by_name: str):

@@ -32,7 +32,8 @@ from .planner import planner
 from .store import entry_key
 from .timing import max_rounds_for
 
-# The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.
+# The most of the run's own steps a measurement takes (a warm-up and one per round, for each candidate;
+# past it, forward and backward passes): the room a caller leaves before an evaluation or an epoch's end.
 MAX_TIMED_STEPS = 4 * (1 + max_rounds_for(STEPS_BUDGET_S))
 # A measurement costs about 20 steps' time (a warm-up, three rounds and a check, for each candidate)
 # where it cannot time the run's own steps: a 10% gain repays that over 200 steps. Shorter runs

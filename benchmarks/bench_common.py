@@ -222,8 +222,8 @@ def planned_forward(key: str, module, x, y):
     was chosen and why, for the results' header."""
     from anyformer.plan import compile_for_training
     linears = planned_linears(key, module, x, y)
-    return _planned(key, x, lambda fields: (compile_for_training(module, _loss(x, y), fields=fields),
-                                            f"linears={linears}"))
+    return _planned(key, x, lambda fields: compile_for_training(module, _loss(x, y), fields=fields),
+                    settled=f"linears={linears}")
 
 
 def planned_inference(key: str, module, x):
@@ -236,13 +236,12 @@ def planned_inference(key: str, module, x):
     return _planned(key, x, lambda fields: compile_for_inference(module, lambda m: m(x), fields=fields))
 
 
-def _planned(key: str, x, decide: Callable):
-    """(module, note): `decide(fields)`'s compile plan for input `x` (or (plan, what was settled before
-    it)), and one line saying what it chose."""
+def _planned(key: str, x, decide: Callable, settled: str = ""):
+    """(module, note): `decide(fields)`'s compile plan for input `x`, and one line saying what it chose
+    (after `settled`, what was chosen before it)."""
     t0 = time.perf_counter()
     chosen = decide(_fields(key, x))
-    chosen, before = chosen if isinstance(chosen, tuple) else (chosen, "")
-    note = (f"{key}: {before + ', ' if before else ''}compile={chosen.choice} ({chosen.why}; decided in "
+    note = (f"{key}: {settled + ', ' if settled else ''}compile={chosen.choice} ({chosen.why}; decided in "
             f"{time.perf_counter() - t0:.1f} s)")
     print(note, flush=True)
     return chosen.module, note

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..plan import linear_kernel, onednn_linear, onednn_linear_op
+from ..plan.choose import LINEAR
 
 _ONEDNN = onednn_linear_op() is not None
 M = TypeVar("M", bound=nn.Module)
@@ -126,7 +127,7 @@ def stock_kernels(module: M) -> M:
     return module
 
 
-_TRAINING_KERNELS = (None, "stock", "onednn", "mixed")
+_TRAINING_KERNELS = (None, *LINEAR.choices)  # None: ask the plan per shape
 
 
 def set_training_kernel(module: nn.Module, kernel: str | None) -> None:

@@ -1,11 +1,13 @@
 """Multi-head attention: softmax(Q K^T / sqrt(D_h)) V, per head, heads concatenated, then U_msa.
 
-Two paths compute the same thing. The fused path calls
+Three paths compute the same thing. The fused path calls
 `torch.nn.functional.scaled_dot_product_attention`; the explicit path builds the attention
-matrix with a softmax and hands it to a `sink` when one is given. A layer takes the explicit
-path only when its weights are asked for (a sink is given), or when `impl="explicit"`, or when
-`impl="auto"` and the speed plan (`anyformer.plan.attention_kernel`) measured plain matmuls
-faster on this machine for the case (CPU only: shapes, dtype, causal, training).
+matrix with a softmax and hands it to a `sink` when one is given; the native path
+(`anyformer.plan.native`, fp32 CPU self-attention) reads the packed q/k/v projection in place and
+writes the heads concatenated. A layer takes the explicit path when its weights are asked for (a
+sink is given) or when `impl="explicit"`; with `impl="auto"` on the CPU it takes the path the
+speed plan (`anyformer.plan.attention_kernel`) measured fastest on this machine for the case
+(shapes, dtype, causal, training, where q/k/v come from), SDPA until measured otherwise.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..plan import attention_kernel
+from ..plan import native
 from ..plan.kernels import attention_explicit, causal_mask
 from .dropout import Dropout
 from .positions import RotaryEmbedding
@@ -103,7 +106,7 @@ class MultiHeadAttention(nn.Module):
         self.impl = impl
         # The plan's answers for this layer's eager calls, by case (gradients, shape, dtype, masks):
         # what a torch.compile'd graph of the layer follows, since the plan cannot time inside a trace.
-        self._planned_explicit: dict[tuple, bool] = {}
+        self._planned: dict[tuple, str] = {}
 
     def _heads(self, t: Tensor, n: int) -> list[Tensor]:
         """(B, N, n*D) -> n tensors of (B, H, N, D_h), views of t.
@@ -129,6 +132,10 @@ class MultiHeadAttention(nn.Module):
         A classifier that reads the class token needs no more from the last layer.
         """
         B, N, _ = x.shape
+        # The native kernel takes a self-attention projection whole: nothing rotated, cached, cut or
+        # dropped between, and no weights asked for.
+        whole = (not self.cross and self.rotary is None and cache is None and queries is None and sink is None
+                 and mask is None and not (self.training and self.attn_dropout > 0))
         if queries is not None and (causal or cache is not None or (mask is not None and mask.dim() != 2)):
             raise ValueError("queries=n takes no causal mask, cache or per-query mask (key padding only)")
         if self.cross:
@@ -139,7 +146,14 @@ class MultiHeadAttention(nn.Module):
         else:
             if context is not None:
                 raise ValueError("this attention layer is self-attention; it takes no context")
-            q, k, v = self._heads(self.qkv(x), 3)
+            t = self.qkv(x)
+            if whole:
+                packed = t.unflatten(-1, (3, self.heads, self.head_dim))
+                kernel = self._kernel(packed, N, causal, False, "packed")
+                if kernel == "native":
+                    y = self.proj(native.attention_packed(packed, causal))
+                    return y if self.proj_drop is None else self.proj_drop(y)
+            q, k, v = self._heads(t, 3)
         if self.rotary is not None:
             offset = 0 if cache is None else cache.length
             q, k = self.rotary(q, offset), self.rotary(k, offset)
@@ -150,7 +164,9 @@ class MultiHeadAttention(nn.Module):
         nk = k.shape[2]
         attn_mask = None if mask is None else _as_attn_mask(mask, B, N, nk)
         drop = self.attn_dropout if self.training else 0.0
-        if sink is not None or self._explicit(q, nk, causal, attn_mask is not None, cache is not None):
+        if not whole:
+            kernel = self._kernel(q, nk, causal, attn_mask is not None, "cache" if cache is not None else "views")
+        if sink is not None or kernel == "explicit":
             out, weights = attention_explicit(q, k, v, causal=causal, mask=attn_mask,
                                               dropout=drop, training=self.training)
             if sink is not None:
@@ -167,24 +183,27 @@ class MultiHeadAttention(nn.Module):
         y = self.proj(out)
         return y if self.proj_drop is None else self.proj_drop(y)
 
-    def _explicit(self, q: Tensor, nk: int, causal: bool, masked: bool, cached: bool) -> bool:
-        """`impl="auto"`: the plan's measured choice on the CPU (SDPA until measured otherwise), SDPA
-        elsewhere. Under torch.compile, the choice the plan made for this layer's eager calls of the
-        same shape (a compile plan runs an eager step before it compiles; a 50-token ViT's attention
-        ran 1.5x faster as plain matmuls, compiled or not), SDPA if none was made."""
+    def _kernel(self, q: Tensor, nk: int, causal: bool, masked: bool, layout: str) -> str:
+        """The attention path for this call: "fused", "explicit" or "native". `q` is (B, H, N, D_h)
+        queries, or for layout "packed" the (B, N, 3, H, D_h) projection. `impl="auto"`: the plan's
+        measured choice on the CPU (SDPA until measured otherwise), SDPA elsewhere. Under
+        torch.compile, the choice the plan made for this layer's eager calls of the same case (a
+        compile plan runs an eager step before it compiles), SDPA if none was made."""
         if self.impl != "auto":
-            return self.impl == "explicit"
+            return self.impl
         if q.device.type != "cpu":
-            return False
-        b, h, nq, dh = q.shape
-        case = (q.requires_grad, b, nq, nk, q.dtype, causal, masked, cached)
+            return "fused"
+        if layout == "packed":
+            b, nq, _, h, dh = q.shape
+        else:
+            b, h, nq, dh = q.shape
+        case = (torch.is_grad_enabled() and q.requires_grad, b, nq, nk, q.dtype, causal, masked, layout)
         if torch.compiler.is_compiling():
             try:
-                return self._planned_explicit.get(case, False)
+                return self._planned.get(case, "fused")
             except TypeError:  # symbolic (dynamic) sizes: no eager answer to follow
-                return False
-        explicit = attention_kernel(b, h, nq, nk, dh, q.dtype, causal, q.requires_grad, masked=masked,
-                                    layout="cache" if cached else "packed") == "explicit"
-        if not cached:  # a decode step's every cache length would be kept, and it is not compiled
-            self._planned_explicit[case] = explicit
-        return explicit
+                return "fused"
+        kernel = attention_kernel(b, h, nq, nk, dh, q.dtype, causal, case[0], masked=masked, layout=layout)
+        if layout != "cache":  # a decode step's every cache length would be kept, and it is not compiled
+            self._planned[case] = kernel
+        return kernel

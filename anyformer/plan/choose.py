@@ -19,13 +19,15 @@ import torch.nn.functional as F
 from . import choices
 from . import planner as _planner
 from .choices import Decision, register
+from . import native
 from .kernels import attention_explicit, causal_mask, onednn_linear, onednn_linear_op
 
 LINEAR = register(Decision("linear", ("stock", "onednn", "mixed"),
                            "fp32/bf16 CPU linear layers: F.linear (BLAS), oneDNN's _linear_pointwise, or (training) "
                            "oneDNN for the forward and input gradient with the weight gradient on BLAS"))
-ATTENTION = register(Decision("attention", ("fused", "explicit"), "CPU attention: SDPA or softmax(QK^T)V "
-                                                                  "in plain matmuls"))
+ATTENTION = register(Decision("attention", ("fused", "explicit", "native"),
+                              "CPU attention: SDPA, softmax(QK^T)V in plain matmuls, or (fp32, a layer's packed "
+                              "projection) anyformer's own kernel, compiled here (plan/native.py)"))
 AMP = register(Decision("amp", ("none", "bf16"), "amp=auto on the CPU: fp32 or bf16 autocast", margin=0.2))
 ADAMW = register(Decision("adamw", ("foreach", "fused"), "AdamW step: multi-tensor foreach or the fused kernel"))
 
@@ -162,17 +164,23 @@ def _linear_runs(rows: int, k: int, n: int, dtype: torch.dtype, training: bool,
 
 
 # --- attention ---------------------------------------------------------------------------------
-ATTENTION_LAYOUTS = ("packed", "cache")
+# Where q, k and v come from. "packed": views into a self-attention layer's packed projection,
+# handed over untouched, all positions querying, no dropout on the attention matrix (the case the
+# native kernel takes whole); "views": such views, changed or cut on the way (rotary positions, fewer
+# queries than keys, attention dropout); "cache": keys and values from a KV cache.
+ATTENTION_LAYOUTS = ("packed", "views", "cache")
 
 
 def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: int, dtype: torch.dtype,
                      causal: bool, training: bool, *, masked: bool = False, layout: str = "packed") -> str:
-    """"fused" (F.scaled_dot_product_attention) or "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
-    matmuls) for CPU attention over (B, H, q_len, D_h) queries and k_len keys. `causal` is bottom-
-    right aligned (a KV cache's last queries); `masked`: a key-padding mask is passed too.
-    `layout`: where q, k and v come from, which changes the answer (`_attention_runs` times them
-    so): "packed", views into the layer's q/k/v projection; "cache", keys and values from a KV cache.
-    Lengths are keyed by `_length_bucket` and, up to `_FINE_LEN` tokens, timed as asked."""
+    """"fused" (F.scaled_dot_product_attention), "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
+    matmuls) or "native" (`native.attention_packed`: layout "packed", q_len == k_len, no mask, fp32,
+    D_h in native.HEAD_DIMS, where the kernel builds here) for CPU attention over (B, H, q_len, D_h)
+    queries and k_len keys. `causal` is bottom-right aligned (a KV cache's last queries); `masked`: a
+    key-padding mask is passed too. `layout`: where q, k and v come from (ATTENTION_LAYOUTS), which
+    changes the answer (`_attention_runs` times them so). Forcing attention=native forces it where it
+    applies and leaves SDPA elsewhere. Lengths are keyed by `_length_bucket` and, up to `_FINE_LEN`
+    tokens, timed as asked."""
     lengths = ((_length_bucket(q_len, q_len), _length_bucket(k_len, q_len))
                if type(q_len) is int and type(k_len) is int and q_len > 0 and k_len > 0 else None)
     memo = ("attention", _memo_bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked,
@@ -199,21 +207,29 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     low = dtype in (torch.float16, torch.bfloat16)
     timed = {"batch": rep_b, "heads": rep_h, "q": tq, "k": tk}
     reduced = {n: v for n, v in timed.items() if v != fields[n]} or None
+    # The native kernel is offered only for the case it takes whole, and only where it builds (the
+    # build, about a second, happens once per machine; a record then needs only the file loaded).
+    with_native = (layout == "packed" and q_len == k_len and not masked and native.supports(dtype, head_dim)
+                   and native.library() is not None)
+    avail = ATTENTION.choices if with_native else ("fused", "explicit")
     return p.decide("attention", fields,
-                    lambda: _attention_runs(rep_b, rep_h, tq, tk, head_dim, dtype, causal, training, masked, layout),
-                    memo_key=memo, tolerance=5e-2 if low else 1e-4, measured_with=reduced)
+                    lambda: _attention_runs(rep_b, rep_h, tq, tk, head_dim, dtype, causal, training, masked, layout,
+                                            with_native),
+                    memo_key=memo, available=avail, partial=("native",), tolerance=5e-2 if low else 1e-4,
+                    measured_with=reduced)
 
 
 def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype, causal: bool,
-                    training: bool, masked: bool, layout: str) -> dict[str, Callable]:
+                    training: bool, masked: bool, layout: str, with_native: bool = False) -> dict[str, Callable]:
     g = torch.Generator().manual_seed(0)
     # In the layout a layer hands over (nn/attention.py's `_heads`): q, k and v as (B, H, N, D_h)
     # views into one packed (B, N, 3, H, D_h) projection, its gradients flowing back into that
     # (the first nq positions query where fewer query than attend); or, after a KV cache, the query
     # such a view and the keys and values the first positions of the cache's buffers. The layout
     # changes the answer: on a 2-core AMD EPYC, plain matmuls over packed views ran at half the
-    # speed of contiguous operands.
-    if layout == "packed":
+    # speed of contiguous operands. Each candidate ends where the layer's attention does, with the
+    # heads concatenated (B, nq, H*D_h): a copy after SDPA or the explicit path, none after native.
+    if layout in ("packed", "views"):
         packed = _randn(g, b, max(nq, nk), 3, h, d, dtype=dtype)
         leaves: tuple[torch.Tensor, ...] = (packed,)
 
@@ -227,28 +243,35 @@ def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype
 
         def qkv() -> list[torch.Tensor]:
             return [q0.transpose(1, 2), k0.narrow(2, 0, nk), v0.narrow(2, 0, nk)]
-    dy = _randn(g, b, h, nq, d, dtype=dtype)
+    dy = _randn(g, b, nq, h * d, dtype=dtype)
     # As nn/attention.py runs it: one query after a cache sees every key, so it gets no mask.
     allowed = causal_mask(nq, nk, torch.device("cpu")) if causal and nq > 1 else None
     if masked and nk > 1:  # pad the last eighth of the keys; every query keeps key 0
         pad = torch.ones(b, 1, 1, nk, dtype=torch.bool)
         pad[..., nk - max(1, nk // 8):] = False
         allowed = pad if allowed is None else allowed & pad
+
+    def heads_last(o: torch.Tensor) -> torch.Tensor:
+        return o.transpose(1, 2).reshape(b, nq, h * d)
+
     if causal and not masked and nq == nk:
         def fused():
-            return F.scaled_dot_product_attention(*qkv(), is_causal=True)
+            return heads_last(F.scaled_dot_product_attention(*qkv(), is_causal=True))
     else:
         def fused():
-            return F.scaled_dot_product_attention(*qkv(), attn_mask=allowed)
+            return heads_last(F.scaled_dot_product_attention(*qkv(), attn_mask=allowed))
 
     def explicit():
-        return attention_explicit(*qkv(), mask=allowed)[0]
+        return heads_last(attention_explicit(*qkv(), mask=allowed)[0])
 
+    runs = {"fused": fused, "explicit": explicit}
+    if with_native:
+        runs["native"] = lambda: native.attention_packed(packed, causal)
     if not training:
-        return {"fused": fused, "explicit": explicit}
+        return runs
     for t in leaves:
         t.requires_grad_()
-    return {"fused": _with_grads(fused, leaves, dy), "explicit": _with_grads(explicit, leaves, dy)}
+    return {n: _with_grads(f, leaves, dy) for n, f in runs.items()}
 
 
 # --- amp ---------------------------------------------------------------------------------------

@@ -71,7 +71,8 @@ def _cpu_capability() -> str:
 # or the way they are timed change, so that records measured the old way are measured again.
 # 2: attention timed in the layout a layer hands over, at the lengths asked (2026-11-24).
 # 3: training linears timed at the rows asked, up to _TRAIN_CALL_FLOPS a call (2026-11-24).
-PLAN_REVISION = 3
+# 4: attention may take the native kernel (plan/native.py); steps timed before it took another path (2026-11-24).
+PLAN_REVISION = 4
 
 
 def machine(threads: int | None = None) -> dict[str, Any]:

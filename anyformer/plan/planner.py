@@ -189,7 +189,8 @@ class Planner:
                margin: float | None = None, budget_s: float | None = None,
                measured_with: Mapping[str, Any] | None = None,
                extra: Callable[[], Mapping[str, Any]] | None = None,
-               check: Callable[[], Runs] | None = None, training: bool = False) -> str:
+               check: Callable[[], Runs] | None = None, training: bool = False,
+               partial: Sequence[str] = ()) -> str:
         """The choice for decision `name` at the shape `fields` (the plan file's key).
 
         `build()` returns the candidates, name -> call returning tensors, stock first; it runs only
@@ -200,13 +201,16 @@ class Planner:
         for the numerics check when the timed ones cannot be compared (e.g. real training steps,
         each on the weights the last one left); by default the timed ones are compared. `training`:
         the timed calls are the run's own training steps, whose time is training, not planning: it
-        is not counted against this process's planning budget."""
+        is not counted against this process's planning budget. `partial`: choices that apply to some
+        cases only; forcing one where it is not available gives the stock choice instead of an error."""
         with self._lock:
             self._sync()
             d = choices.decision(name)
             avail = tuple(d.choices if available is None else available)
             forced = choices.forced_choice(self._forced, name)
             if forced is not None:
+                if forced not in avail and forced in partial:
+                    return self._remember(memo_key, d.stock)
                 if forced not in avail:
                     raise ValueError(f"{name}={forced} is forced but not available here "
                                      f"(available: {', '.join(avail)})")
@@ -233,7 +237,8 @@ class Planner:
                 avail: tuple[str, ...], tolerance: float, margin: float, budget_s: float | None,
                 measured_with: Mapping[str, Any] | None,
                 extra: Callable[[], Mapping[str, Any]] | None = None,
-                check: Callable[[], Runs] | None = None, training: bool = False) -> str:
+                check: Callable[[], Runs] | None = None, training: bool = False,
+               partial: Sequence[str] = ()) -> str:
         key = store.entry_key(d.name, fields)
         entries = self._load()
         entry = entries.get(key)

@@ -1,0 +1,201 @@
+"""anyformer's own fp32 CPU attention (native/attention.cpp), compiled on the machine that runs it.
+
+`attention_packed(qkv, causal)` takes a self-attention layer's packed projection, viewed as
+(B, N, 3, H, D_h), and returns softmax(Q K^T / sqrt(D_h)) V with the heads already concatenated,
+(B, N, H*D_h): no copy of q, k or v on the way in, none of the output on the way out, and a backward
+that writes the gradient of the packed projection directly. It is a torch custom op
+(`anyformer::attention`), so a torch.compile'd block calls it as one opaque node.
+
+The library is built once per machine with the system's C++ compiler (`$CXX`, else g++) into
+`$ANYFORMER_CACHE/native/`, named by a hash of the source, the compiler and the CPU, and written
+atomically. Where there is no compiler, the build fails or the CPU is not x86-64, `library()` is
+None and the speed plan never offers the kernel (`why_unavailable()` says why). Where it is built,
+the plan still uses it only for shapes where it measured faster than SDPA and matched it.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import math
+import os
+import platform
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..files import atomic_path
+from .store import cache_root
+
+SOURCE = Path(__file__).with_name("native") / "attention.cpp"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
+BUILD_TIMEOUT_S = 180
+HEAD_DIMS = (16, 32, 48, 64)  # what the kernel takes (16 floats a vector, up to four)
+
+_lock = threading.Lock()
+_why_not: list[str] = []
+
+
+def _cpu_flags_line() -> str:
+    """-march=native compiles for every flag of this CPU: the whole flags line goes into the name."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.split(":")[0].strip() in ("flags", "Features"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CXX") or "g++")
+
+
+@functools.lru_cache(maxsize=None)
+def library() -> ctypes.CDLL | None:
+    """The kernel library, built on first use; None where it cannot be (see `why_unavailable`)."""
+    with _lock:
+        try:
+            return _load()
+        except Exception as e:  # noqa: BLE001 - no kernel is a fallback, never an error
+            _why_not.append(f"{type(e).__name__}: {e}"[:300])
+            return None
+
+
+def why_unavailable() -> str | None:
+    """Why `library()` is None (after it was asked), else None."""
+    return _why_not[-1] if _why_not else None
+
+
+def _load() -> ctypes.CDLL | None:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        _why_not.append(f"built only for x86-64 (this is {platform.machine()})")
+        return None
+    if not torch.backends.openmp.is_available():
+        _why_not.append("this torch build has no OpenMP runtime to share")
+        return None
+    cxx = _compiler()
+    if cxx is None:
+        _why_not.append(f"no C++ compiler ({os.environ.get('CXX') or 'g++'} not found)")
+        return None
+    source = SOURCE.read_bytes()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+    digest = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(),
+                                        _cpu_flags_line().encode()])).hexdigest()[:16]
+    path = cache_root() / "native" / f"attention-{digest}.so"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path, suffix=".so") as tmp:
+            done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True,
+                                  timeout=BUILD_TIMEOUT_S)
+            if done.returncode != 0:
+                raise RuntimeError(f"{Path(cxx).name} failed: {done.stderr.strip()[-240:]}")
+    # torch has loaded its OpenMP runtime (libgomp.so.1) already; the loader resolves the library's
+    # libgomp.so.1 to that one, so both share one thread pool instead of two competing for the cores.
+    lib = ctypes.CDLL(str(path))
+    P, L, F, I = ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int
+    lib.attn_fwd.argtypes = [P] * 5 + [L] * 5 + [L] * 12 + [F, I, I]
+    lib.attn_fwd.restype = I
+    lib.attn_bwd.argtypes = [P] * 9 + [L] * 5 + [L] * 24 + [F, I, I]
+    lib.attn_bwd.restype = I
+    return lib
+
+
+def supports(dtype: torch.dtype, head_dim: int, device: torch.device | str = "cpu") -> bool:
+    """Whether the kernel takes these heads (fp32 on the CPU, D_h in HEAD_DIMS); it does not build it."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32 and head_dim in HEAD_DIMS
+
+
+def _strides(t: Tensor) -> tuple[int, int, int]:
+    """Strides of a (B, H, N, D) view over batch, head and position (its D must be contiguous)."""
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _views(packed: Tensor) -> list[Tensor]:
+    """q, k, v as (B, H, N, D_h) views of a (B, N, 3, H, D_h) tensor."""
+    return [u.transpose(1, 2) for u in packed.unbind(2)]
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"anyformer native attention {what}: the kernel refused the call (code {rc})")
+
+
+@torch.library.custom_op("anyformer::attention", mutates_args=())
+def _attention(qkv: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
+    B, N, _, H, D = qkv.shape
+    qkv = qkv if qkv.stride(-1) == 1 else qkv.contiguous()
+    out = qkv.new_empty(B, N, H, D)
+    lse = qkv.new_empty(B, H, N)
+    q, k, v = _views(qkv)
+    o = out.transpose(1, 2)
+    _check(library().attn_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+                              B, H, N, N, D, *_strides(q), *_strides(k), *_strides(v),
+                              *_strides(o), 1.0 / math.sqrt(D), int(causal), torch.get_num_threads()),
+           "forward")
+    return out, lse
+
+
+@_attention.register_fake
+def _(qkv: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
+    B, N, _, H, D = qkv.shape
+    return qkv.new_empty(B, N, H, D), qkv.new_empty(B, H, N)
+
+
+@torch.library.custom_op("anyformer::attention_backward", mutates_args=())
+def _attention_backward(qkv: Tensor, out: Tensor, lse: Tensor, grad: Tensor, causal: bool) -> Tensor:
+    B, N, _, H, D = qkv.shape
+    qkv = qkv if qkv.stride(-1) == 1 else qkv.contiguous()
+    grad = grad if grad.stride(-1) == 1 else grad.contiguous()
+    dqkv = qkv.new_empty(B, N, 3, H, D)
+    q, k, v = _views(qkv)
+    dq, dk, dv = _views(dqkv)
+    o, g = out.transpose(1, 2), grad.transpose(1, 2)
+    _check(library().attn_bwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), g.data_ptr(),
+                              lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), B, H, N, N, D,
+                              *_strides(q), *_strides(k), *_strides(v), *_strides(o),
+                              *_strides(g), *_strides(dq), *_strides(dk), *_strides(dv),
+                              1.0 / math.sqrt(D), int(causal), torch.get_num_threads()),
+           "backward")
+    return dqkv
+
+
+@_attention_backward.register_fake
+def _(qkv: Tensor, out: Tensor, lse: Tensor, grad: Tensor, causal: bool) -> Tensor:
+    return torch.empty_like(qkv, memory_format=torch.contiguous_format)
+
+
+def _setup(ctx, inputs, output) -> None:
+    qkv, causal = inputs
+    ctx.save_for_backward(qkv, output[0], output[1])
+    ctx.causal = causal
+
+
+def _backward(ctx, grad_out: Tensor, grad_lse: Tensor | None):
+    qkv, out, lse = ctx.saved_tensors
+    return _attention_backward(qkv, out, lse, grad_out, ctx.causal), None
+
+
+_attention.register_autograd(_backward, setup_context=_setup)
+
+
+def attention_packed(qkv: Tensor, causal: bool = False) -> Tensor:
+    """softmax(Q K^T / sqrt(D_h)) V over a packed projection qkv (B, N, 3, H, D_h), each D_h row
+    contiguous; `causal`: position i attends to positions <= i. Returns (B, N, H*D_h). fp32 CPU
+    tensors with D_h in HEAD_DIMS only (`supports`), and only where `library()` is not None."""
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"attention_packed: expected qkv of shape (B, N, 3, H, D_h), got {tuple(qkv.shape)}")
+    B, N, _, H, D = qkv.shape
+    if not supports(qkv.dtype, D, qkv.device):
+        raise ValueError(f"attention_packed: takes float32 CPU tensors with D_h in {HEAD_DIMS}, "
+                         f"got {qkv.dtype} on {qkv.device} with D_h={D}")
+    if not torch.compiler.is_compiling() and library() is None:  # a traced call was checked eagerly
+        raise RuntimeError(f"attention_packed: the native kernel is not available here ({why_unavailable()})")
+    if qkv.stride(-1) != 1:
+        qkv = qkv.contiguous()
+    return _attention(qkv, bool(causal))[0].view(B, N, H * D)

@@ -1,0 +1,157 @@
+"""anyformer's own CPU attention kernel (anyformer.plan.native): built here, checked against SDPA
+forward and backward, offered to the plan only where it applies, and never an error where it cannot
+be built."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from anyformer import plan
+from anyformer.nn import MultiHeadAttention
+from anyformer.plan import native
+
+# The kernel is compiled with the system's C++ compiler; CI's machine has g++. Where none exists the
+# kernel is never offered (tested below with a compiler that is not there).
+needs_compiler = pytest.mark.skipif(native._compiler() is None, reason="no C++ compiler on this machine")
+
+
+@pytest.fixture
+def no_library(monkeypatch, tmp_path):
+    """A process where the kernel cannot be built: the compiler named by $CXX is missing."""
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    native.library.cache_clear()
+    yield
+    native.library.cache_clear()
+
+
+def _sdpa(packed: torch.Tensor, causal: bool) -> torch.Tensor:
+    B, N, _, H, D = packed.shape
+    q, k, v = (t.transpose(1, 2) for t in packed.unbind(2))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2).reshape(B, N, H * D)
+
+
+def _forward_backward(fn, packed, dy):
+    packed = packed.detach().requires_grad_()
+    y = fn(packed)
+    y.backward(dy)
+    return y.detach(), packed.grad
+
+
+@needs_compiler
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batch,tokens,heads,head_dim", [(3, 50, 4, 16), (2, 67, 2, 32), (1, 5, 3, 48),
+                                                         (2, 130, 2, 64), (2, 1, 2, 16)])
+def test_matches_sdpa_forward_and_backward(causal, batch, tokens, heads, head_dim):
+    g = torch.Generator().manual_seed(tokens)
+    packed = torch.randn(batch, tokens, 3, heads, head_dim, generator=g) * 2
+    dy = torch.randn(batch, tokens, heads * head_dim, generator=g)
+    y_ref, g_ref = _forward_backward(lambda t: _sdpa(t, causal), packed, dy)
+    y, grad = _forward_backward(lambda t: native.attention_packed(t, causal), packed, dy)
+    assert y.shape == (batch, tokens, heads * head_dim) and y.is_contiguous()
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, g_ref, rtol=1e-4, atol=1e-4)
+
+
+@needs_compiler
+def test_reads_a_projection_in_place_and_takes_strided_input():
+    """The layer's view of its projection (B, N, 3*C) -> (B, N, 3, H, D_h), and a tensor whose last
+    dimension is not contiguous (copied first) give SDPA's answer."""
+    g = torch.Generator().manual_seed(0)
+    proj = torch.randn(2, 20, 3 * 2 * 16, generator=g)
+    packed = proj.unflatten(-1, (3, 2, 16))
+    torch.testing.assert_close(native.attention_packed(packed), _sdpa(packed, False), rtol=1e-5, atol=1e-5)
+    strided = torch.randn(2, 20, 3, 2, 32, generator=g).transpose(-1, -2).contiguous().transpose(-1, -2)[..., :16]
+    assert strided.stride(-1) != 1
+    torch.testing.assert_close(native.attention_packed(strided, True), _sdpa(strided.contiguous(), True),
+                               rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_the_custom_op_is_registered_for_tracing_and_autograd():
+    """torch.library's own checks: schema, fake tensors (torch.compile), autograd registration."""
+    g = torch.Generator().manual_seed(1)
+    packed = torch.randn(2, 9, 3, 2, 16, generator=g, requires_grad=True)
+    torch.library.opcheck(torch.ops.anyformer.attention.default, (packed, True))
+    compiled = torch.compile(lambda t: native.attention_packed(t, True), backend="aot_eager", fullgraph=True)
+    y, grad = _forward_backward(compiled, packed, torch.ones(2, 9, 32))
+    y_ref, g_ref = _forward_backward(lambda t: _sdpa(t, True), packed, torch.ones(2, 9, 32))
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, g_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_input_says_what_it_takes():
+    with pytest.raises(ValueError, match=r"expected qkv of shape \(B, N, 3, H, D_h\), got \(2, 5, 48\)"):
+        native.attention_packed(torch.randn(2, 5, 48))
+    with pytest.raises(ValueError, match="float32 CPU tensors with D_h in .*got torch.float64 .* D_h=16"):
+        native.attention_packed(torch.randn(1, 4, 3, 2, 16, dtype=torch.float64))
+    with pytest.raises(ValueError, match="D_h=8"):
+        native.attention_packed(torch.randn(1, 4, 3, 2, 8))
+
+
+def test_no_compiler_means_no_kernel_and_no_error(no_library, planner_with):
+    assert native.library() is None
+    assert "no C++ compiler" in native.why_unavailable()
+    with pytest.raises(RuntimeError, match="not available here .*no C\\+\\+ compiler"):
+        native.attention_packed(torch.randn(1, 4, 3, 2, 16))
+    p = planner_with({"fused": 1.0, "explicit": 2.0, "native": 0.1})
+    assert plan.attention_kernel(2, 2, 50, 50, 16, torch.float32, False, True) == "fused"
+    assert p.timer.calls == [["fused", "explicit"]]  # never offered
+    with plan.planner().forcing(attention="native"):  # forcing it where it cannot run leaves SDPA
+        assert plan.attention_kernel(2, 2, 60, 60, 16, torch.float32, False, True) == "fused"
+
+
+def test_a_failing_build_means_no_kernel(monkeypatch, tmp_path):
+    broken = tmp_path / "cxx"
+    broken.write_text("#!/bin/sh\necho 'cxx: out of luck' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("CXX", str(broken))
+    native.library.cache_clear()
+    try:
+        assert native.library() is None
+        assert "failed" in native.why_unavailable() and "out of luck" in native.why_unavailable()
+        assert not list((tmp_path / "cache").glob("native/*.so"))  # nothing half-written is kept
+    finally:
+        native.library.cache_clear()
+
+
+@needs_compiler
+def test_the_plan_offers_it_only_where_it_applies(planner_with):
+    p = planner_with({"fused": 1.0, "explicit": 0.5, "native": 0.1})
+    assert plan.attention_kernel(2, 2, 50, 50, 16, torch.float32, True, True) == "native"
+    entry = p.snapshot()["entries"]
+    (key,) = entry
+    assert entry[key]["dropped"] == {}  # the kernel agreed with SDPA, gradients included
+    # not where it does not apply: other head sizes, bf16, a padding mask, views or a cache
+    for args, kw in [((2, 2, 50, 50, 8, torch.float32), {}), ((2, 2, 50, 50, 16, torch.bfloat16), {}),
+                     ((2, 2, 50, 50, 16, torch.float32), {"masked": True}),
+                     ((2, 2, 50, 50, 16, torch.float32), {"layout": "views"}),
+                     ((2, 2, 1, 50, 16, torch.float32), {"layout": "cache"})]:
+        assert plan.attention_kernel(*args, False, True, **kw) == "explicit", (args, kw)
+    assert all("native" not in calls for calls in p.timer.calls[1:])
+
+
+@needs_compiler
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_layer_on_the_native_kernel_matches_sdpa(causal):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(64, 4)
+    x = torch.randn(3, 17, 64)
+
+    def run(kernel):
+        with plan.planner().forcing(attention=kernel):
+            xi = x.clone().requires_grad_()
+            layer.zero_grad()
+            y = layer(xi, causal=causal)
+            y.square().sum().backward()
+            return y.detach(), xi.grad, layer.qkv.weight.grad.clone()
+
+    for a, b in zip(run("native"), run("fused")):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # calls it cannot take whole (fewer queries, a padding mask) take SDPA under the same forcing
+    with plan.planner().forcing(attention="native"):
+        layer.eval()
+        with torch.no_grad():
+            y1 = layer(x, queries=1)
+            y2 = layer(x, mask=torch.ones(3, 17, dtype=torch.bool))
+    with plan.planner().forcing(attention="fused"):
+        torch.testing.assert_close(y1, layer(x, queries=1))
+        torch.testing.assert_close(y2, layer(x))

@@ -164,14 +164,14 @@ def check_same_outputs(weights: dict, x) -> str:
 
 
 def attention_kernels_used(name: str, weights: dict, x) -> str:
-    """Which attention kernel each of anyformer's layers takes in a training-mode forward: SDPA
-    without dropout (on CPU its flash kernel), SDPA with dropout (a kernel that builds the whole
-    attention matrix) or the explicit matmul path."""
+    """Which attention kernel each of anyformer's layers takes in a training forward (gradients on):
+    SDPA without dropout (on CPU its flash kernel), SDPA with dropout (a kernel that builds the whole
+    attention matrix), the explicit matmul path or anyformer's native kernel."""
     from collections import Counter
     from unittest import mock
     import anyformer.nn.attention as att
     seen = Counter()
-    sdpa, explicit = att.F.scaled_dot_product_attention, att.attention_explicit
+    sdpa, explicit, packed = att.F.scaled_dot_product_attention, att.attention_explicit, att.native.attention_packed
 
     def spy_sdpa(*a, **k):
         seen[f"SDPA dropout_p={k.get('dropout_p', 0.0):g}"] += 1
@@ -180,10 +180,15 @@ def attention_kernels_used(name: str, weights: dict, x) -> str:
     def spy_explicit(*a, **k):
         seen[f"explicit dropout={k.get('dropout', 0.0):g}"] += 1
         return explicit(*a, **k)
+
+    def spy_native(*a, **k):
+        seen["native"] += 1
+        return packed(*a, **k)
     model, forward = build(name, weights)
     model.train()
     with mock.patch.object(att.F, "scaled_dot_product_attention", spy_sdpa), \
-            mock.patch.object(att, "attention_explicit", spy_explicit), torch.no_grad():
+            mock.patch.object(att, "attention_explicit", spy_explicit), \
+            mock.patch.object(att.native, "attention_packed", spy_native):
         forward(x)
     return f"{name}: " + ", ".join(f"{n} x{c}" for n, c in seen.items())
 

@@ -3,7 +3,8 @@ machine (DESIGN.md, "Speed: measured on the machine at hand").
 
     from anyformer import plan
     plan.linear_kernel(rows, 768, 3072, torch.float32, training=True)   # "stock" | "onednn"
-    plan.attention_kernel(B, H, Nq, Nk, D_h, dtype, causal, training)    # "fused" | "explicit"
+    plan.attention_kernel(B, H, Nq, Nk, D_h, dtype, causal, training)    # "fused" | "explicit" | "native"
+    plan.gelu_kernel(numel, "tanh", training)                             # "stock" | "native"
     plan.amp_dtype("cpu", width=384, hidden=1536)                         # "none" | "bf16"
     plan.adamw_impl(model.parameters())                                   # "foreach" | "fused"
     plan.linears_for_training(model, set_kernel, step_loss, fields=...)  # all of a step's linears at once
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from .choices import ENV_PLAN, Decision, decision, decisions, register
-from .choose import adamw_impl, amp_dtype, attention_kernel, linear_kernel
+from .choose import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, linear_kernel
 from .compiled import CompilePlan, compile_for_decode, compile_for_inference, compile_for_training
 from .kernels import onednn_linear, onednn_linear_op
 from .linears import linears_for_training
@@ -31,7 +32,7 @@ from .store import ENV_CACHE, plan_dir
 
 __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw_impl", "amp_dtype",
            "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training",
-           "configure", "decision", "decisions", "force", "forcing", "linear_kernel", "linears_for_training",
+           "configure", "decision", "decisions", "force", "forcing", "gelu_kernel", "linear_kernel", "linears_for_training",
            "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
            "register", "reset", "using"]
 

@@ -28,6 +28,8 @@ LINEAR = register(Decision("linear", ("stock", "onednn", "mixed"),
 ATTENTION = register(Decision("attention", ("fused", "explicit", "native"),
                               "CPU attention: SDPA, softmax(QK^T)V in plain matmuls, or (fp32, a layer's packed "
                               "projection) anyformer's own kernel, compiled here (plan/native.py)"))
+GELU = register(Decision("gelu", ("stock", "native"),
+                         "fp32 CPU GELU: F.gelu or anyformer's own kernel, compiled here (plan/native.py)"))
 AMP = register(Decision("amp", ("none", "bf16"), "amp=auto on the CPU: fp32 or bf16 autocast", margin=0.2))
 ADAMW = register(Decision("adamw", ("foreach", "fused"), "AdamW step: multi-tensor foreach or the fused kernel"))
 
@@ -42,6 +44,7 @@ _MAX_ROWS, _MAX_LEN, _MAX_BATCH = 4096, 2048, 64
 # stay in cache between its layers): timed over copies of the weight that overflow the caches.
 _COLD_MAX_ROWS, _COLD_BYTES, _COLD_MAX_COPIES = 16, 256 << 20, 64
 _ADAMW_MAX_TENSORS, _ADAMW_MAX_NUMEL = 64, 1 << 20  # a 1M-element step: ~1-5 ms
+_GELU_MAX_NUMEL = 1 << 22  # elementwise: its time per element holds once the tensor outgrows the caches
 
 
 def _bucket(n: int, cap: int) -> int:
@@ -272,6 +275,37 @@ def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype
     for t in leaves:
         t.requires_grad_()
     return {n: _with_grads(f, leaves, dy) for n, f in runs.items()}
+
+
+# --- GELU --------------------------------------------------------------------------------------
+def gelu_kernel(numel: int, approximate: str, training: bool) -> str:
+    """"stock" (F.gelu) or "native" (`native.gelu`) for an fp32 CPU GELU over `numel` elements
+    (keyed by the next power of two, timed on at most _GELU_MAX_NUMEL); `training`: forward and
+    backward. "native" is offered only where the kernel builds here."""
+    memo = ("gelu", _memo_bucket(numel, 1 << 40), approximate, training)
+    p = _planner._PLANNER
+    choice = p.lookup(memo)
+    if choice is not None:
+        return choice
+    _positive("gelu_kernel", numel=numel)
+    if approximate not in native.GELU_APPROXIMATIONS:
+        raise ValueError(f"gelu_kernel: approximate must be one of {native.GELU_APPROXIMATIONS}, got {approximate!r}")
+    n = _bucket(numel, 1 << 40)
+    rep = min(n, _GELU_MAX_NUMEL)
+    fields = {"numel": n, "approximate": approximate, "training": bool(training)}
+    avail = GELU.choices if native.library() is not None else ("stock",)
+    return p.decide("gelu", fields, lambda: _gelu_runs(rep, approximate, training), memo_key=memo, available=avail,
+                    partial=("native",), tolerance=1e-4, measured_with={"numel": rep} if rep != n else None)
+
+
+def _gelu_runs(n: int, approximate: str, training: bool) -> dict[str, Callable]:
+    g = torch.Generator().manual_seed(0)
+    x, dy = _randn(g, n) * 3, _randn(g, n)
+    runs = {"stock": lambda: F.gelu(x, approximate=approximate), "native": lambda: native.gelu(x, approximate)}
+    if not training:
+        return runs
+    x.requires_grad_()
+    return {name: _with_grads(f, (x,), dy) for name, f in runs.items()}
 
 
 # --- amp ---------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""anyformer's own fp32 CPU attention (native/attention.cpp), compiled on the machine that runs it.
+"""anyformer's own fp32 CPU kernels (native/kernels.cpp), compiled on the machine that runs it:
+attention over a packed q/k/v projection, and GELU (exact and tanh) forward and backward.
 
 `attention_packed(qkv, causal)` takes a self-attention layer's packed projection, viewed as
 (B, N, 3, H, D_h), and returns softmax(Q K^T / sqrt(D_h)) V with the heads already concatenated,
 (B, N, H*D_h): no copy of q, k or v on the way in, none of the output on the way out, and a backward
 that writes the gradient of the packed projection directly. It is a torch custom op
-(`anyformer::attention`), so a torch.compile'd block calls it as one opaque node.
+(`anyformer::attention`), so a torch.compile'd block calls it as one opaque node. `gelu(x,
+approximate)` is F.gelu (`anyformer::gelu`) with its own vectorized exp: where ATen's tanh GELU ran
+at about 1.1 G elements/s on 2 cores of an AMD EPYC, this one ran 2.5-2.8x faster.
 
 The library is built once per machine with the system's C++ compiler (`$CXX`, else g++) into
 `$ANYFORMER_CACHE/native/`, named by a hash of the source, the compiler and the CPU, and written
@@ -31,7 +34,7 @@ from torch import Tensor
 from ..files import atomic_path
 from .store import cache_root
 
-SOURCE = Path(__file__).with_name("native") / "attention.cpp"
+SOURCE = Path(__file__).with_name("native") / "kernels.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
 BUILD_TIMEOUT_S = 180
 HEAD_DIMS = (16, 32, 48, 64)  # what the kernel takes (16 floats a vector, up to four)
@@ -72,22 +75,41 @@ def why_unavailable() -> str | None:
     return _why_not[-1] if _why_not else None
 
 
-def _load() -> ctypes.CDLL | None:
+def _unbuildable() -> str | None:
+    """Why the kernel cannot be built here, or None."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        _why_not.append(f"built only for x86-64 (this is {platform.machine()})")
-        return None
+        return f"built only for x86-64 (this is {platform.machine()})"
     if not torch.backends.openmp.is_available():
-        _why_not.append("this torch build has no OpenMP runtime to share")
-        return None
-    cxx = _compiler()
-    if cxx is None:
-        _why_not.append(f"no C++ compiler ({os.environ.get('CXX') or 'g++'} not found)")
-        return None
-    source = SOURCE.read_bytes()
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    digest = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(),
+        return "this torch build has no OpenMP runtime to share"
+    if _compiler() is None:
+        return f"no C++ compiler ({os.environ.get('CXX') or 'g++'} not found)"
+    return None
+
+
+def library_path() -> Path:
+    """Where this machine's build of the kernel is (or would be) kept: named by a hash of the source,
+    the compiler's version, the flags and the CPU's flags. Needs a compiler (`_unbuildable`)."""
+    version = subprocess.run([_compiler(), "--version"], capture_output=True, text=True, timeout=30).stdout
+    digest = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), version.encode(), " ".join(FLAGS).encode(),
                                         _cpu_flags_line().encode()])).hexdigest()[:16]
-    path = cache_root() / "native" / f"attention-{digest}.so"
+    return cache_root() / "native" / f"kernels-{digest}.so"
+
+
+def status() -> str:
+    """One line for `anyformer doctor`: built (where), to be built on first use, or why not. Builds nothing."""
+    why = why_unavailable() or _unbuildable()
+    if why is not None:
+        return f"not available: {why}"
+    path = library_path()
+    return f"built: {path}" if path.exists() else f"built on first use into {path.parent}"
+
+
+def _load() -> ctypes.CDLL | None:
+    why = _unbuildable()
+    if why is not None:
+        _why_not.append(why)
+        return None
+    cxx, path = _compiler(), library_path()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path, suffix=".so") as tmp:
@@ -103,6 +125,10 @@ def _load() -> ctypes.CDLL | None:
     lib.attn_fwd.restype = I
     lib.attn_bwd.argtypes = [P] * 9 + [L] * 5 + [L] * 24 + [F, I, I]
     lib.attn_bwd.restype = I
+    lib.gelu_fwd.argtypes = [P, P, L, I, I]
+    lib.gelu_fwd.restype = I
+    lib.gelu_bwd.argtypes = [P, P, P, L, I, I]
+    lib.gelu_bwd.restype = I
     return lib
 
 
@@ -199,3 +225,60 @@ def attention_packed(qkv: Tensor, causal: bool = False) -> Tensor:
     if qkv.stride(-1) != 1:
         qkv = qkv.contiguous()
     return _attention(qkv, bool(causal))[0].view(B, N, H * D)
+
+
+# --- GELU ----------------------------------------------------------------------------------------
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+@torch.library.custom_op("anyformer::gelu", mutates_args=())
+def _gelu(x: Tensor, approximate: str) -> Tensor:
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    _check(library().gelu_fwd(x.data_ptr(), y.data_ptr(), x.numel(), int(approximate == "tanh"),
+                              torch.get_num_threads()), "GELU")
+    return y
+
+
+@_gelu.register_fake
+def _(x: Tensor, approximate: str) -> Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("anyformer::gelu_backward", mutates_args=())
+def _gelu_backward(grad: Tensor, x: Tensor, approximate: str) -> Tensor:
+    x, grad = x.contiguous(), grad.contiguous()
+    dx = torch.empty_like(x)
+    _check(library().gelu_bwd(x.data_ptr(), grad.data_ptr(), dx.data_ptr(), x.numel(), int(approximate == "tanh"),
+                              torch.get_num_threads()), "GELU backward")
+    return dx
+
+
+@_gelu_backward.register_fake
+def _(grad: Tensor, x: Tensor, approximate: str) -> Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _gelu_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0])
+    ctx.approximate = inputs[1]
+
+
+def _gelu_grad(ctx, grad: Tensor):
+    (x,) = ctx.saved_tensors
+    return _gelu_backward(grad, x, ctx.approximate), None
+
+
+_gelu.register_autograd(_gelu_grad, setup_context=_gelu_setup)
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """F.gelu(x, approximate=...) on the native kernel: float32 CPU tensors only, where `library()`
+    is not None; the result is contiguous."""
+    if approximate not in GELU_APPROXIMATIONS:
+        raise ValueError(f"gelu: approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        raise ValueError(f"gelu: takes float32 CPU tensors, got {x.dtype} on {x.device}")
+    if not torch.compiler.is_compiling() and library() is None:
+        raise RuntimeError(f"gelu: the native kernel is not available here ({why_unavailable()})")
+    return _gelu(x, approximate)

@@ -72,7 +72,8 @@ def _cpu_capability() -> str:
 # 2: attention timed in the layout a layer hands over, at the lengths asked (2026-11-24).
 # 3: training linears timed at the rows asked, up to _TRAIN_CALL_FLOPS a call (2026-11-24).
 # 4: attention may take the native kernel (plan/native.py); steps timed before it took another path (2026-11-24).
-PLAN_REVISION = 4
+# 5: GELU may take the native kernel; the same (2026-11-24).
+PLAN_REVISION = 5
 
 
 def machine(threads: int | None = None) -> dict[str, Any]:

@@ -1,23 +1,24 @@
-// anyformer's CPU attention for fp32: softmax(Q K^T * scale) V over (B, H, N, D) heads, forward and
-// backward, one (batch, head) pair per OpenMP iteration, so that a head's scores stay in the caches.
+// anyformer's own fp32 CPU kernels: attention over a packed q/k/v projection, and GELU.
 //
-// Why it exists: on 2 cores, SDPA's CPU flash kernel ran a char GPT's causal attention (256 tokens,
-// head dim 64) at about 30 GFLOP/s, and a 28x28 MNIST ViT's (50 tokens, head dim 16) at about 40:
-// its inner products are blocked for long sequences and go through BLAS calls too small to pay.
-// Here four query rows are computed at once in registers (GCC vector extensions, 16 floats: AVX-512
-// where the compiler is given it, two AVX2 halves elsewhere), and the keys and values of one head are
+// Attention: softmax(Q K^T * scale) V over (B, H, N, D) heads, forward and backward, one (batch,
+// head) pair per OpenMP iteration, so that a head's scores stay in the caches. Why it exists: on 2
+// cores, SDPA's CPU flash kernel ran a char GPT's causal attention (256 tokens, head dim 64) at about
+// 30 GFLOP/s, and a 28x28 MNIST ViT's (50 tokens, head dim 16) at about 40: its inner products are
+// blocked for long sequences and go through BLAS calls too small to pay. Here four query rows are
+// computed at once in registers (GCC vector extensions, 16 floats: AVX-512 where the compiler is
+// given it, two AVX2 halves elsewhere), and the keys and values of one head are
 // transposed once into a buffer. The forward saves log-sum-exp per row; the backward recomputes the
 // probabilities from it (flash attention's recipe, at the granularity of a whole head).
 //
 // Built on the machine that runs it (anyformer/plan/native.py: g++ -O3 -march=native -fopenmp; the
 // OpenMP runtime is the one torch already loaded) and used only where the speed plan measured it
-// faster than SDPA and checked its results against SDPA (anyformer/plan/choose.py).
+// faster than the stock kernel and checked its results against it (anyformer/plan/choose.py).
 //
-// Layout: element (b, h, n, d) of q, k, v, o, the output gradient and the input gradients is at
-// base + b*sb + h*sh + n*sn + d (d contiguous), so a layer's packed (B, N, 3, H, D) projection is read
-// and its gradient written in place. Causal masks are bottom-right aligned (query i sees keys up to
-// i + M - N, so M >= N). D must be 16, 32, 48 or 64. The functions return 0, or 1 for a
-// head size they do not take, 2 for a causal call with fewer keys than queries.
+// Attention layout: element (b, h, n, d) of q, k, v, o, the output gradient and the input gradients
+// is at base + b*sb + h*sh + n*sn + d (d contiguous), so a layer's packed (B, N, 3, H, D) projection
+// is read and its gradient written in place. Causal masks are bottom-right aligned (query i sees keys
+// up to i + M - N, so M >= N). D must be 16, 32, 48 or 64. The functions return 0, or 1 for a head
+// size they do not take, 2 for a causal call with fewer keys than queries.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +27,7 @@
 typedef float vf __attribute__((vector_size(64)));
 typedef float vfu __attribute__((vector_size(64), aligned(4)));
 typedef int vi __attribute__((vector_size(64)));
-static const int W = 16, R = 4;
+static const int W = 16, RMAX = 4;  // floats a vector; rows in a block
 
 static inline vf ld(const float *p) { return *(const vfu *)p; }
 static inline void st(float *p, vf v) { *(vfu *)p = v; }
@@ -55,32 +56,33 @@ static inline vf lanes_below(long n) {
 
 struct Head { const float *p; long sn; const float *row(long n) const { return p + n * sn; } };
 
-// s[r][0..mp) = scale * q_r . kt[:, j]   (kt: D x Mp, zero padded)
-template <int DV>
+// s[r][0..mp) = scale * q_r . kt[:, j] for the R rows of a block   (kt: D x Mp, zero padded)
+template <int DV, int R>
 static inline void scores(const float *const *qr, const float *kt, long Mp, long jv_end, float scale, float *s) {
     const int D = DV * W;
     for (long jv = 0; jv < jv_end; jv++) {
-        vf a0{}, a1{}, a2{}, a3{};
+        vf a[R];
+        for (int r = 0; r < R; r++) a[r] = vf{};
         const float *k = kt + jv * W;
         for (int d = 0; d < D; d++) {
             vf kv = ld(k + d * Mp);
-            a0 += kv * qr[0][d]; a1 += kv * qr[1][d]; a2 += kv * qr[2][d]; a3 += kv * qr[3][d];
+            for (int r = 0; r < R; r++) a[r] += kv * qr[r][d];
         }
-        st(s + 0 * Mp + jv * W, a0 * scale); st(s + 1 * Mp + jv * W, a1 * scale);
-        st(s + 2 * Mp + jv * W, a2 * scale); st(s + 3 * Mp + jv * W, a3 * scale);
+        for (int r = 0; r < R; r++) st(s + r * Mp + jv * W, a[r] * scale);
     }
 }
 
-// out_r = sum_j w[r][j] * rows(j)   (D = DV*16 floats per row)
-template <int DV>
+// out_r = sum over j < m of w[r][j] * rows(j), for the R rows of a block   (D = DV*16 floats per row)
+template <int DV, int R>
 static inline void mix(const float *w, long Mp, long m, const Head &rows, vf (&acc)[R][DV]) {
     for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) acc[r][c] = vf{};
     for (long j = 0; j < m; j++) {
         const float *x = rows.row(j);
-        float w0 = w[j], w1 = w[Mp + j], w2 = w[2 * Mp + j], w3 = w[3 * Mp + j];
+        float wr[R];
+        for (int r = 0; r < R; r++) wr[r] = w[r * Mp + j];
         for (int c = 0; c < DV; c++) {
             vf xv = ld(x + c * W);
-            acc[0][c] += xv * w0; acc[1][c] += xv * w1; acc[2][c] += xv * w2; acc[3][c] += xv * w3;
+            for (int r = 0; r < R; r++) acc[r][c] += xv * wr[r];
         }
     }
 }
@@ -93,7 +95,7 @@ static void transpose(const Head &h, long M, long D, long Mp, float *t) {
 // query i sees keys [0, keys_seen): all of them, or (causal, bottom-right aligned) up to i + M - N
 static inline long keys_seen(long i, long N, long M, int causal) { return causal ? i + 1 + (M - N) : M; }
 
-template <int DV>
+template <int DV, int R>
 static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, long N, long M, float scale,
                      int causal, float *kt, float *s) {
     const long D = DV * W, Mp = (M + W - 1) / W * W;
@@ -103,7 +105,7 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
         for (int r = 0; r < R; r++) { long i = i0 + r < N ? i0 + r : N - 1; qr[r] = q.row(i); m[r] = keys_seen(i, N, M, causal); }
         long mmax = m[R - 1] > m[0] ? m[R - 1] : m[0];
         long jv_end = (mmax + W - 1) / W;
-        scores<DV>(qr, kt, Mp, jv_end, scale, s);
+        scores<DV, R>(qr, kt, Mp, jv_end, scale, s);
         float inv[R];
         for (int r = 0; r < R; r++) {
             float *sr = s + r * Mp;
@@ -127,29 +129,30 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
             if (i0 + r < N) lse[i0 + r] = mr + std::log(tot);
         }
         vf acc[R][DV];
-        mix<DV>(s, Mp, mmax, v, acc);
+        mix<DV, R>(s, Mp, mmax, v, acc);
         for (int r = 0; r < R && i0 + r < N; r++) for (int c = 0; c < DV; c++) st(o + (i0 + r) * osn + c * W, acc[r][c] * inv[r]);
     }
 }
 
-// acc[r] = sum over rows i in [i0, N) of w[i][j0 + r] * x_i, for four keys j0..j0+3 (w: N x Mp)
-template <int DV>
-static inline void gather4(const float *w, long Mp, long j0, long i0, long N, const Head &x, vf (&acc)[R][DV]) {
+// acc[r] = sum over rows i in [i0, N) of w[i][j0 + r] * x_i, for R keys j0..j0+R-1 (w: N x Mp)
+template <int DV, int R>
+static inline void gather(const float *w, long Mp, long j0, long i0, long N, const Head &x, vf (&acc)[R][DV]) {
     for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) acc[r][c] = vf{};
     for (long i = i0; i < N; i++) {
         const float *xi = x.row(i), *wi = w + i * Mp + j0;
-        float w0 = wi[0], w1 = wi[1], w2 = wi[2], w3 = wi[3];
+        float wr[R];
+        for (int r = 0; r < R; r++) wr[r] = wi[r];
         for (int c = 0; c < DV; c++) {
             vf xv = ld(xi + c * W);
-            acc[0][c] += xv * w0; acc[1][c] += xv * w1; acc[2][c] += xv * w2; acc[3][c] += xv * w3;
+            for (int r = 0; r < R; r++) acc[r][c] += xv * wr[r];
         }
     }
 }
 
-// Two passes per head. First, by blocks of four queries: the probabilities P and dS = P * (dP - delta)
-// (times the scale) into N x Mp buffers, and dQ = dS K. Then, by blocks of four keys, dV = P^T dO and
+// Two passes per head. First, by blocks of R queries: the probabilities P and dS = P * (dP - delta)
+// (times the scale) into N x Mp buffers, and dQ = dS K. Then, by blocks of R keys, dV = P^T dO and
 // dK = dS^T Q, accumulated in registers over the queries that see those keys.
-template <int DV>
+template <int DV, int R>
 static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, float *dq, long dqsn,
                      float *dk, long dksn, float *dv, long dvsn, long N, long M, float scale, int causal,
                      float *kt, float *vt, float *pm, float *dsm) {
@@ -167,8 +170,8 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
         long mmax = m[R - 1] > m[0] ? m[R - 1] : m[0];
         long jv_end = (mmax + W - 1) / W;
         float *p = pm + i0 * Mp, *dp = dsm + i0 * Mp;  // rows i0..i0+3 (the buffers have room past N)
-        scores<DV>(qr, kt, Mp, jv_end, scale, p);
-        scores<DV>(gr, vt, Mp, jv_end, 1.0f, dp);
+        scores<DV, R>(qr, kt, Mp, jv_end, scale, p);
+        scores<DV, R>(gr, vt, Mp, jv_end, 1.0f, dp);
         for (int r = 0; r < R; r++) {
             float *pr = p + r * Mp, *dpr = dp + r * Mp;
             long je = live[r] ? (m[r] + W - 1) / W : 0;
@@ -182,16 +185,16 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
             for (long jv = je; jv < Mp / W; jv++) { st(pr + jv * W, vf{}); st(dpr + jv * W, vf{}); }
         }
         vf acc[R][DV];
-        mix<DV>(dp, Mp, mmax, k, acc);
+        mix<DV, R>(dp, Mp, mmax, k, acc);
         for (int r = 0; r < R && live[r]; r++) for (int c = 0; c < DV; c++) st(dq + (i0 + r) * dqsn + c * W, acc[r][c]);
     }
     for (long j0 = 0; j0 < M; j0 += R) {
         // the first query that sees key j0 (causal: i + M - N >= j0); earlier rows hold zeros there
         long first = causal ? (j0 - (M - N) > 0 ? j0 - (M - N) : 0) : 0;
         vf acc[R][DV];
-        gather4<DV>(pm, Mp, j0, first, N, g, acc);
+        gather<DV, R>(pm, Mp, j0, first, N, g, acc);
         for (int r = 0; r < R && j0 + r < M; r++) for (int c = 0; c < DV; c++) st(dv + (j0 + r) * dvsn + c * W, acc[r][c]);
-        gather4<DV>(dsm, Mp, j0, first, N, q, acc);
+        gather<DV, R>(dsm, Mp, j0, first, N, q, acc);
         for (int r = 0; r < R && j0 + r < M; r++) for (int c = 0; c < DV; c++) st(dk + (j0 + r) * dksn + c * W, acc[r][c]);
     }
 }
@@ -286,17 +289,17 @@ int attn_fwd(const float *q, const float *k, const float *v, float *o, float *ls
     const long Mp = (M + W - 1) / W * W;
     #pragma omp parallel num_threads(nthreads)
     {
-        float *kt = buf(D * Mp), *s = buf(R * Mp);
+        float *kt = buf(D * Mp), *s = buf(RMAX * Mp);
         #pragma omp for schedule(static)
         for (long bh = 0; bh < B * H; bh++) {
             long b = bh / H, h = bh % H;
             Head hq{q + b * qsb + h * qsh, qsn}, hk{k + b * ksb + h * ksh, ksn}, hv{v + b * vsb + h * vsh, vsn};
             float *ob = o + b * osb + h * osh, *lb = lse + bh * N;
             switch (D / W) {
-                case 1: fwd_head<1>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
-                case 2: fwd_head<2>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
-                case 3: fwd_head<3>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
-                case 4: fwd_head<4>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
+                case 1: fwd_head<1, 4>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
+                case 2: fwd_head<2, 4>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
+                case 3: fwd_head<3, 4>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
+                case 4: fwd_head<4, 4>(hq, hk, hv, ob, osn, lb, N, M, scale, causal, kt, s); break;
             }
         }
         std::free(kt); std::free(s);
@@ -316,7 +319,7 @@ int attn_bwd(const float *q, const float *k, const float *v, const float *o, con
     const long Mp = (M + W - 1) / W * W;
     #pragma omp parallel num_threads(nthreads)
     {
-        float *kt = buf(D * Mp), *vt = buf(D * Mp), *pm = buf(N * Mp + R * Mp), *dsm = buf(N * Mp + R * Mp);
+        float *kt = buf(D * Mp), *vt = buf(D * Mp), *pm = buf((N + RMAX) * Mp), *dsm = buf((N + RMAX) * Mp);
         #pragma omp for schedule(static)
         for (long bh = 0; bh < B * H; bh++) {
             long b = bh / H, h = bh % H;
@@ -325,10 +328,10 @@ int attn_bwd(const float *q, const float *k, const float *v, const float *o, con
             float *dqb = dq + b * dqsb + h * dqsh, *dkb = dk + b * dksb + h * dksh, *dvb = dv + b * dvsb + h * dvsh;
             const float *lb = lse + bh * N;
             switch (D / W) {
-                case 1: bwd_head<1>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
-                case 2: bwd_head<2>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
-                case 3: bwd_head<3>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
-                case 4: bwd_head<4>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
+                case 1: bwd_head<1, 4>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
+                case 2: bwd_head<2, 4>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
+                case 3: bwd_head<3, 4>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
+                case 4: bwd_head<4, 4>(hq, hk, hv, ho, hg, lb, dqb, dqsn, dkb, dksn, dvb, dvsn, N, M, scale, causal, kt, vt, pm, dsm); break;
             }
         }
         std::free(kt); std::free(vt); std::free(pm); std::free(dsm);

@@ -220,7 +220,12 @@ def planned_forward(key: str, module, x, y):
     cross-entropy) faster on this machine (anyformer.plan.compiled), else the module itself. A first
     run measures, its compile time included; later runs read the plan's cache. `note` says what
     was chosen and why, for the results' header."""
+    from anyformer import plan
     from anyformer.plan import compile_for_training
+    # Each contestant is planned as its own run of the trainer would be, with a whole process's
+    # planning budget: several models in one benchmark process must not leave the last unmeasured.
+    p = plan.planner()
+    plan.configure(total_budget_s=p.planning_s + plan.Planner().total_budget_s)
     linears = planned_linears(key, module, x, y)
     return _planned(key, x, lambda fields: compile_for_training(module, _loss(x, y), fields=fields),
                     settled=f"linears={linears}")

@@ -19,7 +19,8 @@ step faster, and its inference passes likewise where compiled passes measured fa
 (anyformer.plan.compile_for_inference; the rows `anyformer eager` force compile=eager: what compiling
 adds), and its linear layers on oneDNN where that measured faster (per shape, and in training also for
 the whole step together: anyformer.plan.linears), for training and, by default, for inference
-and generation too (anyformer/nn/linear.py). Its logits therefore match HF's and nanoGPT-ref's
+and generation too (anyformer/nn/linear.py); and its attention and tanh GELU on anyformer's own
+kernels (anyformer/plan/native.py) where those measured faster. Its logits therefore match HF's and nanoGPT-ref's
 to about 1e-6 of their scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)), not
 bitwise. The extra row `anyformer, MKL inference` runs the same model with
 the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
@@ -112,13 +113,16 @@ BUILDERS = {  # name -> (builder(weights) -> (model, forward), dropout, note)
 BF16 = "anyformer bf16 autocast"
 EAGER = "anyformer eager"
 NOTES = """\
-- anyformer's lead, in training and inference alike, comes from its linear layers running on
-  oneDNN (AVX-512) instead of MKL (AVX2 on this AMD CPU) where the plan measured that faster: per
-  shape, and in training for the whole step together (the `linears=` choice in the header line:
-  each product timed alone gained 2-10% on oneDNN, the whole step more); attention (SDPA's flash
-  kernel, causal), LayerNorm, GELU and AdamW are the same kernels nanoGPT-ref calls.
-- Dropout 0.2: anyformer keeps SDPA's flash kernel (the line "attention kernels in a training
-  forward" above: dropout_p=0 in every layer) because it does not drop attention weights, drops
+- anyformer's lead comes from three kernels the plan chose on this machine (each only where it
+  measured faster and matched the stock kernel): its linear layers on oneDNN (AVX-512) instead of
+  MKL where that measured faster, per shape and, in training, for the whole step together (the
+  `linears=` choice in the header line); attention on anyformer's native kernel (the line
+  "attention kernels in a training forward": the layers' calls) instead of SDPA's flash kernel,
+  reading q, k and v in place from the packed projection; and the tanh GELU on its native kernel
+  (anyformer/plan/native/kernels.cpp, compiled on this machine). LayerNorm and AdamW are the same
+  kernels nanoGPT-ref calls.
+- Dropout 0.2: anyformer keeps its fast attention path (the line "attention kernels in a training
+  forward" above) because it does not drop attention weights, drops
   after the embeddings and on both residual branches (where nanoGPT does), not on the MLP's
   hidden activations, and draws its masks with uniform draws instead of torch's slow CPU
   `bernoulli_` (anyformer/nn/dropout.py). Dropping the attention matrix as nanoGPT does cost
@@ -186,6 +190,7 @@ def attention_kernels_used(name: str, weights: dict, x) -> str:
         return packed(*a, **k)
     model, forward = build(name, weights)
     model.train()
+    forward(x)  # the plan's decisions first: timing its candidates is not the layers' own calls
     with mock.patch.object(att.F, "scaled_dot_product_attention", spy_sdpa), \
             mock.patch.object(att, "attention_explicit", spy_explicit), \
             mock.patch.object(att.native, "attention_packed", spy_native):
@@ -339,7 +344,8 @@ def main() -> None:
                  "(the `anyformer eager` rows force compile=eager), and its inference passes likewise where the "
                  "plan measured compiled passes faster; its linear layers on oneDNN where that measured faster, "
                  "per shape and, in training, for the whole step (anyformer.plan.linears) "
-                 "(anyformer/nn/linear.py); the `MKL inference` row is the same eager model with the plan forced "
+                 "(anyformer/nn/linear.py); its attention and tanh GELU on anyformer's native kernels where those "
+                 "measured faster (anyformer/plan/native.py, compiled on this machine); the `MKL inference` row is the same eager model with the plan forced "
                  "to linear=stock, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "Dropout: anyformer drops after the embeddings and on both residual branches (as nanoGPT), not "
                  "the attention matrix; `same maths` peers are set the same way, `as nanoGPT` / `as GPT-2` rows "

@@ -155,3 +155,64 @@ def test_a_layer_on_the_native_kernel_matches_sdpa(causal):
     with plan.planner().forcing(attention="fused"):
         torch.testing.assert_close(y1, layer(x, queries=1))
         torch.testing.assert_close(y2, layer(x))
+
+
+# --- GELU --------------------------------------------------------------------------------------------
+@needs_compiler
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_f_gelu_forward_and_backward(approximate):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(37, 19, generator=g) * 4  # 703 elements: the last vector is partial
+    x[0, :6] = torch.tensor([0.0, -30.0, 30.0, 1e-6, -1e-6, 88.0])
+    dy = torch.randn(37, 19, generator=g)
+    y_ref, g_ref = _forward_backward(lambda t: F.gelu(t, approximate=approximate), x, dy)
+    y, grad = _forward_backward(lambda t: native.gelu(t, approximate), x, dy)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, g_ref, rtol=1e-5, atol=1e-5)
+    strided = x.t()  # not contiguous: read through a copy, same answer
+    torch.testing.assert_close(native.gelu(strided, approximate), F.gelu(strided, approximate=approximate),
+                               rtol=1e-5, atol=1e-6)
+    torch.library.opcheck(torch.ops.anyformer.gelu.default, (x.detach().requires_grad_(), approximate))
+
+
+def test_gelu_bad_input_says_what_it_takes():
+    with pytest.raises(ValueError, match="approximate must be one of .*got 'erf'"):
+        native.gelu(torch.randn(4), "erf")
+    with pytest.raises(ValueError, match="takes float32 CPU tensors, got torch.bfloat16"):
+        native.gelu(torch.randn(4, dtype=torch.bfloat16))
+
+
+@needs_compiler
+def test_the_plan_picks_the_gelu_kernel_by_its_timing(planner_with):
+    p = planner_with({"stock": 1.0, "native": 0.4})
+    assert plan.gelu_kernel(3000, "tanh", True) == "native"
+    (entry,) = p.snapshot()["entries"].values()
+    assert entry["dropped"] == {} and entry["fields"] == {"numel": 4096, "approximate": "tanh", "training": True}
+    planner_with({"stock": 1.0, "native": 0.95})  # within the margin: F.gelu stays
+    assert plan.gelu_kernel(3000, "none", False) == "stock"
+    with pytest.raises(ValueError, match="approximate must be one of"):
+        plan.gelu_kernel(3000, "erf", False)
+
+
+def test_without_the_library_gelu_stays_stock(no_library, planner_with):
+    p = planner_with({"stock": 1.0, "native": 0.1})
+    assert plan.gelu_kernel(3000, "tanh", True) == "stock"
+    assert p.timer.calls == []  # one candidate: nothing to time
+    with plan.planner().forcing(gelu="native"):
+        assert plan.gelu_kernel(5000, "tanh", True) == "stock"
+
+
+@needs_compiler
+def test_the_gelu_module_follows_the_plan():
+    from anyformer.nn.mlp import GELU
+    act = GELU(approximate="tanh")
+    x = torch.randn(8, 40) * 3
+    outs = {}
+    for kernel in ("native", "stock"):
+        with plan.planner().forcing(gelu=kernel):
+            outs[kernel] = _forward_backward(act, x, torch.ones(8, 40))
+    for a, b in zip(outs["native"], outs["stock"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    with plan.planner().forcing(gelu="native"):  # bf16 is not the kernel's: F.gelu
+        xb = x.bfloat16()
+        assert torch.equal(act(xb), F.gelu(xb, approximate="tanh"))

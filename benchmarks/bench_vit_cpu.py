@@ -18,7 +18,8 @@ step faster, and its inference passes likewise where compiled passes measured fa
 (anyformer.plan.compile_for_inference; the rows `anyformer eager` force compile=eager: what compiling
 adds), and its linear layers on oneDNN where that measured faster (per shape, and in training also for
 the whole step together: anyformer.plan.linears), for training and, by default, for inference
-too (anyformer/nn/linear.py). Its logits therefore match timm's and HF's to about 1e-6 of their
+too (anyformer/nn/linear.py); and its attention on anyformer's own kernel where that measured faster
+than SDPA (anyformer/plan/native.py). Its logits therefore match timm's and HF's to about 1e-6 of their
 scale (summation order; tests/interop allow 1e-5 of max(1, max|ref|)),
 not bitwise. The extra row `anyformer, MKL inference` runs the same model with
 the plan forced to `linear=stock`, which keeps gradient-free passes on F.linear
@@ -57,24 +58,26 @@ MODELS = {
 }
 PEERS = ("timm", "HF ViT sdpa", "HF ViT eager")
 NOTES = """\
-- Where anyformer's lead comes from, in training and inference alike: its linear layers run on
-  oneDNN instead of MKL where the plan measured that faster (the `matmul torch` and `matmul oneDNN`
-  rows show by how much on this CPU: 2x on the AMD EPYC of 2026-11-21, 1.1-1.2x on the one of
-  2026-11-24); everything else in the step (SDPA
-  attention, LayerNorm, GELU, AdamW) is the same kernels the peers call. The lead therefore grows
-  with the share of the step spent in linear layers: ViT-Ti (width 192, MLP 768) gains much more
-  than seed 000's MNIST ViT (width 128, MLP 128), where the K=128 products gain least from oneDNN
-  at 2 threads (~1.6x, and in training the weight gradient needs a transposed copy of an
-  activation that eats most of its gain) and attention at head dim 16 (SDPA, identical in every
-  contestant) is about a third of the step.
+- Where anyformer's lead comes from: attention on anyformer's native kernel (q, k and v read in
+  place from the packed projection, the heads written out concatenated, each head's scores kept in
+  the caches; anyformer/plan/native/kernels.cpp) where the plan measured it faster than SDPA, which
+  at head dim 16 over 50 tokens was about a third of the step; and its linear layers on oneDNN
+  instead of MKL where the plan measured that faster (the `matmul torch` and `matmul oneDNN` rows
+  show by how much on this CPU: 2x on the AMD EPYC of 2026-11-21, 1.1-1.2x on the one of
+  2026-11-24). LayerNorm, GELU and AdamW are the kernels the peers call. The K=128 products of seed
+  000's MNIST ViT gain least from oneDNN at 2 threads (in training the weight gradient needs a
+  transposed copy of an activation that eats most of its gain), so the plan usually keeps F.linear
+  for them; ViT-Ti (width 192, MLP 768) gains more.
 - seed 000's MNIST ViT reads the class token, so anyformer's last block computes its query,
   attention output, MLP and norm for that token alone (`Transformer(keep=1)`, benchmarks/README.md):
   same logits, about half a block less work; the peers compute the whole block. GFLOP/s counts the
   full model's FLOPs for every contestant, an equivalent rate for anyformer.
-- Attention at head dim 16 over 50 tokens: the plan times SDPA against plain matmuls on views into
-  the packed q/k/v projection, as a layer hands them over. On contiguous operands plain matmuls ran
-  1.5x faster than SDPA, on those views at about SDPA's speed (and, without the copy the explicit
-  path now makes, at half of it); so SDPA stays.
+- Attention at head dim 16 over 50 tokens: the plan times SDPA, plain matmuls and the native
+  kernel on the packed q/k/v projection, as a layer hands it over. Plain matmuls ran at about
+  SDPA's speed there (1.5x faster on contiguous operands, but the copies to make them eat that);
+  the native kernel, which needs no copies, ran the layer's forward and backward 1.4-2.0x faster
+  than SDPA in one-off timings on this host. The last block queries its class token only and keeps
+  SDPA (one query: nothing to gain).
 - Inference passes run under torch.compile where the plan measured that faster
   (`compile_for_inference`; the header line says what it chose); the `anyformer eager` row is the
   same model forced eager. In these rounds the two were within their spread of each other.
@@ -354,7 +357,8 @@ def main() -> None:
                  "`anyformer eager` rows force compile=eager), and its inference passes likewise where the plan "
                  "measured compiled passes faster; its linear layers on oneDNN where that measured faster, "
                  "per shape and, in training, for the whole step (anyformer.plan.linears; anyformer/nn/linear.py); "
-                 "the `MKL inference` row is the same eager model with the plan forced "
+                 "its attention on anyformer's native kernel where that measured faster than SDPA "
+                 "(anyformer/plan/native.py, compiled on this machine); the `MKL inference` row is the same eager model with the plan forced "
                  "to linear=stock, its gradient-free passes on F.linear (bitwise nn.Linear). "
                  "`time / anyformer time` is the contestant's median over anyformer's: above 1, anyformer is "
                  "faster. `spread` is (max - min) / median over the rounds. `of matmul torch` / `of matmul "

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from anyformer import plan
-from anyformer.plan import Planner
+from anyformer.plan import Planner, native
 
 needs_onednn = pytest.mark.skipif(plan.onednn_linear_op() is None, reason="this torch build has no oneDNN")
 
@@ -171,6 +171,7 @@ def test_real_smoke_run_of_every_helper(plan_cache):
     """Real timing, small shapes: every helper answers with one of its choices, no candidate is
     dropped (each agrees with stock on this machine) and each decision stays well under a second."""
     p = Planner(budget_s=SMOKE_BUDGET_S)
+    native.library()  # built once per machine (about a second), not per decision
     with plan.using(p):
         asks = [
             (lambda: plan.linear_kernel(256, 64, 128, torch.float32, True), plan.decision("linear")),

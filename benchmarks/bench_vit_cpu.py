@@ -76,8 +76,8 @@ NOTES = """\
   kernel on the packed q/k/v projection, as a layer hands it over. Plain matmuls ran at about
   SDPA's speed there (1.5x faster on contiguous operands, but the copies to make them eat that);
   the native kernel, which needs no copies, ran the layer's forward and backward 1.4-2.0x faster
-  than SDPA in one-off timings on this host. The last block queries its class token only and keeps
-  SDPA (one query: nothing to gain).
+  than SDPA in one-off timings on this host. The last block queries its class token only: the native
+  kernel does not take that case, and the plan chooses between SDPA and plain matmuls for it.
 - Inference passes run under torch.compile where the plan measured that faster
   (`compile_for_inference`; the header line says what it chose); the `anyformer eager` row is the
   same model forced eager. In these rounds the two were within their spread of each other.

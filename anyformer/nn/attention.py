@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..plan import attention_kernel
-from ..plan import native
+from ..plan import attention_kernel, native
 from ..plan.kernels import attention_explicit, causal_mask
 from .dropout import Dropout
+from .linear import plain_eager
 from .positions import RotaryEmbedding
 
 AttentionImpl = Literal["auto", "fused", "explicit"]
@@ -132,10 +132,12 @@ class MultiHeadAttention(nn.Module):
         A classifier that reads the class token needs no more from the last layer.
         """
         B, N, _ = x.shape
-        # The native kernel takes a self-attention projection whole: nothing rotated, cached, cut or
-        # dropped between, and no weights asked for.
+        # The native kernel takes a self-attention projection whole: nothing rotated, cached, cut,
+        # masked or dropped between, and no weights asked for; in eager calls outside tracers,
+        # transforms and dispatch modes, or under torch.compile (which calls it as one custom op).
         whole = (not self.cross and self.rotary is None and cache is None and queries is None and sink is None
-                 and mask is None and not (self.training and self.attn_dropout > 0))
+                 and mask is None and not (self.training and self.attn_dropout > 0)
+                 and (torch.compiler.is_compiling() or plain_eager(x)))
         if queries is not None and (causal or cache is not None or (mask is not None and mask.dim() != 2)):
             raise ValueError("queries=n takes no causal mask, cache or per-query mask (key padding only)")
         if self.cross:

@@ -50,6 +50,14 @@ _autocast_on = torch.is_autocast_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
+def plain_eager(x: Tensor) -> bool:
+    """A plain tensor (not a Proxy, FakeTensor or other subclass) outside torch.compile, jit
+    tracing, torch.func transforms, dispatch modes and autocast: where anyformer's own kernels may
+    run (a custom op would break those, or be baked into them)."""
+    return type(x) is Tensor and not (_is_compiling() or _jit_tracing_state() is not None or _functorch_active()
+                                      or _dispatch_modes() or _autocast_on("cpu"))
+
+
 def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
     """Plain fp32 CPU tensors outside any tracer, transform or dispatch mode. torch.compile,
     jit/fx tracing (symbolic, and make_fx's, which runs under a dispatch mode), torch.func

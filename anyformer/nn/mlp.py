@@ -6,16 +6,17 @@ from torch import Tensor, nn
 
 from ..plan import gelu_kernel, native
 from .dropout import Dropout
+from .linear import plain_eager
 
 
 class GELU(nn.GELU):
     """nn.GELU whose fp32 CPU calls take anyformer's own kernel (`anyformer.plan.native.gelu`) where
-    the speed plan measured it faster for the size (`plan.gelu_kernel`); F.gelu elsewhere, and under
-    torch.compile, which fuses it with its neighbours."""
+    the speed plan measured it faster for the size (`plan.gelu_kernel`); F.gelu elsewhere, under
+    torch.compile (which fuses it with its neighbours), tracers, torch.func transforms and
+    dispatch modes (`plain_eager`)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if (x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0
-                and not torch.compiler.is_compiling()
+        if (x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x)
                 and gelu_kernel(x.numel(), self.approximate, torch.is_grad_enabled() and x.requires_grad) == "native"):
             return native.gelu(x, self.approximate)
         return super().forward(x)

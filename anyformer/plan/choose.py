@@ -16,10 +16,9 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from . import choices
+from . import choices, native
 from . import planner as _planner
 from .choices import Decision, register
-from . import native
 from .kernels import attention_explicit, causal_mask, onednn_linear, onednn_linear_op
 
 LINEAR = register(Decision("linear", ("stock", "onednn", "mixed"),
@@ -168,17 +167,18 @@ def _linear_runs(rows: int, k: int, n: int, dtype: torch.dtype, training: bool,
 
 # --- attention ---------------------------------------------------------------------------------
 # Where q, k and v come from. "packed": views into a self-attention layer's packed projection,
-# handed over untouched, all positions querying, no dropout on the attention matrix (the case the
-# native kernel takes whole); "views": such views, changed or cut on the way (rotary positions, fewer
-# queries than keys, attention dropout); "cache": keys and values from a KV cache.
+# handed over untouched, all positions querying, no mask, no dropout on the attention matrix, no
+# weights asked for (the case the native kernel takes whole); "views": views into a projection in
+# any other case (rotary positions, fewer queries than keys, a mask, attention dropout,
+# cross-attention, weights asked for, a tracer); "cache": keys and values from a KV cache.
 ATTENTION_LAYOUTS = ("packed", "views", "cache")
 
 
 def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: int, dtype: torch.dtype,
                      causal: bool, training: bool, *, masked: bool = False, layout: str = "packed") -> str:
     """"fused" (F.scaled_dot_product_attention), "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
-    matmuls) or "native" (`native.attention_packed`: layout "packed", q_len == k_len, no mask, fp32,
-    D_h in native.HEAD_DIMS, where the kernel builds here) for CPU attention over (B, H, q_len, D_h)
+    matmuls) or "native" (`native.attention_packed`: layout "packed", q_len == k_len <= _MAX_LEN, no
+    mask, fp32, D_h in native.HEAD_DIMS, where the kernel builds here) for CPU attention over (B, H, q_len, D_h)
     queries and k_len keys. `causal` is bottom-right aligned (a KV cache's last queries); `masked`: a
     key-padding mask is passed too. `layout`: where q, k and v come from (ATTENTION_LAYOUTS), which
     changes the answer (`_attention_runs` times them so). Forcing attention=native forces it where it
@@ -186,8 +186,13 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     tokens, timed as asked."""
     lengths = ((_length_bucket(q_len, q_len), _length_bucket(k_len, q_len))
                if type(q_len) is int and type(k_len) is int and q_len > 0 and k_len > 0 else None)
+    # Whether the native kernel could take this case, from the exact sizes (buckets mix cases it
+    # takes with cases it does not: 50 queries over 52 keys share a key with 50 over 50). It holds
+    # two (N, N) matrices per thread in its backward: not past _MAX_LEN tokens.
+    whole = (layout == "packed" and q_len == k_len and not masked and native.supports(dtype, head_dim)
+             and type(k_len) is int and k_len <= _MAX_LEN)
     memo = ("attention", _memo_bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked,
-            layout)
+            layout, whole)
     p = _planner._PLANNER
     choice = p.lookup(memo) if lengths is not None else None
     if choice is not None:
@@ -206,14 +211,15 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     while rep_h > 1 and rep_b * rep_h * per_head > _CALL_FLOPS:
         rep_h = (rep_h + 1) // 2
     fields = {"batch": b, "heads": heads, "q": q, "k": k, "head_dim": head_dim, "dtype": name,
-              "causal": bool(causal), "training": bool(training), "masked": bool(masked), "layout": layout}
+              "causal": bool(causal), "training": bool(training), "masked": bool(masked), "layout": layout,
+              "whole": whole}
     low = dtype in (torch.float16, torch.bfloat16)
     timed = {"batch": rep_b, "heads": rep_h, "q": tq, "k": tk}
     reduced = {n: v for n, v in timed.items() if v != fields[n]} or None
     # The native kernel is offered only for the case it takes whole, and only where it builds (the
-    # build, about a second, happens once per machine; a record then needs only the file loaded).
-    with_native = (layout == "packed" and q_len == k_len and not masked and native.supports(dtype, head_dim)
-                   and native.library() is not None)
+    # build, about a second, happens once per machine; a record then needs only the file loaded),
+    # and not built at all where another choice is forced.
+    with_native = whole and _may_build(p, "attention") and native.library() is not None
     avail = ATTENTION.choices if with_native else ("fused", "explicit")
     return p.decide("attention", fields,
                     lambda: _attention_runs(rep_b, rep_h, tq, tk, head_dim, dtype, causal, training, masked, layout,
@@ -277,6 +283,13 @@ def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype
     return {n: _with_grads(f, leaves, dy) for n, f in runs.items()}
 
 
+def _may_build(p: _planner.Planner, decision: str) -> bool:
+    """Whether the native kernels may be built for `decision`: not where another choice is forced
+    (`ANYFORMER_PLAN=stock` compiles nothing)."""
+    forced = choices.forced_choice(p.forced()[0], decision)
+    return forced is None or forced == "native"
+
+
 # --- GELU --------------------------------------------------------------------------------------
 def gelu_kernel(numel: int, approximate: str, training: bool) -> str:
     """"stock" (F.gelu) or "native" (`native.gelu`) for an fp32 CPU GELU over `numel` elements
@@ -293,7 +306,7 @@ def gelu_kernel(numel: int, approximate: str, training: bool) -> str:
     n = _bucket(numel, 1 << 40)
     rep = min(n, _GELU_MAX_NUMEL)
     fields = {"numel": n, "approximate": approximate, "training": bool(training)}
-    avail = GELU.choices if native.library() is not None else ("stock",)
+    avail = GELU.choices if _may_build(p, "gelu") and native.library() is not None else ("stock",)
     return p.decide("gelu", fields, lambda: _gelu_runs(rep, approximate, training), memo_key=memo, available=avail,
                     partial=("native",), tolerance=1e-4, measured_with={"numel": rep} if rep != n else None)
 

@@ -23,6 +23,7 @@ import hashlib
 import math
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import threading
@@ -55,8 +56,11 @@ def _cpu_flags_line() -> str:
     return platform.processor()
 
 
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CXX") or "g++")
+def _compiler() -> list[str] | None:
+    """The compiler command ($CXX may carry arguments, e.g. "ccache g++"), or None if not found."""
+    words = shlex.split(os.environ.get("CXX") or "g++")
+    found = shutil.which(words[0]) if words else None
+    return [found, *words[1:]] if found else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,7 +68,10 @@ def library() -> ctypes.CDLL | None:
     """The kernel library, built on first use; None where it cannot be (see `why_unavailable`)."""
     with _lock:
         try:
-            return _load()
+            lib = _load()
+            if lib is not None:
+                _why_not.clear()
+            return lib
         except Exception as e:  # noqa: BLE001 - no kernel is a fallback, never an error
             _why_not.append(f"{type(e).__name__}: {e}"[:300])
             return None
@@ -89,7 +96,7 @@ def _unbuildable() -> str | None:
 def library_path() -> Path:
     """Where this machine's build of the kernel is (or would be) kept: named by a hash of the source,
     the compiler's version, the flags and the CPU's flags. Needs a compiler (`_unbuildable`)."""
-    version = subprocess.run([_compiler(), "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([*_compiler(), "--version"], capture_output=True, text=True, timeout=30).stdout
     digest = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), version.encode(), " ".join(FLAGS).encode(),
                                         _cpu_flags_line().encode()])).hexdigest()[:16]
     return cache_root() / "native" / f"kernels-{digest}.so"
@@ -109,17 +116,17 @@ def _load() -> ctypes.CDLL | None:
     if why is not None:
         _why_not.append(why)
         return None
-    cxx, path = _compiler(), library_path()
+    path = library_path()
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path, suffix=".so") as tmp:
-            done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True,
-                                  timeout=BUILD_TIMEOUT_S)
-            if done.returncode != 0:
-                raise RuntimeError(f"{Path(cxx).name} failed: {done.stderr.strip()[-240:]}")
+        _build(path)
     # torch has loaded its OpenMP runtime (libgomp.so.1) already; the loader resolves the library's
     # libgomp.so.1 to that one, so both share one thread pool instead of two competing for the cores.
-    lib = ctypes.CDLL(str(path))
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError:  # a damaged file (a disk filled up, a copy cut short): built once more
+        path.unlink(missing_ok=True)
+        _build(path)
+        lib = ctypes.CDLL(str(path))
     P, L, F, I = ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int
     lib.attn_fwd.argtypes = [P] * 5 + [L] * 5 + [L] * 12 + [F, I, I]
     lib.attn_fwd.restype = I
@@ -130,6 +137,16 @@ def _load() -> ctypes.CDLL | None:
     lib.gelu_bwd.argtypes = [P, P, P, L, I, I]
     lib.gelu_bwd.restype = I
     return lib
+
+
+def _build(path: Path) -> None:
+    cxx = _compiler()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, suffix=".so") as tmp:
+        done = subprocess.run([*cxx, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"{Path(cxx[0]).name} failed: {done.stderr.strip()[-240:]}")
 
 
 def supports(dtype: torch.dtype, head_dim: int, device: torch.device | str = "cpu") -> bool:
@@ -147,9 +164,13 @@ def _views(packed: Tensor) -> list[Tensor]:
     return [u.transpose(1, 2) for u in packed.unbind(2)]
 
 
+_REFUSALS = {1: "a head size it does not take", 2: "a causal call with fewer keys than queries",
+             3: "no memory for its buffers"}
+
+
 def _check(rc: int, what: str) -> None:
     if rc != 0:
-        raise RuntimeError(f"anyformer native attention {what}: the kernel refused the call (code {rc})")
+        raise RuntimeError(f"anyformer native {what}: the kernel refused the call ({_REFUSALS.get(rc, f'code {rc}')})")
 
 
 @torch.library.custom_op("anyformer::attention", mutates_args=())
@@ -163,7 +184,7 @@ def _attention(qkv: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
     _check(library().attn_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
                               B, H, N, N, D, *_strides(q), *_strides(k), *_strides(v),
                               *_strides(o), 1.0 / math.sqrt(D), int(causal), torch.get_num_threads()),
-           "forward")
+           "attention forward")
     return out, lse
 
 
@@ -177,6 +198,8 @@ def _(qkv: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
 def _attention_backward(qkv: Tensor, out: Tensor, lse: Tensor, grad: Tensor, causal: bool) -> Tensor:
     B, N, _, H, D = qkv.shape
     qkv = qkv if qkv.stride(-1) == 1 else qkv.contiguous()
+    out = out if out.stride(-1) == 1 else out.contiguous()
+    lse = lse.contiguous()
     grad = grad if grad.stride(-1) == 1 else grad.contiguous()
     dqkv = qkv.new_empty(B, N, 3, H, D)
     q, k, v = _views(qkv)
@@ -187,7 +210,7 @@ def _attention_backward(qkv: Tensor, out: Tensor, lse: Tensor, grad: Tensor, cau
                               *_strides(q), *_strides(k), *_strides(v), *_strides(o),
                               *_strides(g), *_strides(dq), *_strides(dk), *_strides(dv),
                               1.0 / math.sqrt(D), int(causal), torch.get_num_threads()),
-           "backward")
+           "attention backward")
     return dqkv
 
 
@@ -233,6 +256,7 @@ GELU_APPROXIMATIONS = ("none", "tanh")
 
 @torch.library.custom_op("anyformer::gelu", mutates_args=())
 def _gelu(x: Tensor, approximate: str) -> Tensor:
+    _gelu_input("gelu", x, approximate)
     x = x.contiguous()
     y = torch.empty_like(x)
     _check(library().gelu_fwd(x.data_ptr(), y.data_ptr(), x.numel(), int(approximate == "tanh"),
@@ -247,6 +271,10 @@ def _(x: Tensor, approximate: str) -> Tensor:
 
 @torch.library.custom_op("anyformer::gelu_backward", mutates_args=())
 def _gelu_backward(grad: Tensor, x: Tensor, approximate: str) -> Tensor:
+    _gelu_input("gelu_backward", x, approximate)
+    if grad.shape != x.shape or grad.dtype != x.dtype or grad.device != x.device:
+        raise ValueError(f"gelu_backward: grad must match x ({tuple(x.shape)}, {x.dtype}), "
+                         f"got {tuple(grad.shape)}, {grad.dtype} on {grad.device}")
     x, grad = x.contiguous(), grad.contiguous()
     dx = torch.empty_like(x)
     _check(library().gelu_bwd(x.data_ptr(), grad.data_ptr(), dx.data_ptr(), x.numel(), int(approximate == "tanh"),
@@ -272,13 +300,17 @@ def _gelu_grad(ctx, grad: Tensor):
 _gelu.register_autograd(_gelu_grad, setup_context=_gelu_setup)
 
 
+def _gelu_input(where: str, x: Tensor, approximate: str) -> None:
+    if approximate not in GELU_APPROXIMATIONS:
+        raise ValueError(f"{where}: approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        raise ValueError(f"{where}: takes float32 CPU tensors, got {x.dtype} on {x.device}")
+
+
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """F.gelu(x, approximate=...) on the native kernel: float32 CPU tensors only, where `library()`
     is not None; the result is contiguous."""
-    if approximate not in GELU_APPROXIMATIONS:
-        raise ValueError(f"gelu: approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
-    if x.device.type != "cpu" or x.dtype != torch.float32:
-        raise ValueError(f"gelu: takes float32 CPU tensors, got {x.dtype} on {x.device}")
+    _gelu_input("gelu", x, approximate)
     if not torch.compiler.is_compiling() and library() is None:
         raise RuntimeError(f"gelu: the native kernel is not available here ({why_unavailable()})")
     return _gelu(x, approximate)

@@ -237,8 +237,7 @@ class Planner:
                 avail: tuple[str, ...], tolerance: float, margin: float, budget_s: float | None,
                 measured_with: Mapping[str, Any] | None,
                 extra: Callable[[], Mapping[str, Any]] | None = None,
-                check: Callable[[], Runs] | None = None, training: bool = False,
-               partial: Sequence[str] = ()) -> str:
+                check: Callable[[], Runs] | None = None, training: bool = False) -> str:
         key = store.entry_key(d.name, fields)
         entries = self._load()
         entry = entries.get(key)

@@ -102,7 +102,7 @@ def report(p: Planner | None = None) -> str:
         f"  planning time  {snap['file_planning_s']:.2f} s recorded in the cache file; "
         f"{snap['planning_s']:.2f} s in this process",
         "  decisions      " + "; ".join(f"{n}: {' | '.join(d.choices)}" for n, d in sorted(known.items())),
-        f"  native kernel  attention (fp32): {native.status()}",
+        f"  native kernels attention and GELU (fp32): {native.status()}",
     ]
     if entries:
         lines.append("  measured (median time per call; * fastest; -> the choice at the current margin)")

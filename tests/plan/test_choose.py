@@ -115,7 +115,7 @@ def test_attention_kernel_keys_the_layout_it_is_told(planner_with):
     plan.attention_kernel(4, 2, 50, 52, 8, torch.float32, False, False, layout="cache")
     assert _entry(p, "attention batch=4 heads=2 q=56 k=56 head_dim=8 dtype=float32 causal=0 training=0 masked=0 "
                      "layout=packed")["measured_with"] == {"q": 50, "k": 50}
-    assert len(p.measured) == 2 and p.measured[1].endswith("layout=cache")
+    assert len(p.measured) == 2 and p.measured[1].endswith("layout=cache whole=0")
     with pytest.raises(ValueError, match="layout must be one of"):
         plan.attention_kernel(4, 2, 50, 52, 8, torch.float32, False, False, layout="strided")
     with pytest.raises(ValueError, match="q_len must be a positive int, got 50.0"):
@@ -188,8 +188,12 @@ def test_real_smoke_run_of_every_helper(plan_cache):
     assert {e["decision"] for e in entries.values()} == {"linear", "attention", "amp", "adamw"}
     for key, e in entries.items():
         assert e["dropped"] == {}, (key, e["dropped"])
-        assert set(e["times"]) == set(plan.decision(e["decision"]).choices if
-                                       e["decision"] != "linear" or plan.onednn_linear_op() else ["stock"])
+        expected = set(plan.decision(e["decision"]).choices)
+        if e["decision"] == "linear" and not plan.onednn_linear_op():
+            expected = {"stock"}
+        if e["decision"] == "attention" and native.library() is None:  # no compiler here: not offered
+            expected.discard("native")
+        assert set(e["times"]) == expected, key
     assert next(plan_cache.glob("*.json")).stat().st_size > 0
 
 

@@ -66,6 +66,28 @@ def test_reads_a_projection_in_place_and_takes_strided_input():
 
 
 @needs_compiler
+@pytest.mark.parametrize("causal,tokens", [(True, 40), (False, 17)])
+def test_masked_and_padded_keys_never_turn_into_nan(causal, tokens):
+    """A key outside a row's view (a future key, or padding past the last key) can score far above
+    the row's maximum; its weight must be 0, not inf * 0 (a review found 88.5 and 266 gave NaN)."""
+    for gap in (88.5, 89.0, 266.0):
+        packed = torch.zeros(1, tokens, 3, 1, 16)
+        packed[..., 0, 0, 0] = 1.0  # queries
+        packed[:, :, 1, 0, 0] = torch.linspace(-1.0, 1.0, tokens)  # keys: later keys score higher
+        if causal:
+            packed[:, -1, 1, 0, 0] = gap * 4  # the last key: seen by the last query only
+        else:
+            packed[..., 1, 0, 0] = -gap * 4  # every score far below the padding's 0
+        packed[..., 2, 0, :] = torch.randn(tokens, 16)
+        dy = torch.randn(1, tokens, 16)
+        y_ref, g_ref = _forward_backward(lambda t: _sdpa(t, causal), packed, dy)
+        y, grad = _forward_backward(lambda t: native.attention_packed(t, causal), packed, dy)
+        assert torch.isfinite(y).all() and torch.isfinite(grad).all(), gap
+        torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(grad, g_ref, rtol=1e-3, atol=1e-3)
+
+
+@needs_compiler
 def test_the_custom_op_is_registered_for_tracing_and_autograd():
     """torch.library's own checks: schema, fake tensors (torch.compile), autograd registration."""
     g = torch.Generator().manual_seed(1)
@@ -127,11 +149,24 @@ def test_the_plan_offers_it_only_where_it_applies(planner_with):
                      ((2, 2, 1, 50, 16, torch.float32), {"layout": "cache"})]:
         assert plan.attention_kernel(*args, False, True, **kw) == "explicit", (args, kw)
     assert all("native" not in calls for calls in p.timer.calls[1:])
+    # 49 queries over 52 keys share the bucket of 50 over 50 (56), not the native kernel's case
+    assert plan.attention_kernel(2, 2, 50, 50, 16, torch.float32, False, False) == "native"
+    assert plan.attention_kernel(2, 2, 49, 52, 16, torch.float32, False, False) == "explicit"
+    assert plan.attention_kernel(1, 1, 4096, 4096, 16, torch.float32, True, False) == "explicit"  # too long
+
+
+def _spy(monkeypatch, name):
+    """Counts the calls of anyformer.plan.native.<name> (through the module attribute)."""
+    calls = []
+    real = getattr(native, name)
+    monkeypatch.setattr(native, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
 
 
 @needs_compiler
 @pytest.mark.parametrize("causal", [False, True])
-def test_a_layer_on_the_native_kernel_matches_sdpa(causal):
+def test_a_layer_on_the_native_kernel_matches_sdpa(causal, monkeypatch):
+    calls = _spy(monkeypatch, "attention_packed")
     torch.manual_seed(0)
     layer = MultiHeadAttention(64, 4)
     x = torch.randn(3, 17, 64)
@@ -144,8 +179,18 @@ def test_a_layer_on_the_native_kernel_matches_sdpa(causal):
             y.square().sum().backward()
             return y.detach(), xi.grad, layer.qkv.weight.grad.clone()
 
-    for a, b in zip(run("native"), run("fused")):
+    native_run = run("native")
+    assert len(calls) == 1  # the layer took the native kernel
+    for a, b in zip(native_run, run("fused")):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert len(calls) == 1
+    # under torch.func (per-sample gradients) the layer keeps SDPA: a custom op would break vmap
+    from torch.func import functional_call, grad, vmap
+    params = dict(layer.named_parameters())
+    with plan.planner().forcing(attention="native"):
+        per_sample = vmap(grad(lambda p, xi: functional_call(layer, p, (xi[None],), {"causal": causal}).sum()),
+                          in_dims=(None, 0))(params, x)
+    assert per_sample["qkv.weight"].shape == (3, 3 * 64, 64) and len(calls) == 1
     # calls it cannot take whole (fewer queries, a padding mask) take SDPA under the same forcing
     with plan.planner().forcing(attention="native"):
         layer.eval()
@@ -155,6 +200,7 @@ def test_a_layer_on_the_native_kernel_matches_sdpa(causal):
     with plan.planner().forcing(attention="fused"):
         torch.testing.assert_close(y1, layer(x, queries=1))
         torch.testing.assert_close(y2, layer(x))
+    assert len(calls) == 1
 
 
 # --- GELU --------------------------------------------------------------------------------------------
@@ -203,16 +249,20 @@ def test_without_the_library_gelu_stays_stock(no_library, planner_with):
 
 
 @needs_compiler
-def test_the_gelu_module_follows_the_plan():
+def test_the_gelu_module_follows_the_plan(monkeypatch):
     from anyformer.nn.mlp import GELU
+    calls = _spy(monkeypatch, "gelu")
     act = GELU(approximate="tanh")
     x = torch.randn(8, 40) * 3
     outs = {}
     for kernel in ("native", "stock"):
         with plan.planner().forcing(gelu=kernel):
             outs[kernel] = _forward_backward(act, x, torch.ones(8, 40))
+    assert len(calls) == 1  # the forced-native call took the kernel, the stock one did not
     for a, b in zip(outs["native"], outs["stock"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     with plan.planner().forcing(gelu="native"):  # bf16 is not the kernel's: F.gelu
         xb = x.bfloat16()
         assert torch.equal(act(xb), F.gelu(xb, approximate="tanh"))
+        torch.func.vmap(act)(x)  # nor under torch.func
+    assert len(calls) == 1

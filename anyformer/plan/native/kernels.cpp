@@ -18,7 +18,8 @@
 // is at base + b*sb + h*sh + n*sn + d (d contiguous), so a layer's packed (B, N, 3, H, D) projection
 // is read and its gradient written in place. Causal masks are bottom-right aligned (query i sees keys
 // up to i + M - N, so M >= N). D must be 16, 32, 48 or 64. The functions return 0, or 1 for a head
-// size they do not take, 2 for a causal call with fewer keys than queries.
+// size they do not take, 2 for a causal call with fewer keys than queries, 3 where memory for
+// a thread's buffers could not be allocated (the backward keeps two N x M matrices per thread).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -35,9 +36,11 @@ static inline vf bc(float x) { return vf{} + x; }
 static inline float hmax(vf v) { float m = v[0]; for (int i = 1; i < W; i++) m = v[i] > m ? v[i] : m; return m; }
 static inline float hsum(vf v) { float s = 0; for (int i = 0; i < W; i++) s += v[i]; return s; }
 
-// exp(x) for x <= 0, about 1 ulp: x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes expf)
+// exp(x), about 1 ulp, x clamped to [-87, 88] (so that the exponent built below stays finite):
+// x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes expf)
 static inline vf vexp(vf x) {
     x = x < -87.0f ? bc(-87.0f) : x;
+    x = x > 88.0f ? bc(88.0f) : x;
     vf n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
     vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
     vf p = bc(1.9875691500E-4f);
@@ -120,7 +123,7 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
             float mr = hmax(mx); vf sum{};
             for (long jv = 0; jv < je; jv++) {
                 vf e = vexp(ld(sr + jv * W) - mr);
-                if (jv == je - 1) e = e * keep;
+                if (jv == je - 1) e = keep > 0 ? e : vf{};  // select: inf * 0 would be NaN
                 st(sr + jv * W, e); sum += e;
             }
             for (long jv = je; jv < jv_end; jv++) st(sr + jv * W, vf{});
@@ -178,7 +181,7 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
             vf keep = lanes_below(m[r] - (je - 1) * W);
             for (long jv = 0; jv < je; jv++) {
                 vf e = vexp(ld(pr + jv * W) - l[r]);
-                if (jv == je - 1) e = e * keep;
+                if (jv == je - 1) e = keep > 0 ? e : vf{};  // select: inf * 0 would be NaN
                 st(pr + jv * W, e);
                 st(dpr + jv * W, e * (ld(dpr + jv * W) - delta[r]) * scale);
             }
@@ -284,14 +287,18 @@ int attn_fwd(const float *q, const float *k, const float *v, float *o, float *ls
              long B, long H, long N, long M, long D,
              long qsb, long qsh, long qsn, long ksb, long ksh, long ksn, long vsb, long vsh, long vsn,
              long osb, long osh, long osn, float scale, int causal, int nthreads) {
-    if (D % W || D / W > 4) return 1;
+    if (D <= 0 || D % W || D / W > 4) return 1;
     if (causal && M < N) return 2;
     const long Mp = (M + W - 1) / W * W;
+    volatile int failed = 0;  // a thread's buffers could not be allocated
     #pragma omp parallel num_threads(nthreads)
     {
         float *kt = buf(D * Mp), *s = buf(RMAX * Mp);
+        bool ok = kt && s;
+        if (!ok) failed = 1;
         #pragma omp for schedule(static)
         for (long bh = 0; bh < B * H; bh++) {
+            if (!ok) continue;
             long b = bh / H, h = bh % H;
             Head hq{q + b * qsb + h * qsh, qsn}, hk{k + b * ksb + h * ksh, ksn}, hv{v + b * vsb + h * vsh, vsn};
             float *ob = o + b * osb + h * osh, *lb = lse + bh * N;
@@ -304,7 +311,7 @@ int attn_fwd(const float *q, const float *k, const float *v, float *o, float *ls
         }
         std::free(kt); std::free(s);
     }
-    return 0;
+    return failed ? 3 : 0;
 }
 
 int attn_bwd(const float *q, const float *k, const float *v, const float *o, const float *g,
@@ -314,14 +321,18 @@ int attn_bwd(const float *q, const float *k, const float *v, const float *o, con
              long osb, long osh, long osn, long gsb, long gsh, long gsn,
              long dqsb, long dqsh, long dqsn, long dksb, long dksh, long dksn, long dvsb, long dvsh, long dvsn,
              float scale, int causal, int nthreads) {
-    if (D % W || D / W > 4) return 1;
+    if (D <= 0 || D % W || D / W > 4) return 1;
     if (causal && M < N) return 2;
     const long Mp = (M + W - 1) / W * W;
+    volatile int failed = 0;  // a thread's buffers could not be allocated
     #pragma omp parallel num_threads(nthreads)
     {
         float *kt = buf(D * Mp), *vt = buf(D * Mp), *pm = buf((N + RMAX) * Mp), *dsm = buf((N + RMAX) * Mp);
+        bool ok = kt && vt && pm && dsm;
+        if (!ok) failed = 1;
         #pragma omp for schedule(static)
         for (long bh = 0; bh < B * H; bh++) {
+            if (!ok) continue;
             long b = bh / H, h = bh % H;
             Head hq{q + b * qsb + h * qsh, qsn}, hk{k + b * ksb + h * ksh, ksn}, hv{v + b * vsb + h * vsh, vsn};
             Head ho{o + b * osb + h * osh, osn}, hg{g + b * gsb + h * gsh, gsn};
@@ -336,7 +347,7 @@ int attn_bwd(const float *q, const float *k, const float *v, const float *o, con
         }
         std::free(kt); std::free(vt); std::free(pm); std::free(dsm);
     }
-    return 0;
+    return failed ? 3 : 0;
 }
 
 int gelu_fwd(const float *x, float *y, long n, int tanh_approx, int nthreads) {

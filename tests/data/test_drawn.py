@@ -169,7 +169,7 @@ def test_a_run_saved_before_framing_loads_as_it_did(pre, tmp_path):
 
 
 def test_a_classifier_reads_paper_digits_about_as_well_as_the_originals(mnist, pre, one_thread):
-    """End to end: a tiny ViT trained here on 3,000 real MNIST training digits scores held-out test
+    """End to end: a tiny ViT trained here on 6,000 real MNIST training digits scores held-out test
     digits; their paper versions, framed back, score about the same. Plain resizing scores near chance."""
     import anyformer as af
     train, test = mnist
@@ -178,16 +178,18 @@ def test_a_classifier_reads_paper_digits_about_as_well_as_the_originals(mnist, p
     model = af.ViT(ViTConfig(image_size=28, patch_size=7, in_chans=1, num_classes=10, width=48, depth=2,
                                 heads=4, mlp_hidden=96))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    x_all, y_all = pre(train.images[:3000]), train.labels[:3000]
+    x_all, y_all = pre(train.images[:6000]), train.labels[:6000]
     g = torch.Generator().manual_seed(0)
-    for _ in range(4):
-        for idx in torch.randperm(3000, generator=g).split(50):
+    for _ in range(3):
+        for idx in torch.randperm(6000, generator=g).split(50):
             loss = torch.nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
     model.eval()
-    n, rng = 100, np.random.default_rng(5)
+    # 300 digits: with 100 and a model at about 60%, the gap between two processors' kernels (their
+    # rounding trains another model) moved the comparison by 9 points, past the tolerance.
+    n, rng = 300, np.random.default_rng(5)
     originals = test.images[1000:1000 + n]
     pictures = [paper.render(d, paper.STYLES[k % 10][0], rng) for k, d in enumerate(originals[:, 0].numpy())]
     framed = torch.stack([pre.load(p) for p in pictures])

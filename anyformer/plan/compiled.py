@@ -52,6 +52,11 @@ COMPILE = register(Decision("compile", ("eager", "compiled"), "a training step, 
 # EPYC: for the default MNIST run in bf16, 61 s spent to learn that compiled was 2.7x slower.)
 FIRST_COMPILE_S = 60.0
 REPAY = 8.0
+# Under a time budget a compile is paid out of the budget: it buys steps only if the share of a step it
+# saves exceeds the share of the budget it takes, B (1 - t_compiled / t_eager) > compile. Small ViTs'
+# fp32 steps saved 7-19% compiled (2-core AMD EPYC, 2-core Intel Xeon); a run is measured only if
+# this much of its budget would repay the compile (a 9-minute budget and a 60-78 s compile: not).
+BUDGET_GAIN = 0.1
 BUDGET_S = 2.0          # timing rounds after the compile, calls that are not training (up to 9 rounds)
 STEPS_BUDGET_S = 6.0    # when the timed calls are the run's own steps (up to 24 rounds: 50 steps)
 # The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.
@@ -76,12 +81,14 @@ class CompilePlan:
 def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Tensor], *,
                          fields: Mapping[str, Any], steps: int | None = None, tolerance: float = 1e-3,
                          device: torch.device | str = "cpu",
-                         train_step: Callable[[nn.Module], None] | None = None) -> CompilePlan:
+                         train_step: Callable[[nn.Module], None] | None = None,
+                         seconds: float | None = None) -> CompilePlan:
     """`module`, or `torch.compile(module)`, whichever the plan finds faster for the training step
     `step_loss(m) -> scalar loss` (forward under the caller's autocast; this adds the backward).
 
     `fields` name the step in the plan file (the model, the batch shape, the precision); `steps`:
-    how many steps the run will take (None: no compile-time accounting). The numerics check (loss
+    how many steps the run will take (None: no compile-time accounting); `seconds`: the wall time the
+    run has left under a time budget, out of which a compile is paid (`BUDGET_GAIN`). The numerics check (loss
     and gradients, eager against compiled) leaves the global RNG and the gradients as they were.
     `train_step(m)`, if given, is what is timed: a whole real step of the run (optimiser, data and
     all) taken with m, so the measurement is training, not time lost; it runs at most
@@ -98,7 +105,7 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
         {"eager": _quietly(eager_run, device, _quiet_rng), "compiled": _quietly(compiled_run, device, _quiet_rng)},
         MAX_TIMED_STEPS)
     return _settle(compiled, fields, steps, "steps", (eager_run, compiled_run), first_call, device, tolerance,
-                   timed, "training steps" if train_step is not None else "forward+backward")
+                   timed, "training steps" if train_step is not None else "forward+backward", seconds=seconds)
 
 
 def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tensor], *,
@@ -149,9 +156,12 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
             runs: tuple[Callable[[], tuple], Callable[[], tuple]], first_call: dict[str, float],
             device: torch.device, tolerance: float, timed: dict[str, Callable[[], None]] | None,
             what: str, *, repay: float = REPAY, first_compile_s: float = FIRST_COMPILE_S,
-            compiles_like: Mapping[str, Any] | None = None, rng: bool = True) -> CompilePlan:
+            compiles_like: Mapping[str, Any] | None = None, rng: bool = True,
+            seconds: float | None = None) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
-    (if the `count` calls to come could repay `repay` compiles), with the numerics checked. The
+    (if the `count` calls to come could repay `repay` compiles), with the numerics checked. Under a
+    time budget of `seconds`, the calls to come are those that fit in it, and a compile is measured
+    only if `BUDGET_GAIN` of the budget would repay it. The
     compile is estimated from the slowest on record (of those whose fields include `compiles_like`;
     without it, of all but the small decode graphs'), or `first_compile_s`. `rng=False`: the calls
     draw no random numbers, so the global generator is neither forked nor seeded around them."""
@@ -175,6 +185,9 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
                                       unless=None if compiles_like else {"pass": "decode"})
                 if isinstance(s, (int, float))]
     compile_s = max(recorded) if recorded else first_compile_s
+    if entry is None and seconds is not None and seconds * BUDGET_GAIN < compile_s:
+        return compiled.plan("eager", f"a {seconds:.0f} s time budget is too short to repay a compile "
+                                      f"(~{compile_s:.0f} s here) out of it; not measured")
     if entry is None and count is not None:
         with quiet(device):
             t0 = time.perf_counter()
@@ -194,9 +207,12 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
         return compiled.plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
     entry = p.entry(COMPILE.name, fields) or {}
     measured_now = key in p.measured
-    if count is not None and not measured_now:  # the compile is still to be paid: do the calls repay it?
-        times = entry.get("times", {})
-        saved = (times.get("eager", 0.0) - times.get("compiled", 0.0)) * count
+    if (count is not None or seconds is not None) and not measured_now:  # the compile is still to be paid:
+        times = entry.get("times", {})                                     # do the calls repay it?
+        eager_s = times.get("eager", 0.0)
+        if seconds is not None and eager_s > 0:  # the steps a budget holds (eager's, the fewer)
+            count = min(count, int(seconds / eager_s)) if count is not None else int(seconds / eager_s)
+        saved = (eager_s - times.get("compiled", 0.0)) * (count or 0)
         cost = float(entry.get("compile_s", compile_s))
         if saved < cost:
             return compiled.plan("eager", f"compiled saves ~{saved:.0f} s over {count} {unit}, less than its "

@@ -77,6 +77,23 @@ def test_the_compile_time_is_counted_against_the_run(planner_with, fake_compile,
     assert compile_for_training(*tiny, fields=FIELDS, steps=1000).choice == "compiled"  # saves 500 s
 
 
+def test_a_time_budget_pays_the_compile_out_of_itself(planner_with, plan_cache, fake_compile, tiny):
+    """Under a time budget, a compile costs steps: with no record, a budget that 10% of could not repay
+    the estimated compile (60 s before any) is not measured; a record is judged by the steps the budget
+    holds, B (1 - t_compiled / t_eager) against the compile."""
+    p = planner_with({"eager": 1.0, "compiled": 0.8})
+    short = compile_for_training(*tiny, fields=FIELDS, steps=10**6, seconds=540.0)
+    assert short.choice == "eager" and "540 s time budget is too short" in short.why and p.timer.calls == []
+    assert compile_for_training(*tiny, fields=FIELDS, steps=10**6, seconds=900.0).choice == "compiled"
+    runs = {"eager": lambda: torch.ones(1), "compiled": lambda: torch.ones(1)}
+    p.decide("compile", {**FIELDS, "batch": "4x6"}, lambda: runs, extra=lambda: {"compile_s": 100.0})
+    planner_with({})  # a later process: 20% faster saves 0.2 s a step, 0.2 B over a budget of B seconds
+    fields = {**FIELDS, "batch": "4x6"}
+    assert compile_for_training(*tiny, fields=fields, steps=10**6, seconds=400.0).choice == "eager"  # 80 s < 100 s
+    assert compile_for_training(*tiny, fields=fields, steps=10**6, seconds=600.0).choice == "compiled"  # 120 s
+    assert compile_for_training(*tiny, fields=fields, steps=100, seconds=600.0).choice == "eager"  # 100 steps: 20 s
+
+
 def test_too_short_a_run_is_not_measured(planner_with, plan_cache, fake_compile, tiny):
     p = planner_with({"eager": 1.0, "compiled": 0.1})
     chosen = compile_for_training(*tiny, fields=FIELDS, steps=3)

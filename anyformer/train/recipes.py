@@ -23,10 +23,15 @@ _GEN = dict(
 RECIPES: dict[str, dict[str, Any]] = {
     # The default, tuned for test accuracy per minute on a 2-core CPU: the hybrid ViT, 8 epochs, a one-epoch
     # warm-up then cosine, light affine augmentation, label smoothing, and bf16 where the CPU has it natively.
+    # A 9-minute time budget keeps the whole job within 10 minutes where 8 epochs take longer: in fp32 on a
+    # 2-core Intel Xeon without native bf16 they took 713 s of training (12 min 46 s in all). Where the CPU is
+    # fast enough (bf16, or fp32 on a 2-core AMD EPYC: 330-510 s) it changes nothing. An explicit --epochs or
+    # --max-steps drops it (`recipe_config`); --time-budget none too.
     "mnist": dict(
-        about="the default: a small hybrid ViT for MNIST accuracy per minute on a CPU",
+        about="the default: a small hybrid ViT for MNIST accuracy per minute on a CPU (within 9 minutes of training)",
         task="classify", model="vit-mnist-fast", data="mnist", epochs=8, batch_size=128, lr=2e-3,
-        weight_decay=0.05, warmup_steps=469, label_smoothing=0.1, augment="digits", grad_clip=1.0, amp="auto"),
+        weight_decay=0.05, warmup_steps=469, label_smoothing=0.1, augment="digits", grad_clip=1.0, amp="auto",
+        time_budget=540.0),
     "mnist-seed": dict(
         about="seed 000's recipe exactly: vit-mnist, batch 16, 10 epochs, Adam lr 1e-3, weight decay 1e-4, "
               "pixels in [-1, 1], no augmentation",
@@ -89,6 +94,9 @@ def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; valid recipes: {sorted(RECIPES)} (see `anyformer recipes`)")
     values = {k: v for k, v in RECIPES[name].items() if k != "about"}
+    # A recipe's own time budget bounds its own length; a length asked for explicitly is taken as asked.
+    if overrides.get("time_budget") is None and any(overrides.get(k) is not None for k in ("epochs", "max_steps")):
+        values.pop("time_budget", None)
     model_overrides = {**values.pop("model_overrides", {}), **(overrides.pop("model_overrides", None) or {})}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return TrainConfig.from_dict({**values, "recipe": name, "model_overrides": model_overrides})

@@ -353,7 +353,8 @@ class Trainer:
                 chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
                                               steps=self.total_steps - self.step,
                                               tolerance=1e-3 if amp == "none" else 5e-2, device=self.device,
-                                              train_step=self.train_step if self._room_for(MAX_TIMED_STEPS) else None)
+                                              train_step=self.train_step if self._room_for(MAX_TIMED_STEPS) else None,
+                                              seconds=None if self.budget is None else self.budget.left())
             self.compile_choice = chosen.choice
             if chosen.choice == "compiled":
                 self.compiled = chosen.module

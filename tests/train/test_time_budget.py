@@ -83,3 +83,24 @@ def test_one_off_costs_count_once_not_per_step(clock):
     b.steady(step=50, elapsed=30.0)   # the usual steps start here
     clock.now += 10.0
     assert b.fit(70, 40.0, eval_every=1000, current=5000, asked=5000) == 70 + int(60 / 0.5)
+
+
+def test_the_default_recipe_keeps_within_its_budget_unless_a_length_is_asked():
+    """`mnist` carries a 9-minute budget (8 epochs took 12 min 46 s in fp32 on a 2-core Intel Xeon);
+    an explicit --epochs or --max-steps is taken as asked, --time-budget none (0) switches it off."""
+    from anyformer.train import recipe_config
+    assert recipe_config(None).time_budget == 540.0
+    assert recipe_config("mnist", epochs=2).time_budget is None
+    assert recipe_config("mnist", max_steps=50).time_budget is None
+    assert recipe_config("mnist", epochs=2, time_budget=60.0).time_budget == 60.0
+    assert recipe_config("mnist", time_budget=0.0).time_budget == 0.0
+    assert recipe_config("fashion-mnist").time_budget is None
+
+
+def test_left_counts_down_from_the_start(clock):
+    b = TimeBudget(100.0)
+    b.start(step=0, elapsed=0.0)
+    clock.now += 30.0
+    assert b.left() == pytest.approx(70.0)
+    clock.now += 200.0
+    assert b.left() == 0.0

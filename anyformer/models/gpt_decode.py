@@ -66,6 +66,17 @@ def _lin(x: Tensor, layer: nn.Module) -> Tensor:
     return _matvec(x, layer.weight, layer.bias)
 
 
+def _attend(q: Tensor, keys: Tensor, values: Tensor, visible: Tensor) -> Tensor:
+    """One query per head, q (B, H, D_h), over the cache (B, H, L, D_h), the positions not `visible`
+    (1, 1, L) masked: softmax(q K^T / sqrt(D_h)) V as products and sums, which inductor fuses into
+    two passes over the cache. SDPA's CPU kernel, made for many queries, cost about 0.17 ms a layer
+    here for one (2-core Intel Xeon, the char GPT's 6 heads of 64 over 512 positions): a fifth of
+    the step."""
+    scores = (keys * q[:, :, None, :]).sum(-1) * q.shape[-1] ** -0.5  # (B, H, L)
+    weights = scores.masked_fill(~visible, float("-inf")).softmax(-1)
+    return (weights[..., None] * values).sum(2)
+
+
 def decode_step(model: "GPT", ids: Tensor, pos: Tensor, keys: list[Tensor], values: list[Tensor]) -> Tensor:
     """Logits (B, vocab) for tokens `ids` (B,) standing at position `pos` (a 0-dim int64 tensor),
     after the positions before it held in `keys`/`values` (one (B, H, L, D_h) buffer per layer,
@@ -77,7 +88,7 @@ def decode_step(model: "GPT", ids: Tensor, pos: Tensor, keys: list[Tensor], valu
         table = pe.pos_embed if hasattr(pe, "pos_embed") else pe.table
         x = x + table[0].index_select(0, at).to(x.dtype)
     length = keys[0].shape[2]
-    visible = (torch.arange(length, device=x.device) <= pos).view(1, 1, 1, length)
+    visible = (torch.arange(length, device=x.device) <= pos).view(1, 1, length)
     for block, kb, vb in zip(model.backbone.blocks, keys, values):
         a = block.attn
         b, heads, dh = x.shape[0], a.heads, a.head_dim
@@ -87,7 +98,7 @@ def decode_step(model: "GPT", ids: Tensor, pos: Tensor, keys: list[Tensor], valu
             q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         kb.index_copy_(2, at, k[:, :, None])
         vb.index_copy_(2, at, v[:, :, None])
-        o = F.scaled_dot_product_attention(q[:, :, None], kb, vb, attn_mask=visible)  # (B, H, 1, D_h)
+        o = _attend(q, kb, vb, visible)  # (B, H, D_h)
         x = x + block._branch(_lin(o.reshape(b, heads * dh), a.proj), block.ls1)
         m = block.mlp
         h = m.act(_lin(block.norm2(x), m.fc1))

@@ -22,7 +22,6 @@ import types
 from typing import TYPE_CHECKING, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import KVCache

@@ -7,9 +7,10 @@ a few steps, and again after each evaluation, the steps still affordable are
     (budget - spent - one evaluation) / (seconds per step + seconds per evaluation / eval_every)
 
 and the run is set to end there: never past the steps that --epochs or --max-steps ask for, never
-before the next step. The seconds per step are those of the latest stretch between fits. The learning-rate schedule is a function of the run's length, so warm-up and
-cosine stretch with it; an early estimate is corrected at each evaluation, when the schedule is
-still near its top and a change costs little.
+before the next step. The seconds per step are those of the latest stretch between fits. The
+learning-rate schedule is a function of the run's length, so warm-up and cosine stretch with it; an
+early estimate is corrected at each evaluation, when the schedule is still near its top and a change
+costs little.
 """
 from __future__ import annotations
 

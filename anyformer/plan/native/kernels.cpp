@@ -99,30 +99,33 @@ static inline void scores(const float *const *qr, const float *kt, long Mp, long
     }
 }
 
-// out_r = sum over j < m of w[r][j] * rows(j), for the R rows of a block   (D = DV*16 floats per row).
-// Where R*DV chains are too few to fill the FMA slots (see scores), even and odd j go to two sets.
+// acc[r] = sum over rows j in [j0, j1) of w[r * rs + j * js] * x_j, for R outputs (D = DV*16 floats a
+// row): the forward's and dQ's P V (a block of R queries, w the N x Mp buffer row-major: rs = Mp, js = 1)
+// and dV's and dK's P^T dO (R keys, read down the buffer's columns: rs = 1, js = Mp). Where R*DV chains
+// are too few to fill the FMA slots (see scores), even and odd j go to two sets.
 template <int DV, int R>
-static inline void mix(const float *w, long Mp, long m, const Head &rows, vf (&acc)[R][DV]) {
+static inline void weighted_rows(const float *w, long rs, long js, long j0, long j1, const Head &x,
+                                 vf (&acc)[R][DV]) {
     constexpr int S = R * DV < 8 ? 2 : 1;
     vf part[S][R][DV];
     for (int t = 0; t < S; t++) for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) part[t][r][c] = vf{};
-    long j = 0;
-    for (; j + S <= m; j += S) {
+    long j = j0;
+    for (; j + S <= j1; j += S) {
         for (int t = 0; t < S; t++) {
-            const float *x = rows.row(j + t);
+            const float *xj = x.row(j + t), *wj = w + (j + t) * js;
             float wr[R];
-            for (int r = 0; r < R; r++) wr[r] = w[r * Mp + j + t];
+            for (int r = 0; r < R; r++) wr[r] = wj[r * rs];
             for (int c = 0; c < DV; c++) {
-                vf xv = ld(x + c * W);
+                vf xv = ld(xj + c * W);
                 for (int r = 0; r < R; r++) part[t][r][c] += xv * wr[r];
             }
         }
     }
-    for (; j < m; j++) {
-        const float *x = rows.row(j);
+    for (; j < j1; j++) {
+        const float *xj = x.row(j), *wj = w + j * js;
         for (int c = 0; c < DV; c++) {
-            vf xv = ld(x + c * W);
-            for (int r = 0; r < R; r++) part[0][r][c] += xv * w[r * Mp + j];
+            vf xv = ld(xj + c * W);
+            for (int r = 0; r < R; r++) part[0][r][c] += xv * wj[r * rs];
         }
     }
     for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) {
@@ -173,40 +176,8 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
             if (i0 + r < N) lse[i0 + r] = mr + std::log(tot);
         }
         vf acc[R][DV];
-        mix<DV, R>(s, Mp, mmax, v, acc);
+        weighted_rows<DV, R>(s, Mp, 1, 0, mmax, v, acc);
         for (int r = 0; r < R && i0 + r < N; r++) for (int c = 0; c < DV; c++) st(o + (i0 + r) * osn + c * W, acc[r][c] * inv[r]);
-    }
-}
-
-// acc[r] = sum over rows i in [i0, N) of w[i][j0 + r] * x_i, for R keys j0..j0+R-1 (w: N x Mp);
-// two sets of chains where R*DV are few, as in mix
-template <int DV, int R>
-static inline void gather(const float *w, long Mp, long j0, long i0, long N, const Head &x, vf (&acc)[R][DV]) {
-    constexpr int S = R * DV < 8 ? 2 : 1;
-    vf part[S][R][DV];
-    for (int t = 0; t < S; t++) for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) part[t][r][c] = vf{};
-    long i = i0;
-    for (; i + S <= N; i += S) {
-        for (int t = 0; t < S; t++) {
-            const float *xi = x.row(i + t), *wi = w + (i + t) * Mp + j0;
-            float wr[R];
-            for (int r = 0; r < R; r++) wr[r] = wi[r];
-            for (int c = 0; c < DV; c++) {
-                vf xv = ld(xi + c * W);
-                for (int r = 0; r < R; r++) part[t][r][c] += xv * wr[r];
-            }
-        }
-    }
-    for (; i < N; i++) {
-        const float *xi = x.row(i), *wi = w + i * Mp + j0;
-        for (int c = 0; c < DV; c++) {
-            vf xv = ld(xi + c * W);
-            for (int r = 0; r < R; r++) part[0][r][c] += xv * wi[r];
-        }
-    }
-    for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) {
-        acc[r][c] = part[0][r][c];
-        for (int t = 1; t < S; t++) acc[r][c] += part[t][r][c];
     }
 }
 
@@ -246,16 +217,16 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
             for (long jv = je; jv < Mp / W; jv++) { st(pr + jv * W, vf{}); st(dpr + jv * W, vf{}); }
         }
         vf acc[R][DV];
-        mix<DV, R>(dp, Mp, mmax, k, acc);
+        weighted_rows<DV, R>(dp, Mp, 1, 0, mmax, k, acc);
         for (int r = 0; r < R && live[r]; r++) for (int c = 0; c < DV; c++) st(dq + (i0 + r) * dqsn + c * W, acc[r][c]);
     }
     for (long j0 = 0; j0 < M; j0 += R) {
         // the first query that sees key j0 (causal: i + M - N >= j0); earlier rows hold zeros there
         long first = causal ? (j0 - (M - N) > 0 ? j0 - (M - N) : 0) : 0;
         vf acc[R][DV];
-        gather<DV, R>(pm, Mp, j0, first, N, g, acc);
+        weighted_rows<DV, R>(pm + j0, 1, Mp, first, N, g, acc);
         for (int r = 0; r < R && j0 + r < M; r++) for (int c = 0; c < DV; c++) st(dv + (j0 + r) * dvsn + c * W, acc[r][c]);
-        gather<DV, R>(dsm, Mp, j0, first, N, q, acc);
+        weighted_rows<DV, R>(dsm + j0, 1, Mp, first, N, q, acc);
         for (int r = 0; r < R && j0 + r < M; r++) for (int c = 0; c < DV; c++) st(dk + (j0 + r) * dksn + c * W, acc[r][c]);
     }
 }

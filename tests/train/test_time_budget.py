@@ -104,3 +104,15 @@ def test_left_counts_down_from_the_start(clock):
     assert b.left() == pytest.approx(70.0)
     clock.now += 200.0
     assert b.left() == 0.0
+
+
+def test_a_later_fit_times_the_latest_stretch_not_the_mean_since_the_start(clock):
+    """Steps that sped up (a compiled run's first epochs ran slower) are fitted at their latest speed."""
+    b = TimeBudget(1000.0)
+    b.start(step=0, elapsed=0.0)
+    clock.now += 100.0
+    b.fit(200, 100.0, eval_every=10**6, current=10**6, asked=10**6)      # 0.5 s a step so far
+    clock.now += 50.0                                                      # the next 200 steps: 0.25 s each
+    assert b.fit(400, 150.0, eval_every=10**6, current=10**6, asked=10**6) == 400 + int(850 / 0.25)
+    clock.now += 5.0                                                       # 10 more steps at 0.5 s: too few
+    assert b.fit(410, 155.0, eval_every=10**6, current=10**6, asked=10**6) == 410 + int(845 / (155.0 / 410))

@@ -74,7 +74,8 @@ def _cpu_capability() -> str:
 # 4: attention may take the native kernel (plan/native.py); steps timed before it took another path (2026-11-24).
 # 5: GELU may take the native kernel; the same (2026-11-24).
 # 6: the native attention kernel is faster (tree reductions, twice the FMA chains): timed again (2026-11-26).
-PLAN_REVISION = 6
+# 7: the native attention kernel transposes keys and values by 16 x 16 tiles in registers: timed again (2026-11-26).
+PLAN_REVISION = 7
 
 
 def machine(threads: int | None = None) -> dict[str, Any]:

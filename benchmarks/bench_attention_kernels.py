@@ -1,4 +1,4 @@
-"""Where does plain-matmul attention beat SDPA on this CPU? The data behind `impl="auto"`.
+"""Where does plain-matmul attention, or anyformer's native kernel, beat SDPA on this CPU? What `impl="auto"` weighs.
 
 One anyformer MultiHeadAttention layer (QKV projection, attention, output projection), timed
 with `impl="fused"` (torch's scaled_dot_product_attention) and `impl="explicit"` (matmul,
@@ -7,6 +7,10 @@ training (forward + backward) and inference (inference_mode), fp32 and bf16, wit
 a causal mask; and for generation with a key/value cache ("decode": batch 1, one new token
 attending to N cached keys, per call). Tokens per batch are held near 4096 (batch = 4096 // N, at least 1) and the
 width at 256 (heads = 256 / head dim), so each cell is a realistic layer of a small model.
+
+Where anyformer's own kernel takes the shape (fp32, head dim 16, 32, 48 or 64, a whole self-attention
+projection: anyformer/plan/native.py, built here with the machine's compiler), it runs as a third
+contestant, `impl="native"`, in the same rounds; the `fastest` column names the quickest of the three.
 
 A cell's ratio is fused time / explicit time: above 1 the explicit path wins. The script then
 prints, per (mode, dtype, causal, head dim), the largest N at which the explicit path still wins
@@ -32,6 +36,7 @@ setup_env()
 import torch  # noqa: E402
 
 from anyformer.nn import KVCache, MultiHeadAttention  # noqa: E402
+from anyformer.plan import native  # noqa: E402
 
 TOKENS, WIDTH = 4096, 256
 LENGTHS = (16, 32, 50, 64, 128, 197, 256, 512)
@@ -59,9 +64,10 @@ def cell(n: int, head_dim: int, dtype: torch.dtype, train: bool, causal: bool, r
                 with torch.inference_mode():
                     layer(x, causal=causal)
         return step
-    cs = [Contestant(impl, step_of(impl), batch * n, 0.0) for impl in ("fused", "explicit")]
+    impls = ["fused", "explicit"] + (["native"] if native.supports(dtype, head_dim) and native.library() else [])
+    cs = [Contestant(impl, step_of(impl), batch * n, 0.0) for impl in impls]
     alternate(cs, rounds=rounds, steps=steps, verbose=False)
-    return batch, cs[0].median, cs[1].median, min(cs[0].times) / min(cs[1].times)
+    return batch, cs[0].median, cs[1].median, min(cs[0].times) / min(cs[1].times), cs[2].median if cs[2:] else None
 
 
 def decode_cell(nk: int, head_dim: int, dtype: torch.dtype, rounds: int, steps: int):
@@ -82,7 +88,7 @@ def decode_cell(nk: int, head_dim: int, dtype: torch.dtype, rounds: int, steps: 
         return step
     cs = [Contestant(impl, step_of(impl), DECODE_CALLS, 0.0) for impl in ("fused", "explicit")]
     alternate(cs, rounds=rounds, steps=steps, verbose=False)
-    return 1, cs[0].median / DECODE_CALLS, cs[1].median / DECODE_CALLS, min(cs[0].times) / min(cs[1].times)
+    return 1, cs[0].median / DECODE_CALLS, cs[1].median / DECODE_CALLS, min(cs[0].times) / min(cs[1].times), None
 
 
 def main() -> None:
@@ -113,13 +119,16 @@ def main() -> None:
         wins = []
         for n in (args.decode_keys if mode == "decode" else args.lengths):
             if mode == "decode":
-                batch, fused, explicit, best = decode_cell(n, hd, dtype, args.rounds, args.steps)
+                batch, fused, explicit, best, nat = decode_cell(n, hd, dtype, args.rounds, args.steps)
             else:
-                batch, fused, explicit, best = cell(n, hd, dtype, mode == "train", causal, args.rounds, args.steps)
+                batch, fused, explicit, best, nat = cell(n, hd, dtype, mode == "train", causal, args.rounds,
+                                                         args.steps)
             ratio = fused / explicit
             wins.append((n, ratio))
+            times = {"fused": fused, "explicit": explicit, **({"native": nat} if nat is not None else {})}
             rows.append([*map(str, key), str(n), str(batch), f"{fused * 1e3:.2f}", f"{explicit * 1e3:.2f}",
-                         f"{ratio:.2f}", f"{best:.2f}", "explicit" if ratio > 1 else "fused"])
+                         "-" if nat is None else f"{nat * 1e3:.2f}", f"{ratio:.2f}", f"{best:.2f}",
+                         "-" if nat is None else f"{fused / nat:.2f}", min(times, key=times.get)])
             print(" | ".join(rows[-1]), flush=True)
         # The crossover: the largest N below which the explicit path wins at every measured length
         # (a single noisy win at long N does not move it).
@@ -131,7 +140,7 @@ def main() -> None:
         crossover[key] = last
 
     t_cells = table(["mode", "dtype", "mask", "head dim", "N (decode: cached keys)", "batch", "fused ms", "explicit ms",
-                     "fused / explicit", "same, best rounds", "faster (median)"], rows)
+                     "native ms", "fused / explicit", "same, best rounds", "fused / native", "fastest (median)"], rows)
     t_cross = table(["mode", "dtype", "mask", "head dim", "explicit wins up to N"],
                     [[*map(str, k), str(v)] for k, v in crossover.items()])
     print(f"\n{t_cross}")
@@ -144,9 +153,10 @@ def main() -> None:
     if not args.no_write:
         intro = (f"Produced by `benchmarks/bench_attention_kernels.py {' '.join(sys.argv[1:])}`. "
                  "`fused / explicit` above 1 means the "
-                 "explicit matmul path is faster for that shape. The crossover table gives the largest N "
+                 "explicit matmul path is faster for that shape; `fused / native` above 1, anyformer's native kernel "
+                 "(fp32 only; `-` where it does not take the shape). The crossover table gives the largest N "
                  "up to which the explicit path wins at every measured length.")
-        write_results(RESULTS / "attention_kernels.md", "Attention kernels on CPU: SDPA vs plain matmuls",
+        write_results(RESULTS / "attention_kernels.md", "Attention kernels on CPU: SDPA, plain matmuls and the native kernel",
                       intro, facts, [("Crossover", t_cross), ("All cells", t_cells)])
 
 

@@ -56,7 +56,7 @@ def cell(n: int, head_dim: int, dtype: torch.dtype, train: bool, causal: bool, r
         def step():
             layer.impl = impl
             if train:
-                y, _ = layer(x, causal=causal)
+                y = layer(x, causal=causal)
                 y.backward(grad)
                 x.grad = None
                 layer.zero_grad(set_to_none=True)

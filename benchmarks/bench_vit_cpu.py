@@ -86,8 +86,9 @@ NOTES = """\
   `weights` line above; the interop parity tests allow 1e-5 of max(1, max|ref|)). The row
   `anyformer, MKL inference` is the same model with the plan forced to `linear=stock`, which keeps
   those passes on `F.linear`, bitwise nn.Linear: it shows what oneDNN inference is worth.
-- bf16 autocast trains 1.6-1.7x faster than fp32 here (bf16 matmuls reach ~500-750 GFLOP/s on this
-  CPU); with it the MNIST ViT's attention takes the explicit path (faster than SDPA in bf16 training).
+- bf16 autocast: the bf16 table above says whether it pays on this CPU. Where bf16 is native (a
+  2-core AMD EPYC: bf16 matmuls at ~500-750 GFLOP/s) it trained 1.6-1.7x faster than fp32; where it
+  is emulated through fp32 (an Intel Xeon without avx512_bf16) 2-6x slower. `amp=auto` times both.
 - The peak-memory table is RSS in a fresh process: anyformer's rest figure is lower because that
   process imports neither timm nor transformers."""
 

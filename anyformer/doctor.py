@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # torch is imported inside the functions: the CLI builds its 
 
     from .plan.planner import Planner
 
-DEFAULT_MODEL, DEFAULT_BATCH = "vit-mnist-fast", 128  # the default `anyformer train` recipe's model and batch
+DEFAULT_MODEL, DEFAULT_BATCH = "vit-mnist-fast", 128  # the default recipe's preset (it trains 4 of its blocks) and batch
 
 
 def report(p: Planner | None = None) -> str:

@@ -3,7 +3,10 @@
 Every op draws all its randomness for the whole batch in one call and
 transforms the batch with a few tensor ops (no Python loop over samples), so it
 is cheap enough for the training hot path and runs on whatever device `x` is on.
-Pass a seeded `torch.Generator` (on x's device) for reproducible augmentation.
+
+The random numbers are drawn where the `generator` lives (the CPU for a plain `torch.Generator()`,
+and without one) and then moved to x's device: the same seed augments alike on every device, so a
+resumed run, or one under torchrun, draws the same transforms on a GPU as on the CPU.
 """
 
 from __future__ import annotations
@@ -14,6 +17,12 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["random_affine", "random_crop_flip"]
+
+
+def _draw(fn, *args, generator: torch.Generator | None, device: torch.device, **kwargs) -> torch.Tensor:
+    """`fn(*args)` (torch.rand, torch.randint) drawn on the generator's device, then moved to `device`."""
+    here = generator.device if generator is not None else torch.device("cpu")
+    return fn(*args, generator=generator, device=here, **kwargs).to(device)
 
 
 def _check_batch(x: torch.Tensor, fn: str, need_float: bool) -> None:
@@ -50,7 +59,7 @@ def random_affine(
     if not 0 < lo <= hi:
         raise ValueError(f"random_affine: scale must be (lo, hi) with 0 < lo <= hi, got {scale}")
     b, _, h, w = x.shape
-    u = torch.rand(b, 4, generator=generator, device=x.device, dtype=x.dtype) * 2 - 1  # uniform [-1, 1)
+    u = _draw(torch.rand, b, 4, generator=generator, device=x.device, dtype=x.dtype) * 2 - 1  # uniform [-1, 1)
     angle = u[:, 0] * math.radians(max_rotate_deg)
     s = lo + (u[:, 1] + 1) * 0.5 * (hi - lo)
     # affine_grid maps output coords to input coords in [-1, 1] units on each axis; a
@@ -99,7 +108,7 @@ def random_crop_flip(
     dev = x.device
     if pad:
         xp = F.pad(x, (pad, pad, pad, pad), mode="reflect" if padding_mode == "reflect" else "constant")
-        offs = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator, device=dev)
+        offs = _draw(torch.randint, 0, 2 * pad + 1, (b, 2), generator=generator, device=dev)
     else:
         xp = x
         offs = torch.zeros(b, 2, dtype=torch.long, device=dev)
@@ -107,7 +116,7 @@ def random_crop_flip(
     rows = offs[:, :1] + torch.arange(h, device=dev)  # (B, H)
     cols = offs[:, 1:] + torch.arange(w, device=dev)  # (B, W)
     if flip:
-        flipped = torch.rand(b, 1, generator=generator, device=dev) < 0.5
+        flipped = _draw(torch.rand, b, 1, generator=generator, device=dev) < 0.5
         cols = torch.where(flipped, cols.flip(1), cols)  # mirror = read the crop's columns backwards
     idx = (rows[:, :, None] * wp + cols[:, None, :]).reshape(b, 1, h * w).expand(b, c, h * w)
     return xp.reshape(b, c, -1).gather(2, idx).reshape(b, c, h, w)

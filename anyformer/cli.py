@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="end the run within this wall time (e.g. 540, 9m, 1h30m; none: no budget): its steps "
                         "are fitted to the speed measured as it trains, never more than --epochs asks for")
     t.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    t.add_argument("--deterministic", action="store_true", default=None,
+                   help="deterministic kernels only: on a GPU the same seed then gives the same bits (slower)")
     t.add_argument("--seed", type=int)
     t.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (besides each evaluation)")
     t.add_argument("--keep-checkpoints", type=int)

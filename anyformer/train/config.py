@@ -50,6 +50,7 @@ class TrainConfig:
     compile: bool | None = None              # None: the speed plan measures eager against torch.compile
     seed: int = 0
     threads: int | None = None
+    deterministic: bool = False              # deterministic kernels only (CUDA: bitwise-repeatable steps, slower)
     checkpoint_every: int = 0                # steps; 0 = only at evaluations
     keep_checkpoints: int = 2
     resume: bool = False

@@ -26,9 +26,11 @@ class Distributed:
     device: torch.device | None = None
     fsdp: bool = False
 
+    joined: bool = False  # a process group is joined (torchrun), perhaps of one process
+
     @property
     def enabled(self) -> bool:
-        return self.world > 1
+        return self.joined
 
     @property
     def is_main(self) -> bool:
@@ -38,8 +40,10 @@ class Distributed:
     def from_env(cls, device: torch.device = torch.device("cpu"), fsdp: bool = False) -> "Distributed":
         """Join torchrun's group if there is one; `device` is the kind asked for (cpu or cuda)."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1:
-            return cls(device=device)  # FSDP over one process is the whole model: nothing to shard
+        if world <= 1 and "RANK" not in os.environ:
+            return cls(device=device)  # not under torchrun
+        # Under torchrun a group is joined even for one process (`--nproc_per_node=1`): DDP and FSDP2
+        # then run over one rank, which is how one GPU checks the engine and its NCCL set-up.
         rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
         if device.type == "cuda":
@@ -47,7 +51,7 @@ class Distributed:
             torch.cuda.set_device(device)
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        return cls(rank, world, local, local_world, device, fsdp)
+        return cls(rank, world, local, local_world, device, fsdp, joined=True)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """DDP: a wrapper that all-reduces gradients. FSDP: shards `model` in place, block by block."""

@@ -69,7 +69,10 @@ class LanguageModelling:
 
     def _windows(self, tokens: np.ndarray, starts: np.ndarray) -> tuple[Tensor, Tensor]:
         rows = np.asarray(tokens[starts[:, None] + np.arange(self.seq_len + 1)], dtype=np.int64)
-        xy = torch.from_numpy(rows).to(self.device, non_blocking=True)
+        xy = torch.from_numpy(rows)
+        if self.device.type == "cuda":  # from page-locked memory the copy runs beside the GPU's work
+            xy = xy.pin_memory()
+        xy = xy.to(self.device, non_blocking=True)
         return xy[:, :-1], xy[:, 1:]
 
     def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, Tensor], int]:

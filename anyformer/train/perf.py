@@ -1,9 +1,11 @@
-"""Throughput accounting: the device's measured matmul peak and the precision `amp=auto` means.
+"""Throughput accounting: the peak that MFU divides by, and the precision `amp=auto` means.
 
 Model FLOPs come from the models themselves (`Model.forward_flops`), through each task.
 
-MFU here is achieved model FLOP/s over the FLOP/s that a large matrix multiply reaches on the
-same device in the same precision, measured at start-up rather than taken from a spec sheet.
+MFU is achieved model FLOP/s over a peak. On a GPU whose name we know, the peak is the dense bf16
+rate of its data sheet, the convention of the MFU that PaLM, nanoGPT, llm.c and nanochat report, so
+that figures compare across libraries. Elsewhere (CPUs, unknown cards) it is the rate that a large
+matrix multiply reaches on the same device in the run's precision, measured at start-up.
 """
 from __future__ import annotations
 
@@ -13,6 +15,19 @@ import time
 import torch
 
 from .precision import resolve_amp
+
+# Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's data sheets, matched in this
+# order as substrings of torch.cuda.get_device_name(): the PCIe and NVL H100s before the SXM one.
+SPEC_PEAK_BF16: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.4e12), ("H200", 989.4e12), ("H20", 148e12),
+    ("GH200", 989.4e12), ("B200", 2250e12), ("A100", 312e12), ("A10G", 70e12), ("L40S", 362e12),
+    ("L4", 121e12), ("RTX 4090", 165.2e12), ("RTX 3090", 71e12),
+)
+
+
+def spec_peak_flops(name: str) -> float | None:
+    """The data sheet's dense bf16 peak of the GPU called `name`, None for a name not in the table."""
+    return next((peak for key, peak in SPEC_PEAK_BF16 if key in name), None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,3 +54,14 @@ def _sync(device: torch.device) -> None:
 def measured_peak_flops(device: torch.device, amp: str = "none") -> float:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(resolve_amp(amp, device), torch.float32)
     return _peak(device.type, device.index, dtype)
+
+
+def peak_flops(device: torch.device, amp: str = "none") -> tuple[float, str]:
+    """(peak FLOP/s for MFU, where it comes from): a known GPU's data-sheet bf16 peak, whatever the
+    run's precision (as nanoGPT's estimate_mfu does), else the measured matmul rate."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        spec = spec_peak_flops(name)
+        if spec is not None:
+            return spec, f"data sheet: {name}, dense bf16"
+    return measured_peak_flops(device, amp), f"measured: {resolve_amp(amp, device)} matmul"

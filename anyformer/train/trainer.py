@@ -37,8 +37,8 @@ from .config import TrainConfig
 from .distributed import Distributed
 from .ema import EMA
 from .optim import lr_at, make_optimizer, param_groups
-from .perf import measured_peak_flops
-from .precision import autocast, make_scaler, resolve_amp, settle_amp
+from .perf import peak_flops
+from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, resolve_amp, settle_amp
 from .protocol import Task
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
@@ -57,6 +57,9 @@ class Trainer:
         self.dist = Distributed.from_env(pick_device(cfg.device), cfg.fsdp)
         self.device = self.dist.device
         self.scaler = make_scaler(cfg.amp, self.device)  # refuses fp16 off CUDA before any data is read
+        fast_fp32_matmuls(self.device)
+        if cfg.deterministic:
+            deterministic_kernels()
         if cfg.threads is not None:
             if cfg.threads < 1:
                 raise ValueError(f"threads must be >= 1, got {cfg.threads}")
@@ -109,7 +112,7 @@ class Trainer:
         self._synced = (0, 0.0)  # (step, time) of the last sync
         self._saved_step: int | None = None
         self._cpu_copy: Model | None = None
-        self._peak_flops: float | None = None
+        self._peak_flops: tuple[float, str] | None = None
 
     # ---------------------------------------------------------------- resume and checkpoints
     def _resume(self) -> bool:
@@ -491,12 +494,13 @@ class Trainer:
                            lambda: model.save(self.run_dir, extra=extra))
 
     def _peak(self) -> float:
-        """The device's measured matmul peak, for MFU; measured when first needed (a second or so on a
-        CPU), so that a run stopped early never pays for it."""
+        """The peak MFU divides by (anyformer.train.perf): a known GPU's data sheet, or the measured
+        matmul rate, measured when first needed (a second or so on a CPU), so that a run stopped
+        early never pays for it."""
         if self._peak_flops is None:  # its random matrices must not move the training RNG
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                self._peak_flops = measured_peak_flops(self.device, self.cfg.amp)
-        return self._peak_flops
+                self._peak_flops = peak_flops(self.device, self.cfg.amp)
+        return self._peak_flops[0]
 
     def _bar_fields(self, rate: float, fpi: float) -> dict[str, str]:
         loss = {} if self.last_loss is None else {"loss": f"{self.last_loss:.4f}"}
@@ -515,7 +519,8 @@ class Trainer:
              "params": self.model.num_params(), "device": str(self.device),
              "device_name": _device_name(self.device), "world_size": self.dist.world,
              "amp": resolve_amp(self.cfg.amp, self.device), unit: round(line.get(unit, 0.0), 1),
-             "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops_measured": peak, "resumed": resumed,
+             "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops": peak,
+             "peak_flops_source": self._peak_flops[1], "resumed": resumed,
              "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice,
              "linears": self.linears_choice,
              "time_budget": self.cfg.time_budget}

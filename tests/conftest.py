@@ -25,6 +25,21 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ANYFORMER_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+# The device the `gpu` tests run on: CUDA, or the CPU for a dry run of the GPU suite
+# (`ANYFORMER_TEST_DEVICE=cpu pytest -m gpu tests/gpu`), which checks the tests themselves without a GPU.
+TEST_DEVICE = os.environ.get("ANYFORMER_TEST_DEVICE", "cuda")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip, saying why, where there is no CUDA device and no CPU dry run was asked for."""
+    if TEST_DEVICE != "cuda" or torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run `pytest -m gpu` on a GPU machine: benchmarks/gpu/run.sh)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

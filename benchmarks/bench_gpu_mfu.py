@@ -37,19 +37,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import anyformer as af  # noqa: E402
-from anyformer.train.perf import measured_peak_flops  # noqa: E402
+from anyformer.train.perf import measured_peak_flops, spec_peak_flops  # noqa: E402
 from peers.nanogpt_ref import RefConfig, RefGPT, state_dict_from_anyformer  # noqa: E402
 
-# bf16 dense peak (FLOP/s) from the data sheets, by a substring of torch.cuda.get_device_name()
-SPEC_PEAK_BF16 = [("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.4e12), ("H200", 989.4e12),
-                  ("A100", 312e12)]
-
-
 def spec_peak(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in SPEC_PEAK_BF16 if key in name), None)
+    """The card's data-sheet dense bf16 peak (anyformer.train.perf's table), None off CUDA or unknown."""
+    return spec_peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
 
 
 def sync(device: torch.device) -> None:
@@ -60,15 +53,20 @@ def sync(device: torch.device) -> None:
 # ---------------------------------------------------------------------------------------------
 # Contestants: (name, model, forward) holding the same weights
 
-def gpt_contestants(quick: bool, device: torch.device):
+def gpt_contestants(quick: bool, device: torch.device, preset: str = "gpt2"):
+    """GPT-2 124M, or nanoGPT's char model (`preset="shakespeare-char"`: 6 x 6 heads x 384, context
+    256, dropout 0.2), against HF and the reference. The char model keeps biases and tanh GELU here,
+    so that the one weight mapping serves all three; neither changes the step's cost measurably."""
     overrides = dict(width=64, depth=2, heads=2, vocab_size=256, context=64) if quick else {}
+    if preset == "shakespeare-char":
+        overrides.update(bias=True, activation="gelu_tanh")
     torch.manual_seed(0)
-    gpt = af.GPT.preset("gpt2", **overrides)
-    hf = gpt.to_hf()
+    gpt = af.GPT.preset(preset, **overrides)
+    hf = gpt.to_hf()  # its dropout from the config
     hf.set_attn_implementation("sdpa")
     c = gpt.config
     ref = RefGPT(RefConfig(vocab_size=c.vocab_size, block_size=c.context, n_layer=c.depth, n_head=c.heads,
-                           n_embd=c.width, bias=True, gelu="tanh"))
+                           n_embd=c.width, dropout=c.dropout, bias=True, gelu="tanh"))
     ref.load_state_dict(state_dict_from_anyformer(gpt.state_dict(), c.depth), strict=True)
     return c.context, [("anyformer", gpt, gpt), ("HF GPT-2 (sdpa)", hf, lambda x: hf(input_ids=x, use_cache=False).logits),
                        ("nanoGPT-ref", ref, ref)]
@@ -113,12 +111,23 @@ def make_step(model, forward, x, y, device: torch.device):
     return step
 
 
-def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
-    size, contestants = (gpt_contestants if kind == "gpt2" else vit_contestants)(args.quick, device)
-    batch = args.batch or ((2 if args.quick else 16) if kind == "gpt2" else (2 if args.quick else 128))
+BATCH = {"gpt2": 16, "char": 64, "vit-b16": 128}  # char: nanoGPT's shakespeare_char batch
+
+
+def contestants_of(kind: str, quick: bool, device: torch.device):
+    if kind == "vit-b16":
+        return vit_contestants(quick, device)
+    return gpt_contestants(quick, device, "gpt2" if kind == "gpt2" else "shakespeare-char")
+
+
+def run(kind: str, args, device: torch.device) -> tuple[str, str, dict, dict]:
+    """Training steps of every contestant of `kind` in alternated rounds: (title, table, facts,
+    numbers), numbers by contestant: ms a step, items (tokens or images) a second, MFU."""
+    size, contestants = contestants_of(kind, args.quick, device)
+    batch = args.batch or (2 if args.quick else BATCH[kind])
     g = torch.Generator().manual_seed(1)
     ref_model = contestants[0][1]
-    if kind == "gpt2":
+    if kind != "vit-b16":
         vocab = ref_model.config.vocab_size
         x = torch.randint(0, vocab, (batch, size), generator=g).to(device)
         y = torch.randint(0, vocab, (batch, size), generator=g).to(device)
@@ -172,16 +181,20 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
               ", ".join(f"{res.name} {res.times[-1] * 1e3:.1f} ms" for res, _ in steps), flush=True)
     spec, measured = spec_peak(device), measured_peak_flops(device, "bf16")
     base = steps[0][0].median
-    rows = []
+    rows, numbers = [], {}
     for res, _ in steps:
         rate = per_item * items / res.median
+        numbers[res.name] = {"ms_per_step": res.median * 1e3, "items_per_s": items / res.median,
+                             "mfu_spec": rate / spec if spec else None, "mfu_measured": rate / measured,
+                             "anyformer_speedup": res.median / base}
         rows.append([res.name, f"{res.median * 1e3:.1f}", f"{items / res.median:,.0f}", f"{rate / 1e12:.1f}",
                      f"{100 * rate / spec:.1f}%" if spec else "-", f"{100 * rate / measured:.1f}%",
                      f"{res.peak_mem:.1f}" if res.peak_mem else "-", f"{res.median / base:.2f}x"])
-    unit = "tokens/s" if kind == "gpt2" else "images/s"
+    unit = "images/s" if kind == "vit-b16" else "tokens/s"
     header = ["contestant", "ms/step median", unit, "TFLOP/s", "MFU (spec peak)", "MFU (measured peak)",
               "step memory (GiB, above resident)", "time / anyformer time"]
-    title = (f"GPT-2 124M, context {size}, batch {batch}" if kind == "gpt2" else f"ViT-B/16 at {size}, batch {batch}") \
+    title = {"gpt2": f"GPT-2 124M, context {size}, batch {batch}", "vit-b16": f"ViT-B/16 at {size}, batch {batch}",
+             "char": f"nanoGPT's char model (dropout 0.2), context {size}, batch {batch}"}[kind] \
         + (" (quick: tiny shapes)" if args.quick else "") + (", torch.compile" if args.compile else "")
     facts = {f"{kind} logits vs anyformer (eval, fp32)": "; ".join(diffs),
              f"{kind} model FLOPs per step": f"{per_item * items / 1e12:.3f} TFLOP",
@@ -189,13 +202,43 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict]:
                  f"{torch.cuda.memory_allocated(device) / 2**30:.1f} GiB" if device.type == "cuda" else "-",
              "peak bf16, spec": f"{spec / 1e12:.0f} TFLOP/s" if spec else "unknown device: not reported",
              "peak bf16, measured matmul": f"{measured / 1e12:.0f} TFLOP/s"}
-    return title, table(header, rows), facts
+    return title, table(header, rows), facts, numbers
+
+
+def inference(kind: str, args, device: torch.device, batch: int = 256) -> dict[str, float]:
+    """Images a second of each contestant's forward (inference mode, bf16 autocast, compiled with
+    --compile), in alternated rounds; `kind` is "vit-b16"."""
+    size, contestants = contestants_of(kind, args.quick, device)
+    x = torch.randn(2 if args.quick else batch, 3, size, size, generator=torch.Generator().manual_seed(1)).to(device)
+    forwards = []
+    for name, model, forward in contestants:
+        model.to(device).eval()
+        forwards.append((name, torch.compile(forward) if args.compile else forward, []))
+
+    def once(forward) -> None:
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16):
+            forward(x)
+    for _, forward, _ in forwards:
+        for _ in range(args.warmup):
+            once(forward)
+    for r in range(args.rounds):
+        for j in range(len(forwards)):
+            name, forward, times = forwards[(r + j) % len(forwards)]
+            sync(device)
+            t = time.perf_counter()
+            for _ in range(args.steps):
+                once(forward)
+            sync(device)
+            times.append((time.perf_counter() - t) / args.steps)
+    result = {name: len(x) / sorted(times)[len(times) // 2] for name, _, times in forwards}
+    print(f"  {kind} inference, images/s: " + ", ".join(f"{k} {v:,.0f}" for k, v in result.items()), flush=True)
+    return result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--models", nargs="+", default=["gpt2", "vit-b16"], choices=["gpt2", "vit-b16"])
+    ap.add_argument("--models", nargs="+", default=["gpt2", "vit-b16"], choices=["gpt2", "vit-b16", "char"])
     ap.add_argument("--batch", type=int, help="default: 16 sequences (GPT-2), 128 images (ViT)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
@@ -212,7 +255,7 @@ def main() -> None:
     t0 = time.perf_counter()
     sections, facts = [], {**machine(), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
     for kind in args.models:
-        title, text, f = run(kind, args, device)
+        title, text, f, _ = run(kind, args, device)
         print(f"## {title}\n\n{text}\n" + "\n".join(f"- {k}: {v}" for k, v in f.items()), flush=True)
         sections.append((title, text))
         facts.update(f)

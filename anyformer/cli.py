@@ -88,7 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int)
     t.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (besides each evaluation)")
     t.add_argument("--keep-checkpoints", type=int)
-    t.add_argument("--resume", action="store_true", default=None, help="continue from the run's last checkpoint")
+    t.add_argument("--resume", action="store_true", default=None,
+                   help="continue from the run's last checkpoint, with the settings the run recorded")
+    t.add_argument("--overwrite", action="store_true", default=None,
+                   help="replace the run that --out holds (without it, train refuses a directory that holds one)")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
     t.add_argument("--fsdp", action="store_true", default=None,
                    help="under torchrun, shard the model across processes (FSDP2) instead of copying it (DDP)")
@@ -156,10 +159,16 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train import Trainer, recipe_config
+    from .train import Trainer, TrainConfig, recipe_config
+    from .train.resume import resumed_settings
     values = {k: v for k, v in vars(args).items() if k not in ("command", "recipe")}
     values["model_overrides"] = dict(args.model_overrides or [])
-    cfg = recipe_config(args.recipe, **values)
+    # --resume continues the run with the settings it recorded; a flag given may not contradict them.
+    asked = {k: v for k, v in values.items() if v is not None and v != {}}
+    if args.recipe is not None:
+        asked["recipe"] = args.recipe
+    settings = resumed_settings(args.out or f"runs/{args.recipe or 'mnist'}", asked) if args.resume else None
+    cfg = TrainConfig.from_dict(settings) if settings is not None else recipe_config(args.recipe, **values)
     trainer = Trainer(cfg)
     summary = trainer.run()
     if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run
@@ -218,8 +227,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
     pre = _image_preprocess(args.dir, info)
-    for path in args.images:
-        x, warning = pre.load_checked(path, raw=args.raw)
+    unread = 0
+    for path in args.images:  # every file is answered; one that cannot be read is named, and the rest go on
+        try:
+            x, warning = pre.load_checked(path, raw=args.raw)
+        except (ValueError, OSError) as e:
+            print(f"anyformer: error: {path}: {_one_line(e)}", file=sys.stderr)
+            unread += 1
+            continue
         with torch.no_grad():
             probs = model(pre(x)[None]).softmax(-1)[0]
         top = probs.topk(min(args.top, probs.numel()))
@@ -227,7 +242,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"{path}: {shown}")
         if warning:  # beside the answer, on stderr, so that stdout stays one line per picture
             print(f"anyformer: warning: {path}: {warning}", file=sys.stderr)
-    return 0
+    if unread and len(args.images) > 1:
+        print(f"anyformer: {unread} of {len(args.images)} files could not be read", file=sys.stderr)
+    return 2 if unread else 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -290,9 +307,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .interop.onnx import export_onnx
-    model, _ = _run_info(args.dir)
-    path = export_onnx(model, args.out)
-    print(f"wrote {path} ({model.family}, {args.format})")
+    model, meta = _run_info(args.dir)
+    # What the run's data was, as the file's metadata: preprocessing and classes, or the vocabulary.
+    data = {f"anyformer.data.{k}": json.dumps(v) for k, v in meta.get("data", {}).items()}
+    path = export_onnx(model, args.out, metadata=data)
+    print(f"wrote {path} ({model.family}, {args.format}; its metadata holds the signature and the run's data facts)")
     return 0
 
 

@@ -54,6 +54,7 @@ class TrainConfig:
     checkpoint_every: int = 0                # steps; 0 = only at evaluations
     keep_checkpoints: int = 2
     resume: bool = False
+    overwrite: bool = False                  # replace the run that `out` holds (else refused, unless resuming)
     progress: bool = True
     fsdp: bool = False                       # under torchrun: shard weights, gradients and optimiser state (FSDP2)
     log: str = "jsonl"                       # jsonl: metrics.jsonl; tensorboard: also RUN/tensorboard/

@@ -40,6 +40,7 @@ from .optim import lr_at, make_optimizer, param_groups
 from .perf import peak_flops
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, resolve_amp, settle_amp
 from .protocol import Task
+from .resume import check_fresh_out, check_resume, recorded_settings
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
 from .timebudget import TimeBudget
@@ -56,6 +57,11 @@ class Trainer:
         self.cfg = cfg
         self.dist = Distributed.from_env(pick_device(cfg.device), cfg.fsdp)
         self.device = self.dist.device
+        self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
+        check_fresh_out(self.run_dir, cfg.resume, cfg.overwrite)  # before any work: nothing is lost by mistake
+        recorded = recorded_settings(self.run_dir) if cfg.resume else None
+        if recorded is not None:
+            check_resume(self.run_dir, recorded, cfg.to_dict())
         self.scaler = make_scaler(cfg.amp, self.device)  # refuses fp16 off CUDA before any data is read
         fast_fp32_matmuls(self.device)
         if cfg.deterministic:
@@ -92,7 +98,6 @@ class Trainer:
         self._compiled_shape: tuple[int, ...] | None = None
         self.compile_choice = "eager"
         self.linears_choice: str | None = None  # the model-wide linear kernel `_plan_compile` settles (fp32 CPU)
-        self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
         self.total_steps = self._steps_asked()  # a --time-budget may fit it lower as the run goes
@@ -408,6 +413,8 @@ class Trainer:
         resumed = cfg.resume and self._resume()
         if self.budget is not None:
             self.budget.start(self.step, self.elapsed)
+        if self.dist.is_main:
+            print(self._intro())
         self._save_model()
         self._plan_compile()
         if self.budget is not None:
@@ -506,6 +513,21 @@ class Trainer:
         loss = {} if self.last_loss is None else {"loss": f"{self.last_loss:.4f}"}
         return {**loss, f"{self.task.unit[:3]}/s": f"{rate:.0f}", "mfu": f"{100 * rate * fpi / self._peak():.0f}%",
                 **self.task.progress_fields(self.sums)}
+
+    def _intro(self) -> str:
+        """The run's first line: what is trained, on which data, where, in what precision, how long."""
+        cfg, info = self.cfg, self.task.run_info()
+        if "train_tokens_used" in info:
+            data = f"{cfg.data}: {info['train_tokens_used']:,} training tokens"
+        else:
+            data = f"{cfg.data}: {info.get('train_examples', 0):,} training examples"
+        steps = f"{self.total_steps:,} steps ({self.total_steps / self.task.steps_per_epoch:.2f} epochs)"
+        budget = f", at most {cfg.time_budget:.0f} s" if cfg.time_budget else ""
+        world = f" x {self.dist.world} processes" if self.dist.world > 1 else ""
+        where = f"{_device_name(self.device)}{world}"
+        precision = {"none": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[resolve_amp(cfg.amp, self.device)]
+        return (f"train {cfg.model} ({self.model.num_params():,} parameters) on {data} | {where} | {precision} | "
+                f"{steps}{budget} -> {self.run_dir}")
 
     def _eval_message(self, line: dict[str, Any]) -> str:
         parts = [f"step {line['step']}", f"epoch {line['epoch']:.2f}", f"train loss {line['train_loss']:.4f}",

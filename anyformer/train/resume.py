@@ -1,0 +1,77 @@
+"""A run keeps its own settings: `--resume` continues a run with the settings its config.json
+recorded, a setting asked for that contradicts them is refused, and `--out` never replaces a run
+unless `--overwrite` says so."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import CKPT_DIR
+
+# Settings a resumed run may change: where it is written, how it is watched and what it runs on,
+# never what it computes (FSDP and DDP hold the same numbers: a run killed under one resumes under the other).
+FREE_ON_RESUME = frozenset({"out", "resume", "overwrite", "progress", "threads", "device", "fsdp",
+                            "keep_checkpoints", "checkpoint_every", "log"})
+
+
+def recorded_settings(run_dir: str | Path) -> dict[str, Any] | None:
+    """The training settings a run recorded in its config.json (None where it holds no run's)."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        train = json.loads(path.read_text()).get("train")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        raise ValueError(f"{path} is not a run's config.json (not a JSON object); the run directory is damaged") from None
+    return train if isinstance(train, dict) else None
+
+
+def contradictions(recorded: dict[str, Any], asked: dict[str, Any]) -> list[str]:
+    """'--name VALUE (the run has VALUE)' for each setting asked that differs from the recorded one."""
+    out = []
+    for key, value in asked.items():
+        if key in FREE_ON_RESUME or key not in recorded:
+            continue
+        have = recorded[key]
+        if key == "model_overrides":  # only the overrides asked for are compared
+            differ = {k: v for k, v in (value or {}).items() if have.get(k) != v}
+            out += [f"--set {k}={json.dumps(v)} (the run has {k}={json.dumps(have.get(k))})" for k, v in differ.items()]
+        elif _plain(value) != _plain(have):
+            flag = "the recipe" if key == "recipe" else f"--{key.replace('_', '-')}"
+            out.append(f"{flag} {json.dumps(_plain(value))} (the run has {json.dumps(_plain(have))})")
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def resumed_settings(run_dir: str | Path, asked: dict[str, Any]) -> dict[str, Any] | None:
+    """The settings `--resume` continues `run_dir` with: those it recorded, with the free settings
+    asked for (FREE_ON_RESUME) on top. None where the directory holds no run. A contradicting setting
+    is refused in one line naming both values."""
+    recorded = recorded_settings(run_dir)
+    if recorded is None:
+        return None
+    check_resume(run_dir, recorded, asked)
+    return {**recorded, **{k: v for k, v in asked.items() if k in FREE_ON_RESUME}, "resume": True}
+
+
+def check_resume(run_dir: str | Path, recorded: dict[str, Any], asked: dict[str, Any]) -> None:
+    bad = contradictions(recorded, asked)
+    if bad:
+        raise ValueError(f"--resume continues {run_dir} with the settings it recorded in config.json, but "
+                         f"{'; '.join(bad)}: leave {'them' if len(bad) > 1 else 'it'} out to continue the run, "
+                         f"or start afresh with --overwrite")
+
+
+def check_fresh_out(run_dir: str | Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to train into a directory that holds a run, unless resuming it or told to overwrite it."""
+    d = Path(run_dir)
+    if resume or overwrite or not d.is_dir():
+        return
+    held = [name for name in ("config.json", "model.safetensors", CKPT_DIR) if (d / name).exists()]
+    if held:
+        raise ValueError(f"{d} holds a run already ({', '.join(held)}); pass --resume to continue it, --overwrite "
+                         f"to replace it, or choose another --out")

@@ -127,7 +127,10 @@ def open_image(data: bytes, name: str) -> Image.Image:
             raise DataError(f"cannot read image {name}: {im.width}x{im.height} pixels is more than the "
                             f"{MAX_PIXELS // 2**20} megapixels allowed; scale it down first")
         im.load()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except UnidentifiedImageError:  # Pillow's own text names the in-memory buffer, not the file
+        raise DataError(f"cannot read image {name}: not an image format Pillow reads (PNG, JPEG, ...); "
+                        f"delete or replace the file") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(f"cannot read image {name}: {e}; delete or replace the file") from None
     return im
 

@@ -92,10 +92,14 @@ def _resolve_named(key: str, cache_root: Path, allow_download: bool) -> Path:
     dest = cache_root / folder / name
     if dest.is_file() and sha256_file(dest) == sha:
         return dest
+    fix = (f"pass --data PATH (a text file or a folder of them), or set ANYFORMER_DATA to a folder that "
+           f"holds {folder}/{name}")
     if not allow_download:
-        raise DataError(f"{key} not found in $ANYFORMER_DATA/{folder}/ or {dest.parent}, and downloads are off; "
-                        f"put {name} (sha256 {sha}) there or pass a path")
-    return _download(url, dest, sha)
+        raise DataError(f"{key} not found in $ANYFORMER_DATA/{folder}/ or {dest.parent}, and downloads are off; {fix}")
+    try:
+        return _download(url, dest, sha)
+    except DataError as e:  # the fix the user can make comes first; the download's own reason after it
+        raise DataError(f"{key} text not found and not downloadable: {fix} (the download said: {e})") from None
 
 
 def _read_chunks(path: Path) -> Iterator[str]:

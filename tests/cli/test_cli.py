@@ -94,8 +94,21 @@ def test_predict_prints_top_classes_for_any_image(trained_run, tmp_path):
 def test_predict_bad_image_file(trained_run, tmp_path):
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
-    assert_user_error(run("predict", str(trained_run), str(bad)), f"cannot read image {bad}: cannot identify image file",
+    assert_user_error(run("predict", str(trained_run), str(bad)), f"cannot read image {bad}: not an image format",
                       "delete or replace the file")
+
+
+def test_predict_answers_every_readable_file_and_names_each_unreadable_one(trained_run, tmp_path):
+    good = tmp_path / "good.png"
+    Image.new("L", (28, 28), 0).save(good)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    r = run("predict", str(trained_run), str(good), str(bad), str(tmp_path / "missing.png"), str(good))
+    assert r.returncode == 2
+    assert r.stdout.count(f"{good}:") == 2, r.stdout  # the file after the bad ones is answered too
+    errors = r.stderr.strip().splitlines()
+    assert len(errors) == 3 and "bad.png" in errors[0] and "missing.png" in errors[1], r.stderr
+    assert errors[2] == "anyformer: 2 of 4 files could not be read"
 
 
 def test_predict_on_real_digits_equals_the_models_own_answer(trained_run, mnist_test, tmp_path, capsys):

@@ -193,8 +193,15 @@ def test_the_name_shakespeare_resolves_like_the_image_datasets(tmp_path, monkeyp
     assert calls == [("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
                       "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed")]
     assert resolve_text("shakespeare", cache_dir=tmp_path / "cache") == got and len(calls) == 1  # cached now
-    with pytest.raises(DataError, match="downloads are off"):
+    with pytest.raises(DataError, match="downloads are off; pass --data PATH .* set ANYFORMER_DATA"):
         resolve_text("shakespeare", cache_dir=tmp_path / "other", allow_download=False)
+
+    def failed_download(url, dest, sha):
+        raise DataError(f"download failed: {url} -> no route to host")
+    monkeypatch.setattr(text, "_download", failed_download)
+    with pytest.raises(DataError, match=r"^shakespeare text not found and not downloadable: pass --data PATH .*"
+                                        r"ANYFORMER_DATA .*tinyshakespeare/input.txt \(the download said: download failed"):
+        resolve_text("shakespeare", cache_dir=tmp_path / "third")
     # a local copy that is not the expected text is refused
     (tmp_path / "bad" / "tinyshakespeare").mkdir(parents=True)
     (tmp_path / "bad" / "tinyshakespeare" / "input.txt").write_text("To be or not")

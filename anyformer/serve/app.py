@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -50,6 +51,15 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
         assert isinstance(exc, ApiError)
         return exc.response()
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # Routing's own refusals (404 no such route, 405 wrong method) answer as every refusal does.
+        assert isinstance(exc, HTTPException)
+        allowed = (exc.headers or {}).get("Allow")
+        what = {404: f"no such route: {request.url.path}; the API is under /api (GET /api/info lists it)",
+                405: f"{request.method} is not allowed on {request.url.path}; use {allowed or 'another method'}"}
+        return JSONResponse({"error": what.get(exc.status_code, exc.detail)}, status_code=exc.status_code,
+                            headers=exc.headers)
+
     async def server_error(request: Request, exc: Exception) -> Response:
         # A bug, not the user's fault: logged with its traceback, answered with one line, and the
         # server goes on serving the next request.
@@ -58,7 +68,8 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
 
     routes = [Route("/", index), Route("/api/info", api_info), *section.routes(ctx),
               Mount("/static", StaticFiles(directory=STATIC), name="static")]
-    app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: server_error})
+    app = Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
+                                                       Exception: server_error})
     app.state.context = ctx
     return app
 

@@ -260,3 +260,13 @@ def test_the_command_refuses_a_missing_run_in_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "anyformer", "serve", str(tmp_path / "nothing"), "--port", "1"],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no model in" in r.stderr, r.stderr
+
+
+def test_every_refusal_is_json_wrong_routes_and_methods_too(vit_client, lm_client):
+    r = vit_client.get("/api/predict")
+    assert r.status_code == 405 and r.headers["content-type"] == "application/json"
+    assert r.json()["error"] == "GET is not allowed on /api/predict; use POST" and r.headers["allow"] == "POST"
+    r = lm_client.post("/api/predict", content=drawn_one(), headers={"content-type": "image/png"})
+    assert r.status_code == 404 and "no such route: /api/predict" in r.json()["error"]
+    r = vit_client.get("/api/nothing-here")
+    assert r.status_code == 404 and r.json()["error"].startswith("no such route: /api/nothing-here")

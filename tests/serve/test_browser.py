@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,7 @@ def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, t
     with live_server(app) as url:
         browser.get(url)
         canvas = by_testid(browser, "canvas")
-        assert by_testid(browser, "attention").get_attribute("hidden") is not None  # nothing yet
+        assert not by_testid(browser, "attention").is_displayed()  # nothing yet: no empty or broken image
         draw(browser, canvas, ONE)
         wait = WebDriverWait(browser, 30)
         wait.until(lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)
@@ -109,10 +110,14 @@ def test_a_bad_upload_shows_an_error_and_the_page_keeps_working(vit_run, browser
     bad.write_text("this is not a picture")
     with live_server(create_app(str(vit_run))) as url:
         browser.get(url)
+        draw(browser, by_testid(browser, "canvas"), ONE)  # an answer first: the failed upload must clear it
+        WebDriverWait(browser, 30).until(lambda d: by_testid(d, "attention").is_displayed())
+        time.sleep(1.0)  # the drawing's last (debounced) answer lands before the upload, not after its error
         by_testid(browser, "upload").send_keys(str(bad))
         WebDriverWait(browser, 30).until(lambda d: by_testid(d, "error").is_displayed())
         assert "not an image" in by_testid(browser, "error").text and "400" in by_testid(browser, "error").text
         assert by_testid(browser, "prediction").find_elements(By.TAG_NAME, "li") == []
+        assert not by_testid(browser, "attention").is_displayed()
         draw(browser, by_testid(browser, "canvas"), ONE)  # the same server answers the next request
         WebDriverWait(browser, 30).until(lambda d: not by_testid(d, "error").is_displayed())
         WebDriverWait(browser, 30).until(

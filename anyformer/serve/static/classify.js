@@ -22,7 +22,7 @@ async function predict(blob) {
   } catch (e) { showError(`cannot reach the server: ${e}`); return; }
   if (id < shown) return;
   shown = id;
-  if (!response.ok) { showError(await apiError(response)); return; }
+  if (!response.ok) { forget(); showError(await apiError(response)); return; }
   const result = await response.json();
   clearError();
   note.textContent = result.warning ? `warning: ${result.warning}` : "";
@@ -39,6 +39,13 @@ async function predict(blob) {
   }));
   heat.src = result.attention.png;
   heat.hidden = false;
+}
+// An answer shown beside an error would read as the answer to the input that failed.
+function forget() {
+  list.replaceChildren();
+  heat.hidden = true;
+  heat.removeAttribute("src");
+  note.hidden = true;
 }
 const predictCanvas = () => canvas.toBlob(b => predict(b), "image/png");
 const predictSoon = debounce(predictCanvas, 150);
@@ -68,7 +75,7 @@ const stop = () => { if (drawing) { drawing = false; predictSoon(); } };
 canvas.addEventListener("pointerup", stop);
 canvas.addEventListener("pointercancel", stop);
 document.getElementById("clear").addEventListener("click", () => {
-  blank(); list.replaceChildren(); heat.hidden = true; clearError();
+  blank(); forget(); clearError();
 });
 
 // Uploads and drops: the file's own bytes go to the server, so it is read exactly as `anyformer predict` reads it.

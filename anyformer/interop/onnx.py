@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ import torch
 from torch import Tensor, nn
 
 from ..files import atomic_path
+from ..models.base import config_to_dict
 
-__all__ = ["EXPORTABLE", "export_onnx", "onnx_inputs", "require_onnx", "run_onnx"]
+__all__ = ["EXPORTABLE", "export_onnx", "onnx_inputs", "onnx_metadata", "require_onnx", "run_onnx"]
 
 EXPORTABLE = ("vit", "gpt", "text-encoder")
 _INSTALL = 'pip install "anyformer[onnx]" (onnx, onnxscript and onnxruntime)'
@@ -81,8 +84,21 @@ def _graph(model: nn.Module) -> tuple[nn.Module, list[str], list[str], tuple[dic
         ({0: batch, 1: seq}, {0: batch, 1: seq})
 
 
-def export_onnx(model: nn.Module, path: str | os.PathLike[str], *, opset: int | None = None) -> Path:
-    """Write `model` (ViT, GPT or TextEncoder) to the ONNX file `path`, atomically, and return it."""
+# What each family's graph takes and gives, written into the file for whoever reads it.
+_SIGNATURE = {
+    "vit": "input images float32 (B, C, H, W), preprocessed as the anyformer.data.preprocess property says -> logits (B, classes)",
+    "gpt": "input idx int64 (B, T) token ids, T <= context -> logits (B, T, vocab) for the next token",
+    "text-encoder": "input_ids int64 (B, N), attention_mask int64 (B, N) (1 = token) -> hidden_states (B, N, D)",
+}
+
+
+def export_onnx(model: nn.Module, path: str | os.PathLike[str], *, opset: int | None = None,
+                metadata: dict[str, str] | None = None) -> Path:
+    """Write `model` (ViT, GPT or TextEncoder) to the ONNX file `path`, atomically, and return it.
+
+    The file's metadata properties hold the model's family, config and signature, and `metadata`
+    (e.g. a run's preprocessing, classes or vocabulary, as `anyformer export` adds): what a runtime
+    needs to feed the graph and read its answer."""
     require_onnx()
     from .. import plan
     example = onnx_inputs(model)  # raises the one-line error for a family that cannot be exported
@@ -98,14 +114,40 @@ def export_onnx(model: nn.Module, path: str | os.PathLike[str], *, opset: int | 
         # SDPA and F.linear are what the exporter translates into standard ONNX operators.
         with plan.forcing("stock"), torch.no_grad(), atomic_path(path, suffix=".onnx") as tmp:
             kwargs: dict[str, Any] = {"opset_version": opset} if opset is not None else {}
-            # The exporter reports its progress on stdout; a command's stdout is its answer, so keep it.
-            with contextlib.redirect_stdout(io.StringIO()):
+            # The exporter reports its progress on stdout (a command's stdout is its answer), and the
+            # libraries under it warn about their own internals: nothing a user can act on.
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                for category in (FutureWarning, DeprecationWarning):
+                    warnings.simplefilter("ignore", category)
+                warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|torchvision|onnxscript|onnx)\b")
                 torch.onnx.export(graph, tuple(example.values()), tmp, dynamo=True, input_names=inputs,
                                   output_names=outputs, dynamic_shapes=dynamic, external_data=False,
                                   verbose=False, **kwargs)
+            _write_metadata(tmp, {"anyformer.family": model.family, "anyformer.signature": _SIGNATURE[model.family],
+                                  "anyformer.config": json.dumps(config_to_dict(model.config)),
+                                  **(metadata or {})})
     finally:
         model.train(was_training)
     return path
+
+
+def _write_metadata(path: Path, props: dict[str, str]) -> None:
+    """Set the ONNX file's metadata properties (key -> string), keeping any the exporter wrote."""
+    import onnx
+    proto = onnx.load(str(path))
+    kept = {p.key: p.value for p in proto.metadata_props if p.key not in props}
+    del proto.metadata_props[:]
+    for key, value in {**kept, **props}.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, str(value)
+    onnx.save(proto, str(path))
+
+
+def onnx_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The metadata properties of the ONNX file `path`."""
+    require_onnx()
+    import onnx
+    return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
 
 
 def run_onnx(path: str | os.PathLike[str], inputs: dict[str, Tensor]) -> Tensor:

@@ -2,11 +2,13 @@
 exported family, at batch sizes 1 and 3, and for the sequence models at two lengths."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import anyformer as af
-from anyformer.interop.onnx import export_onnx, onnx_inputs, run_onnx
+from anyformer.interop.onnx import export_onnx, onnx_inputs, onnx_metadata, run_onnx
 
 TOL = 1e-4
 
@@ -71,10 +73,17 @@ def test_a_family_that_cannot_be_exported_is_one_line(tmp_path):
 def test_export_command_writes_a_run_that_onnx_runtime_reproduces(tmp_path, capsys, one_thread):
     from anyformer.cli import main
     model = af.ViT.preset("vit-mnist", width=32, depth=2, heads=4, mlp_hidden=64, patch_size=7).eval()
-    model.save(tmp_path / "run")
+    data = {"kind": "images", "classes": [str(i) for i in range(10)], "mean": [0.13], "std": [0.31]}
+    model.save(tmp_path / "run", extra={"data": data})
     out = tmp_path / "model.onnx"
     assert main(["export", str(tmp_path / "run"), "--format", "onnx", "--out", str(out)]) == 0
-    assert capsys.readouterr().out == f"wrote {out} (vit, onnx)\n"
+    printed = capsys.readouterr()
+    assert printed.out == f"wrote {out} (vit, onnx; its metadata holds the signature and the run's data facts)\n"
+    assert "Warning" not in printed.err, printed.err  # the exporter's libraries keep their notes to themselves
+    meta = onnx_metadata(out)
+    assert meta["anyformer.family"] == "vit" and meta["anyformer.signature"].startswith("input images float32 (B, C, H, W)")
+    assert json.loads(meta["anyformer.config"])["patch_size"] == 7
+    assert {k: json.loads(meta[f"anyformer.data.{k}"]) for k in data} == data
     x = onnx_inputs(model, batch=2)
     with torch.no_grad():
         assert float((run_onnx(out, x) - model(x["images"])).abs().max()) <= TOL

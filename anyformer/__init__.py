@@ -15,7 +15,7 @@ _EXPORTS = {
     "DiT": "models", "MAE": "models", "GPT": "models", "TextEncoder": "models", "ViT": "models", "load": "models", "PRESETS": "models",
     "MLP": "nn", "ClassifierHead": "nn", "ClassToken": "nn", "LinearEmbedding": "nn", "LMHead": "nn",
     "MultiHeadAttention": "nn", "PatchEmbedding": "nn", "PatchOutput": "nn", "TokenEmbedding": "nn",
-    "Transformer": "nn", "TransformerBlock": "nn", "train": "train",
+    "Transformer": "nn", "TransformerBlock": "nn", "train": "train", "open_run": "runs", "Run": "runs",
 }
 __all__ = [*_EXPORTS, "__version__"]
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .models import DiT, GPT, MAE, PRESETS, TextEncoder, ViT, load
     from .nn import (MLP, ClassifierHead, ClassToken, LinearEmbedding, LMHead, MultiHeadAttention,
                      PatchEmbedding, PatchOutput, TokenEmbedding, Transformer, TransformerBlock)
+    from .runs import Run, open_run
     from .train import train
 
 

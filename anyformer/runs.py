@@ -1,0 +1,82 @@
+"""A trained run, ready to use from Python: its model and what turns inputs into the model's inputs
+and its outputs into answers (a language model's tokenizer; an image model's preprocessing and
+classes), as `anyformer train` recorded them in the run's config.json.
+
+    run = af.open_run("runs/shakespeare-cpu")
+    print(run.generate("ROMEO:", 200, temperature=0.8, top_k=40, seed=1))
+    ids = run.encode("ROMEO:")                        # (1, T) token ids; run.decode(ids[0]) -> text
+
+    run = af.open_run("runs/mnist")
+    run.classify("digit.png")                         # [("7", 0.98), ("1", 0.01), ...]
+    x = run.preprocess(run.preprocess.load("digit.png"))[None]; run.model(x)   # the same, by hand
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from .models import Model, load, read_config
+
+__all__ = ["Run", "open_run"]
+
+
+@dataclass
+class Run:
+    """`model` in eval mode; `tokenizer` for language models, `preprocess` and `classes` for image
+    models (None where the run has none); `info` is the data section of its config.json."""
+
+    path: Path
+    model: Model
+    info: dict[str, Any] = field(default_factory=dict)
+    tokenizer: Any = None
+    preprocess: Any = None
+    classes: list[str] | None = None
+
+    def encode(self, text: str) -> Tensor:
+        """Text -> (1, T) int64 token ids, as the run's tokenizer reads it."""
+        return torch.tensor([self._tokenizer().encode(text)], dtype=torch.long)
+
+    def decode(self, ids: Tensor | Sequence[int]) -> str:
+        """Token ids (T,) -> text."""
+        return self._tokenizer().decode(ids.tolist() if isinstance(ids, Tensor) else list(ids))
+
+    def generate(self, prompt: str, max_new_tokens: int, *, seed: int | None = None, **sampling: Any) -> str:
+        """The prompt and its continuation by `max_new_tokens` tokens, as text; `sampling` as
+        GPT.generate takes it (temperature, top_k, top_p); `seed` fixes the draw."""
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        out = self.model.generate(self.encode(prompt), max_new_tokens, generator=generator, **sampling)
+        return self.decode(out[0])
+
+    @torch.no_grad()
+    def classify(self, picture: Any, top: int = 5) -> list[tuple[str, float]]:
+        """A picture (a path, a file object or a PIL image) -> its `top` classes with their
+        probabilities, read and normalised as the run's training images were."""
+        if self.model.family != "vit" or self.preprocess is None or self.classes is None:
+            raise ValueError(f"{self.path} is not an image classifier run; classify needs one (a vit trained on images)")
+        probs = self.model(self.preprocess(self.preprocess.load(picture))[None]).softmax(-1)[0]
+        best = probs.topk(min(top, probs.numel()))
+        return [(self.classes[i], p) for p, i in zip(best.values.tolist(), best.indices.tolist())]
+
+    def _tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ValueError(f"{self.path} holds a {self.model.family} model, not a language model: it has no tokenizer")
+        return self.tokenizer
+
+
+def open_run(directory: str | Path) -> Run:
+    """The run in `directory` (written by `anyformer train`, or by `model.save` with a data section)."""
+    from .data.preprocess import ImagePreprocess
+    from .data.tokenizers import tokenizer_from_info
+    meta = read_config(directory)
+    info = meta.get("data") or {}
+    run = Run(Path(directory), load(directory).eval(), info)
+    if info.get("kind") == "text":
+        run.tokenizer = tokenizer_from_info(info)
+    elif info.get("kind") == "images":
+        run.preprocess = ImagePreprocess.from_info(info)
+        run.classes = [str(c) for c in info["classes"]] if info.get("classes") else None
+    return run

@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="mixed precision; auto = bf16 where the speed plan measured it faster here")
     t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the training step, or not (default: the speed plan times both here)")
+    t.add_argument("--plan", metavar="auto|stock|PATH",
+                   help="the speed plan: auto (measured here, before the first step; a resumed run replays its own), "
+                        "stock (PyTorch's default kernels), or a run's plan.json to replay")
     t.add_argument("--time-budget", type=_duration, metavar="TIME",
                    help="end the run within this wall time (e.g. 540, 9m, 1h30m; none: no budget): its steps "
                         "are fitted to the speed measured as it trains, never more than --epochs asks for")

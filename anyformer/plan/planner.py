@@ -115,6 +115,8 @@ class Planner:
         self.planning_s = 0.0       # spent measuring in this process
         self.measured: list[str] = []  # keys measured in this process
         self.notes: list[str] = []
+        # The plan in force for a run (`recording`): entry key -> choice, each answer pinned once given.
+        self._pinned: dict[str, str] | None = None
 
     # --- forcing -------------------------------------------------------------------------------
     def force(self, spec: str | Mapping[str, str] | None = None, **by_name: str) -> dict[str, str | None] | None:
@@ -147,6 +149,23 @@ class Planner:
         if self._api is not None:
             return dict(self._api), "force()"
         return choices.parse(os.environ.get(choices.ENV_PLAN)), choices.ENV_PLAN
+
+    # --- a run's plan: recorded, pinned, replayed ----------------------------------------------
+    @contextlib.contextmanager
+    def recording(self, replay: Mapping[str, str] | None = None) -> Iterator[dict[str, str]]:
+        """Inside, every answer is kept in the yielded dict (entry key -> choice) and given again for
+        the same key, whatever a later measurement or a record timed under load would say: a run
+        never changes its plan midway. `replay`: a recorded plan's answers, given first (a choice
+        not available here gives stock, with a note). Forcing still wins: it is the user's word."""
+        with self._lock:
+            previous, self._pinned = self._pinned, dict(replay or {})
+            self._memo.clear()  # answers remembered before the block are asked again, and so pinned
+        try:
+            yield self._pinned
+        finally:
+            with self._lock:
+                self._pinned = previous
+                self._memo.clear()
 
     # --- state ---------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -208,29 +227,40 @@ class Planner:
             d = choices.decision(name)
             avail = tuple(d.choices if available is None else available)
             forced = choices.forced_choice(self._forced, name)
+            key = store.entry_key(name, fields)
             if forced is not None:
                 if forced not in avail and forced in partial:
-                    return self._remember(memo_key, d.stock)
+                    return self._remember(memo_key, d.stock, key)
                 if forced not in avail:
                     raise ValueError(f"{name}={forced} is forced but not available here "
                                      f"(available: {', '.join(avail)})")
-                return self._remember(memo_key, forced)
+                return self._remember(memo_key, forced, key)
             if getattr(self._local, "busy", False) or _tracing():
                 return d.stock  # never plan inside a measurement or a tracer; not remembered
+            if self._pinned is not None and key in self._pinned:
+                pinned = self._pinned[key]
+                if pinned in avail:
+                    return self._remember(memo_key, pinned)
+                self._note(f"{key}: the recorded plan's {pinned} cannot run here (available: {', '.join(avail)}); "
+                           f"using {d.stock}")
+                return self._remember(memo_key, d.stock, key)
             if len(avail) <= 1:
-                return self._remember(memo_key, d.stock)
+                return self._remember(memo_key, d.stock, key)
             margin = d.margin if margin is None else margin
             margin = self.margin if margin is None else margin
             try:
                 return self._remember(memo_key, self._decide(d, fields, build, avail, tolerance, margin,
-                                                             budget_s, measured_with, extra, check, training))
+                                                             budget_s, measured_with, extra, check, training), key)
             except Exception as e:  # noqa: BLE001 - a failing plan falls back to stock
-                self._note(f"{store.entry_key(name, fields)}: planning failed ({error_text(e)}); using {d.stock}")
-                return self._remember(memo_key, d.stock)
+                self._note(f"{key}: planning failed ({error_text(e)}); using {d.stock}")
+                return self._remember(memo_key, d.stock, key)
 
-    def _remember(self, memo_key: Hashable, choice: str) -> str:
+    def _remember(self, memo_key: Hashable, choice: str, key: str | None = None) -> str:
+        """Remember `choice` in this process, and, while a run records its plan, pin it under `key`."""
         if memo_key is not None:
             self._memo[memo_key] = choice
+        if key is not None and self._pinned is not None:
+            self._pinned.setdefault(key, choice)  # the first answer stands: a later forcing does not rewrite it
         return choice
 
     def _decide(self, d: choices.Decision, fields: Mapping[str, Any], build: Callable[[], Runs],

@@ -48,6 +48,7 @@ class TrainConfig:
     device: str = "auto"
     amp: str = "none"                        # auto: bf16 where the speed plan measured it faster
     compile: bool | None = None              # None: the speed plan measures eager against torch.compile
+    plan: str = "auto"                       # auto: plan here (replayed on resume); stock; or a plan.json to replay
     seed: int = 0
     threads: int | None = None
     deterministic: bool = False              # deterministic kernels only (CUDA: bitwise-repeatable steps, slower)

@@ -20,7 +20,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -28,8 +28,6 @@ from torch import Tensor, nn
 from ..models import REGISTRY, Model
 from ..nn import set_training_kernel
 from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner
-from ..plan.compiled import MAX_TIMED_STEPS
-from ..plan.linears import MAX_TIMED_STEPS as MAX_LINEARS_STEPS
 from ..plan.host import cpu_info
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
@@ -41,6 +39,7 @@ from .perf import peak_flops
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, resolve_amp, settle_amp
 from .protocol import Task
 from .resume import check_fresh_out, check_resume, recorded_settings
+from .runplan import PLAN_FILE, empty_plan, read_plan, write_plan
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
 from .timebudget import TimeBudget
@@ -73,6 +72,36 @@ class Trainer:
         elif self.dist.enabled and self.device.type == "cpu":
             # torchrun sets OMP_NUM_THREADS=1 for each rank; share the cores among the local ranks instead.
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // self.dist.local_world))
+        # The plan in force: replayed from the run (--resume) or another (--plan PATH), else made now;
+        # every decision from here on is taken inside `_plan_scope`, which records and pins it.
+        self.plan = self._recorded_plan()
+        self.replaying = bool(self.plan["answers"] or self.plan["compile"])
+        with self._plan_scope():
+            self._build(task)
+        self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
+        spe = self.task.steps_per_epoch
+        self.total_steps = self._steps_asked()  # a --time-budget may fit it lower as the run goes
+        self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget else None
+        self.eval_every = cfg.eval_every or spe
+        self.step = 0
+        self.sums: dict[str, float] = {}  # since the last evaluation, as read at the last sync
+        self.metrics_lines = 0
+        self.elapsed = 0.0
+        self.last_line: dict[str, Any] = {}
+        self.last_eval: dict[str, Any] | None = None
+        self.last_loss: float | None = None
+        self.signals = StopSignals()
+        self._pending: list[tuple[int, int, list[str], Tensor]] = []  # (step, global batch, stat names, sums)
+        self._stop_agreed = False
+        self._next_sync = 0
+        self._synced = (0, 0.0)  # (step, time) of the last sync
+        self._saved_step: int | None = None
+        self._cpu_copy: Model | None = None
+        self._peak_flops: tuple[float, str] | None = None
+
+    def _build(self, task: Task | None) -> None:
+        """The task, the model, its precision and its optimiser (the decisions they need are the plan's)."""
+        cfg = self.cfg
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         self.task = task or make_task(cfg, self.device)
         self.model = build_model(cfg, self.task, self.device, self.dist.world if self.dist.fsdp else 1)
@@ -98,26 +127,34 @@ class Trainer:
         self._compiled_shape: tuple[int, ...] | None = None
         self.compile_choice = "eager"
         self.linears_choice: str | None = None  # the model-wide linear kernel `_plan_compile` settles (fp32 CPU)
-        self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
-        spe = self.task.steps_per_epoch
-        self.total_steps = self._steps_asked()  # a --time-budget may fit it lower as the run goes
-        self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget else None
-        self.eval_every = cfg.eval_every or spe
-        self.step = 0
-        self.sums: dict[str, float] = {}  # since the last evaluation, as read at the last sync
-        self.metrics_lines = 0
-        self.elapsed = 0.0
-        self.last_line: dict[str, Any] = {}
-        self.last_eval: dict[str, Any] | None = None
-        self.last_loss: float | None = None
-        self.signals = StopSignals()
-        self._pending: list[tuple[int, int, list[str], Tensor]] = []  # (step, global batch, stat names, sums)
-        self._stop_agreed = False
-        self._next_sync = 0
-        self._synced = (0, 0.0)  # (step, time) of the last sync
-        self._saved_step: int | None = None
-        self._cpu_copy: Model | None = None
-        self._peak_flops: tuple[float, str] | None = None
+
+    # ---------------------------------------------------------------- the plan
+    def _recorded_plan(self) -> dict[str, Any]:
+        """The plan to replay: --plan PATH's, else on --resume the run's own plan.json, else none."""
+        cfg = self.cfg
+        if cfg.plan not in ("auto", "stock"):
+            return read_plan(cfg.plan)
+        if cfg.resume and (self.run_dir / PLAN_FILE).is_file():
+            return read_plan(self.run_dir)
+        return empty_plan()
+
+    @contextlib.contextmanager
+    def _plan_scope(self) -> Iterator[None]:
+        """Decisions inside are recorded in `self.plan` and pinned (a run never changes its plan
+        midway); `--plan stock` forces every one to stock."""
+        with contextlib.ExitStack() as stack:
+            if self.cfg.plan == "stock":
+                stack.enter_context(planner().forcing("stock"))
+            self.plan["answers"] = stack.enter_context(planner().recording(self.plan["answers"]))
+            yield
+
+    def _write_plan(self) -> None:
+        self.files.on_main("write the plan", self.run_dir / PLAN_FILE, lambda: write_plan(self.run_dir, self._plan_state()))
+
+    def _plan_state(self) -> dict[str, Any]:
+        """The plan in force now, as plan.json and the checkpoints keep it."""
+        return {**self.plan, "answers": dict(self.plan["answers"]), "compile": self.compile_choice,
+                "linears": self.linears_choice}
 
     # ---------------------------------------------------------------- resume and checkpoints
     def _resume(self) -> bool:
@@ -177,7 +214,7 @@ class Trainer:
         state = {"step": self.step, "model": model_state, "optimizer": optim_state,
                  "model_config": dict(self.model.config.__dict__), "sums": self.sums, "rng": rngs,
                  "metrics_lines": self.metrics_lines, "elapsed": self.elapsed, "last_line": self.last_line,
-                 "total_steps": self.total_steps}
+                 "total_steps": self.total_steps, "plan": self._plan_state()}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         if self.ema is not None:
@@ -185,6 +222,7 @@ class Trainer:
         path = self.run_dir / CKPT_DIR / f"step-{self.step:09d}.pt"
         self.files.on_main("write the checkpoint", path,
                            lambda: save_checkpoint(self.run_dir, self.step, state, keep=self.cfg.keep_checkpoints))
+        self._write_plan()
         self._saved_step = self.step
         return path if self.dist.is_main else None
 
@@ -288,7 +326,8 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         try:
-            summary = self._run()
+            with self._plan_scope():
+                summary = self._run()
         except Interrupted:
             # A stop is agreed at a sync: every rank raises it after the same step, so they can leave
             # together. One rank tearing its process group down while another still uses it aborts both.
@@ -346,42 +385,34 @@ class Trainer:
         fields = {"model": f"{type(self.model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
                   "task": cfg.task, "batch": "x".join(map(str, chunk[0].shape)), "amp": amp,
                   "device": self.device.type}
-        t0, step0 = time.perf_counter(), self.step
-        compiles = cfg.compile or choices.forced_choice(planner().forced()[0], "compile") == "compiled"
+        # A recorded plan's choices are replayed as they were; otherwise measured on the step's own
+        # forward and backward (never on the run's steps: a step taken under a candidate kernel would
+        # make the weights depend on what the cache held).
+        wants = cfg.compile if cfg.compile is not None else {"compiled": True, "eager": False}.get(self.plan["compile"])
+        compiles = wants or choices.forced_choice(planner().forced()[0], "compile") == "compiled"
         if amp == "none" and self.device.type == "cpu" and not compiles:  # a compiled graph's products are F.linear's
-            chosen_linears = linears_for_training(
-                self.forward_model, lambda kernel: set_training_kernel(self.model, kernel), step_loss,
-                fields=fields, steps=self.total_steps - self.step, device=self.device,
-                train_step=self.train_step if self._room_for(MAX_LINEARS_STEPS) else None)
-            self.linears_choice = chosen_linears.choice
+            if self.plan["linears"] is not None:
+                self.linears_choice, why = self.plan["linears"], "replayed from the recorded plan"
+                set_training_kernel(self.model, None if self.linears_choice == "planned" else self.linears_choice)
+            else:
+                chosen_linears = linears_for_training(
+                    self.forward_model, lambda kernel: set_training_kernel(self.model, kernel), step_loss,
+                    fields=fields, steps=self.total_steps - self.step, device=self.device)
+                self.linears_choice, why = chosen_linears.choice, chosen_linears.why
             if self.dist.is_main:
-                print(f"linears: {chosen_linears.choice} ({chosen_linears.why})")
-        if cfg.compile is not False:
-            with planner().forcing(compile="compiled") if cfg.compile else contextlib.nullcontext():
+                print(f"linears: {self.linears_choice} ({why})")
+        if wants is not False:
+            with planner().forcing(compile="compiled") if wants else contextlib.nullcontext():
                 chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
                                               steps=self.total_steps - self.step,
                                               tolerance=1e-3 if amp == "none" else 5e-2, device=self.device,
-                                              train_step=self.train_step if self._room_for(MAX_TIMED_STEPS) else None,
                                               seconds=None if self.budget is None else self.budget.left())
             self.compile_choice = chosen.choice
             if chosen.choice == "compiled":
                 self.compiled = chosen.module
             if self.dist.is_main:
-                print(f"compile: {chosen.choice} ({chosen.why})")
-        if self.step > step0:  # steps taken while timing: their time, compile included, is training time
-            spent = time.perf_counter() - t0
-            self.elapsed += spent
-            self.sums["seconds"] = self.sums.get("seconds", 0.0) + spent
-
-    def _room_for(self, steps: int) -> bool:
-        """Whether `steps` real training steps fit before an evaluation, a checkpoint, or the end of
-        the run or of an epoch (whose short last batch runs eagerly): then a plan may time the run's
-        own steps (training, not time lost)."""
-        spe = self.task.steps_per_epoch
-        ahead = [self.total_steps - self.step, self.eval_every - self.step % self.eval_every, spe - self.step % spe]
-        if self.cfg.checkpoint_every:
-            ahead.append(self.cfg.checkpoint_every - self.step % self.cfg.checkpoint_every)
-        return min(ahead) > steps
+                replayed = " (replayed from the recorded plan)" if cfg.compile is None and self.plan["compile"] else ""
+                print(f"compile: {chosen.choice} ({chosen.why}){replayed}")
 
     def _fit_budget(self, bar) -> None:
         """--time-budget: set the run's steps so that it ends within the budget, from the time per step
@@ -416,7 +447,11 @@ class Trainer:
         if self.dist.is_main:
             print(self._intro())
         self._save_model()
+        if self.replaying and self.dist.is_main:
+            source = self.cfg.plan if self.cfg.plan not in ("auto", "stock") else self.run_dir / PLAN_FILE
+            print(f"plan: replaying {len(self.plan['answers'])} recorded choices from {source}")
         self._plan_compile()
+        self._write_plan()
         if self.budget is not None:
             self.budget.steady(self.step, self.elapsed)
         fpi = self.task.flops_per_item(self.model)
@@ -469,6 +504,7 @@ class Trainer:
         if self.last_eval is None:  # resumed after the final checkpoint: the pictures still need the results
             self.last_eval = self._evaluate_task()
         summary = self._summary(line, resumed)
+        self._write_plan()  # with the answers the last evaluation's shapes added
         self.files.finish(summary, self._draw_on_main)
         return summary
 
@@ -544,7 +580,7 @@ class Trainer:
              "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops": peak,
              "peak_flops_source": self._peak_flops[1], "resumed": resumed,
              "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice,
-             "linears": self.linears_choice,
+             "linears": self.linears_choice, "plan": self.cfg.plan, "plan_choices": len(self.plan["answers"]),
              "time_budget": self.cfg.time_budget}
         return {**s, **self.task.summary_fields(line, self.files.read_metrics())}
 

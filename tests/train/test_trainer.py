@@ -80,23 +80,30 @@ def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_sl
 
 
 @pytest.mark.skipif(not __import__("anyformer").plan.onednn_linear_op(), reason="no oneDNN: nothing to time")
-def test_the_linears_plan_times_the_runs_own_steps_where_they_fit(tmp_path, mnist_slice, monkeypatch):
-    """250 steps an epoch leave room for the decision's real steps (at most 100): it times them, and
-    the run still takes exactly the steps it was asked for, their time counted as training."""
+def test_a_cold_and_a_warm_plan_cache_train_the_same_bits(tmp_path, mnist_slice, monkeypatch):
+    """The plan is measured on the step's forward and backward, never by taking the run's own steps
+    under each candidate: with an empty plan cache, then with the cache the first run left, the same
+    seed gives the same weights, metrics and plan, bit for bit."""
     from anyformer import plan
     monkeypatch.setenv("ANYFORMER_PLAN", "auto,compile=eager")
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
-    plan.reset()
     try:
-        cfg = tiny_config(tmp_path, max_steps=260, eval_every=260, amp="none", batch_size=8)
-        summary = make_trainer(cfg, mnist_slice).run()
+        for name in ("cold", "warm"):
+            plan.reset()  # as a new process: the plan file is read again
+            summary = make_trainer(tiny_config(tmp_path / name, max_steps=260, eval_every=130, amp="none",
+                                               batch_size=8), mnist_slice).run()
+            assert summary["steps"] == 260 and summary["linears"] is not None
         (record,) = [e for k, e in plan.planner().snapshot()["entries"].items() if k.startswith("linears ")]
     finally:
         monkeypatch.undo()
         plan.reset()
-    assert record["timed"] == "training steps" and summary["steps"] == 260
-    lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [l["step"] for l in lines] == [260]  # evaluated where asked, not among the timed steps
+    assert record["timed"] == "forward+backward"
+    assert_same_weights(tmp_path / "cold" / "run", tmp_path / "warm" / "run")
+    strip = lambda p: [{k: v for k, v in json.loads(l).items() if k not in ("time", "images_per_s", "flops_per_s")}
+                       for l in p.read_text().splitlines()]
+    assert strip(tmp_path / "cold" / "run" / "metrics.jsonl") == strip(tmp_path / "warm" / "run" / "metrics.jsonl")
+    plans = [json.loads((tmp_path / n / "run" / "plan.json").read_text()) for n in ("cold", "warm")]
+    assert plans[0] == plans[1] and plans[0]["linears"] == summary["linears"] and len(plans[0]["answers"]) > 3
 
 
 def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):

@@ -1,0 +1,42 @@
+"""The speed plan a run trained with, kept beside it: plan.json in the run directory and a copy in
+every checkpoint. It holds each answer the planner gave the run (decision key -> choice) and the
+training step's own two choices (compile, linears). `--resume` replays the run's own plan and
+`--plan PATH` another run's, so the same seed and the same plan give the same bits, whatever the
+machine's plan cache holds and however busy the machine was when it planned."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..files import atomic_write_text
+
+PLAN_FILE = "plan.json"
+FORMAT = 1
+
+
+def empty_plan() -> dict[str, Any]:
+    return {"format": FORMAT, "answers": {}, "compile": None, "linears": None}
+
+
+def read_plan(path: str | Path) -> dict[str, Any]:
+    """A plan.json (or a run directory holding one), checked: one line saying what is wrong."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / PLAN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no plan at {path}: expected a run's {PLAN_FILE} (written by anyformer train)")
+    try:
+        plan = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a plan: not valid JSON ({e})") from None
+    answers = plan.get("answers") if isinstance(plan, dict) else None
+    if (not isinstance(answers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in answers.items())
+            or plan.get("format") != FORMAT):
+        raise ValueError(f"{path} is not a plan: expected {{\"format\": {FORMAT}, \"answers\": {{key: choice}}, "
+                         f"\"compile\": ..., \"linears\": ...}}")
+    return {**empty_plan(), **{k: plan.get(k) for k in ("answers", "compile", "linears")}}
+
+
+def write_plan(run_dir: str | Path, plan: dict[str, Any]) -> None:
+    atomic_write_text(Path(run_dir) / PLAN_FILE, json.dumps({**plan, "format": FORMAT}, indent=2, sort_keys=True) + "\n")

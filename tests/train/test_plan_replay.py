@@ -1,0 +1,96 @@
+"""The plan a run trains with is recorded (plan.json, and in every checkpoint) and replayed: by
+--resume from the run's own, by --plan PATH from another's; --plan stock takes PyTorch's kernels."""
+import json
+
+import pytest
+
+from anyformer import plan
+from anyformer.train import Interrupted
+from anyformer.train.checkpoint import list_checkpoints, load_checkpoint
+
+from .conftest import assert_same_weights, interrupt_at, make_trainer, tiny_config
+
+NON_STOCK = "linear=onednn,attention=native,gelu=native,compile=eager"
+
+
+@pytest.fixture
+def planning(tmp_path, monkeypatch):
+    """The suite runs stock (tests/conftest.py); these tests plan, with a plan cache of their own."""
+    monkeypatch.setenv("ANYFORMER_PLAN", "auto")
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    plan.reset()
+    yield
+    monkeypatch.undo()
+    plan.reset()
+
+
+def strip(path):
+    return [{k: v for k, v in json.loads(line).items() if k not in ("time", "images_per_s", "flops_per_s")}
+            for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def non_stock_plan(tmp_path, mnist_slice, monkeypatch, planning):
+    """A plan.json whose answers are the private kernels (recorded from a run that forced them)."""
+    monkeypatch.setenv("ANYFORMER_PLAN", NON_STOCK)
+    plan.reset()
+    make_trainer(tiny_config(tmp_path / "source", max_steps=3, eval_every=3, amp="none"), mnist_slice).run()
+    monkeypatch.setenv("ANYFORMER_PLAN", "auto")
+    plan.reset()
+    recorded = json.loads((tmp_path / "source" / "run" / "plan.json").read_text())
+    assert any(v in ("onednn", "native") for v in recorded["answers"].values()), recorded
+    return tmp_path / "source" / "run" / "plan.json"
+
+
+def test_resume_under_a_non_stock_plan_continues_bit_for_bit(tmp_path, mnist_slice, non_stock_plan, capsys):
+    """Both runs replay the same non-stock plan (--plan PATH); one is stopped after step 13, and its
+    resume replays the plan its checkpoint and plan.json hold: the same weights and metrics."""
+    kw = dict(max_steps=24, eval_every=8, augment="digits", amp="none", plan=str(non_stock_plan))
+    make_trainer(tiny_config(tmp_path / "a", **kw), mnist_slice).run()
+    cut = make_trainer(tiny_config(tmp_path / "b", **kw), mnist_slice)
+    interrupt_at(cut, 13)
+    with pytest.raises(Interrupted):
+        cut.run()
+    state = load_checkpoint(list_checkpoints(tmp_path / "b" / "run")[-1])
+    assert state["plan"]["answers"] == json.loads((tmp_path / "b" / "run" / "plan.json").read_text())["answers"]
+    capsys.readouterr()
+    make_trainer(tiny_config(tmp_path / "b", resume=True, **kw), mnist_slice).run()
+    assert "plan: replaying" in capsys.readouterr().out
+    assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
+
+
+def test_resume_replays_the_runs_own_plan_not_what_the_cache_says(tmp_path, mnist_slice, planning, capsys):
+    cfg = dict(max_steps=12, eval_every=6, amp="none")
+    cut = make_trainer(tiny_config(tmp_path, **cfg), mnist_slice)
+    interrupt_at(cut, 6)
+    with pytest.raises(Interrupted):
+        cut.run()
+    path = tmp_path / "run" / "plan.json"
+    recorded = json.loads(path.read_text())
+    recorded["linears"] = "mixed"  # what this run "chose": the resume must take it, whatever is measured now
+    path.write_text(json.dumps(recorded))
+    summary = make_trainer(tiny_config(tmp_path, resume=True, **cfg), mnist_slice).run()
+    out = capsys.readouterr().out
+    if plan.onednn_linear_op() is not None:
+        assert summary["linears"] == "mixed" and "linears: mixed (replayed from the recorded plan)" in out
+
+
+def test_plan_stock_answers_every_decision_with_pytorchs_default(tmp_path, mnist_slice, planning):
+    summary = make_trainer(tiny_config(tmp_path, max_steps=3, eval_every=3, amp="none", plan="stock"),
+                           mnist_slice).run()
+    recorded = json.loads((tmp_path / "run" / "plan.json").read_text())
+    stock = {"linear": "stock", "attention": "fused", "gelu": "stock", "adamw": "foreach", "amp": "none"}
+    for key, choice in recorded["answers"].items():
+        name = key.split(" ")[0]
+        assert choice == stock.get(name, choice), key
+    assert summary["plan"] == "stock" and recorded["linears"] in (None, "planned")
+
+
+def test_a_plan_file_that_is_not_one_is_refused_in_one_line(tmp_path, mnist_slice):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"answers": [1, 2]}')
+    with pytest.raises(ValueError, match=r"is not a plan: expected \{\"format\": 1, \"answers\""):
+        make_trainer(tiny_config(tmp_path, max_steps=3, plan=str(bad)), mnist_slice)
+    with pytest.raises(FileNotFoundError, match="no plan at"):
+        make_trainer(tiny_config(tmp_path, max_steps=3, plan=str(tmp_path / "nowhere.json")), mnist_slice)

@@ -1,4 +1,4 @@
-"""One kernel for all of a model's linear layers in a training step, timed on the step itself.
+"""One kernel for all of a model's linear layers in a training step, timed on the step's forward and backward.
 
 `linear_kernel` times each layer's shape alone, in a loop over the same operands. Inside a model
 the answer can differ, either way. On a 2-core AMD EPYC (2026-11-24): the char GPT's training
@@ -26,17 +26,13 @@ from torch import Tensor, nn
 from . import choices
 from .choices import Decision, register
 from .choose import LINEAR
-from .compiled import BUDGET_S, STEPS_BUDGET_S, _candidate, _quiet_rng, _quietly, _real_steps, _synced, _times
+from .compiled import BUDGET_S, _candidate, _quiet_rng, _quietly, _times
 from .kernels import onednn_linear_op
 from .planner import planner
 from .store import entry_key
-from .timing import max_rounds_for
 
-# The most of the run's own steps a measurement takes (a warm-up and one per round, for each candidate;
-# past it, forward and backward passes): the room a caller leaves before an evaluation or an epoch's end.
-MAX_TIMED_STEPS = 4 * (1 + max_rounds_for(STEPS_BUDGET_S))
-# A measurement costs about 20 steps' time (a warm-up, three rounds and a check, for each candidate)
-# where it cannot time the run's own steps: a 10% gain repays that over 200 steps. Shorter runs
+# A measurement costs about 20 steps' time (a warm-up, three rounds and a check, for each candidate):
+# a 10% gain repays that over 200 steps. Shorter runs
 # keep the per-shape plan, unless a record says otherwise.
 MIN_STEPS = 200
 
@@ -57,16 +53,15 @@ class LinearsPlan:
 def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], None],
                          step_loss: Callable[[nn.Module], Tensor], *, fields: Mapping[str, Any],
                          steps: int | None = None, tolerance: float = 1e-3, device: torch.device | str = "cpu",
-                         train_step: Callable[[nn.Module], None] | None = None) -> LinearsPlan:
+) -> LinearsPlan:
     """The choice for `module`'s linear layers in the training step `step_loss(m) -> scalar loss`
     (forward; this adds the backward), applied with `set_kernel` before returning it:
     `set_kernel(None)` for "planned" (each layer asks the plan), else `set_kernel(choice)`. `fields`
     name the step in the plan file (model, batch shape, precision). `steps`: how many steps the run
-    will take; under `MIN_STEPS` nothing is measured (None: no limit). `train_step(m)`, if given, is
-    what is timed: the run's own steps taken with m, at most `MAX_TIMED_STEPS` of them (then forward
-    and backward), so the measurement is training, not time lost. Without it the timed calls are
-    step_loss's forward and backward. The numerics check leaves the global RNG and the gradients as
-    they were."""
+    will take; under `MIN_STEPS` nothing is measured (None: no limit). The timed calls are
+    step_loss's forward and backward, never the run's own steps (a step taken under a candidate
+    would make the weights depend on what the plan cache held); they leave the global RNG and the
+    gradients as they were."""
     device = torch.device(device)
     p = planner()
     forced = p.forced()[0]
@@ -101,14 +96,10 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
         with _quiet_rng(device):
             step()
     checked = {k: using(k, _quietly(step, device, _quiet_rng)) for k in LINEARS.choices}
-    timed = None if train_step is None else _real_steps(
-        {k: using(k, lambda: _synced(train_step, module, device)) for k in LINEARS.choices}, checked, MAX_TIMED_STEPS)
     choice, before = PLANNED, len(p.measured)  # PLANNED: what the layers were told before, should this raise
     try:
-        choice = p.decide(LINEARS.name, fields, lambda: checked if timed is None else timed, check=lambda: checked,
-                          tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S if timed is None else STEPS_BUDGET_S),
-                          training=timed is not None,
-                          extra=lambda: {"timed": "training steps" if timed is not None else "forward+backward"})
+        choice = p.decide(LINEARS.name, fields, lambda: checked, tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S),
+                          extra=lambda: {"timed": "forward+backward"})
     finally:
         set_kernel(_kernel(choice))
     measured = entry_key(LINEARS.name, fields) in p.measured[before:]

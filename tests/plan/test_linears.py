@@ -113,30 +113,21 @@ def test_nothing_to_choose_without_onednn(planner_with, monkeypatch):
 
 
 @needs_onednn
-def test_real_steps_are_timed_with_each_kernel_on_planned_layers(planner_with, plan_cache):
+def test_the_step_is_timed_with_each_kernel_on_planned_layers_and_nothing_moves(planner_with, plan_cache):
+    """The timed calls are the step's forward and backward (never the run's own steps): the global RNG,
+    the gradients and the weights are as they were, and the choice is applied to every layer."""
     p = planner_with()  # a real timer, which runs what it times
     torch.manual_seed(0)
     model = plan_kernels(nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.2), nn.Linear(16, 3)))
     loss = _loss(model)
     loss(model).backward()  # the layers' own (per-shape) decisions, planned now
     model.zero_grad(set_to_none=True)
-    planning_s = p.planning_s
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
     torch.manual_seed(7)
     rng = torch.get_rng_state()
-    taken = []
-
-    def train_step(m):  # the run's own step, without dropout: records which kernel the layers had
-        taken.append(m[0].training_kernel)
-        m.eval()
-        loss(m).backward()
-        m.train().zero_grad(set_to_none=True)
-    chosen = linears_for_training(model, lambda k: set_training_kernel(model, k), loss, fields=FIELDS,
-                                  train_step=train_step).choice
-    assert {"stock", None, "onednn", "mixed"} == set(taken)
-    # A tiny step is short: the timer would call it thousands of times; the run's steps stop at the
-    # room reserved for them, and forward and backward passes are timed past it.
-    assert len(taken) == plan.linears.MAX_TIMED_STEPS
-    assert torch.equal(torch.get_rng_state(), rng)  # the checks and the stand-ins' dropout drew from a fork
-    assert chosen in CHOICES and _entry(plan_cache)["timed"] == "training steps"
+    chosen = linears_for_training(model, lambda k: set_training_kernel(model, k), loss, fields=FIELDS).choice
+    assert torch.equal(torch.get_rng_state(), rng)  # the checks' dropout drew from a fork
+    assert all(q.grad is None for q in model.parameters())
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+    assert chosen in CHOICES and _entry(plan_cache)["timed"] == "forward+backward"
     assert {m.training_kernel for m in model if isinstance(m, nn.Linear)} == {None if chosen == "planned" else chosen}
-    assert p.planning_s == planning_s  # the run's own steps are training, not planning time

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import doctor, runtime
@@ -45,7 +46,57 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="anyformer", description="Train, evaluate and inspect transformers.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    t = sub.add_parser("train", help="train a recipe (default: mnist) and write a run directory")
+    _train_arguments(sub.add_parser("train", help="train a recipe (default: mnist) and write a run directory"))
+    tu = sub.add_parser("tune", help="plan a recipe's training before training it: measure, print and save the "
+                                     "choices (replay them with train --plan FILE)")
+    _train_arguments(tu)
+    tu.add_argument("--save", metavar="FILE", help="write the plan here (a plan.json for train --plan FILE)")
+
+    sub.add_parser("recipes", help="list the training recipes")
+    e = sub.add_parser("eval", help="evaluate a run directory on its test set")
+    e.add_argument("dir")
+    _add_judge_arguments(e)
+    pr = sub.add_parser("predict", help="classify image files with a trained image model")
+    pr.add_argument("dir")
+    pr.add_argument("images", nargs="+")
+    pr.add_argument("--top", type=int, default=3)
+    pr.add_argument("--raw", action="store_true",
+                    help="skip framing the picture like the training images (plain resize, as before)")
+    ge = sub.add_parser("generate", help="continue a prompt with a trained language model")
+    ge.add_argument("dir")
+    ge.add_argument("--prompt", required=True)
+    ge.add_argument("--max-new-tokens", type=int, default=200)
+    ge.add_argument("--temperature", type=float, default=0.8)
+    ge.add_argument("--top-k", type=int, default=None)
+    ge.add_argument("--top-p", type=float, default=None)
+    ge.add_argument("--seed", type=int, default=None)
+    lp = sub.add_parser("probe", help="linear probe: a run's frozen features against raw pixels")
+    lp.add_argument("dir", help="an MAE or ViT run directory")
+    lp.add_argument("--data", help="dataset name or path (default: the run's)")
+    lp.add_argument("--label-fraction", type=float, metavar="F",
+                    help="fit on a seeded, class-balanced fraction of the training labels")
+    lp.add_argument("--seed", type=int, default=0, help="picks the label subset")
+    lp.add_argument("--limit-eval", type=int, help="score on the first N test images only")
+    lp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    doctor.add_arguments(sub.add_parser("doctor", help="the machine, the torch build and the speed plan in force"))
+    at = sub.add_parser("attention", help="draw what a trained model attends to")
+    at.add_argument("dir")
+    at.add_argument("input", help="an image file (image models) or text (language models)")
+    at.add_argument("--out", required=True, help="PNG file to write")
+    at.add_argument("--layers", type=int, nargs="+")
+    at.add_argument("--heads", type=int, nargs="+")
+    at.add_argument("--raw", action="store_true", help="image models: plain resize, as `predict --raw`")
+    _serve_arguments(sub.add_parser("serve", help="a web page and a JSON API for a run (docs/serve.md)"))
+    ex = sub.add_parser("export", help="write a run's model to a file other runtimes read (ONNX)")
+    ex.add_argument("dir")
+    ex.add_argument("--format", choices=["onnx"], default="onnx")
+    ex.add_argument("--out", required=True, help="the file to write, e.g. model.onnx")
+    _add_sample_parser(sub)
+    return p
+
+
+def _train_arguments(t: argparse.ArgumentParser) -> None:
+    """`train`'s options, which `tune` shares: it plans the run that train would run with them."""
     t.add_argument("recipe", nargs="?", default=None, help="a recipe name (see `anyformer recipes`)")
     t.add_argument("--model", help="model preset, e.g. vit-mnist, vit-s/16, shakespeare-char")
     t.add_argument("--set", dest="model_overrides", type=_kv, action="append", metavar="KEY=VALUE",
@@ -106,48 +157,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="generators: a classifier run that scores samples at each evaluation")
     t.add_argument("--judge-samples", type=int, help="generators: images the judge scores per evaluation")
 
-    sub.add_parser("recipes", help="list the training recipes")
-    e = sub.add_parser("eval", help="evaluate a run directory on its test set")
-    e.add_argument("dir")
-    _add_judge_arguments(e)
-    pr = sub.add_parser("predict", help="classify image files with a trained image model")
-    pr.add_argument("dir")
-    pr.add_argument("images", nargs="+")
-    pr.add_argument("--top", type=int, default=3)
-    pr.add_argument("--raw", action="store_true",
-                    help="skip framing the picture like the training images (plain resize, as before)")
-    ge = sub.add_parser("generate", help="continue a prompt with a trained language model")
-    ge.add_argument("dir")
-    ge.add_argument("--prompt", required=True)
-    ge.add_argument("--max-new-tokens", type=int, default=200)
-    ge.add_argument("--temperature", type=float, default=0.8)
-    ge.add_argument("--top-k", type=int, default=None)
-    ge.add_argument("--top-p", type=float, default=None)
-    ge.add_argument("--seed", type=int, default=None)
-    lp = sub.add_parser("probe", help="linear probe: a run's frozen features against raw pixels")
-    lp.add_argument("dir", help="an MAE or ViT run directory")
-    lp.add_argument("--data", help="dataset name or path (default: the run's)")
-    lp.add_argument("--label-fraction", type=float, metavar="F",
-                    help="fit on a seeded, class-balanced fraction of the training labels")
-    lp.add_argument("--seed", type=int, default=0, help="picks the label subset")
-    lp.add_argument("--limit-eval", type=int, help="score on the first N test images only")
-    lp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    doctor.add_arguments(sub.add_parser("doctor", help="the machine, the torch build and the speed plan in force"))
-    at = sub.add_parser("attention", help="draw what a trained model attends to")
-    at.add_argument("dir")
-    at.add_argument("input", help="an image file (image models) or text (language models)")
-    at.add_argument("--out", required=True, help="PNG file to write")
-    at.add_argument("--layers", type=int, nargs="+")
-    at.add_argument("--heads", type=int, nargs="+")
-    at.add_argument("--raw", action="store_true", help="image models: plain resize, as `predict --raw`")
-    _serve_arguments(sub.add_parser("serve", help="a web page and a JSON API for a run (docs/serve.md)"))
-    ex = sub.add_parser("export", help="write a run's model to a file other runtimes read (ONNX)")
-    ex.add_argument("dir")
-    ex.add_argument("--format", choices=["onnx"], default="onnx")
-    ex.add_argument("--out", required=True, help="the file to write, e.g. model.onnx")
-    _add_sample_parser(sub)
-    return p
-
 
 def _serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("dir")
@@ -177,6 +186,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run
         print(trainer.task.final_line(summary))
         print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Plan a run before training it, like FFTW's wisdom: the choices, why, and a file to replay."""
+    import tempfile
+    from .train import Trainer, recipe_config
+    from .train.runplan import write_plan
+    values = {k: v for k, v in vars(args).items() if k not in ("command", "recipe", "save")}
+    values["model_overrides"] = dict(args.model_overrides or [])
+    values["out"] = str(Path(tempfile.mkdtemp(prefix="anyformer-tune-")) / "run")  # nothing is written there
+    trainer = Trainer(recipe_config(args.recipe, **values))
+    plan = trainer.tune()
+    print(f"plan: compile {plan['compile']}, linears {plan['linears'] or '-'}; {len(plan['answers'])} kernel choices:")
+    for key, choice in sorted(plan["answers"].items()):
+        print(f"  {choice:<9} {key}")
+    if args.save:
+        print(f"saved to {write_plan(args.save, plan)}: train with --plan {args.save} to replay it")
     return 0
 
 
@@ -434,7 +461,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
+COMMANDS = {"train": cmd_train, "tune": cmd_tune, "recipes": cmd_recipes, "eval": cmd_eval, "predict": cmd_predict,
             "generate": cmd_generate, "attention": cmd_attention, "doctor": doctor.run,
             "serve": cmd_serve, "export": cmd_export, "sample": cmd_sample, "probe": cmd_probe}
 

@@ -38,5 +38,9 @@ def read_plan(path: str | Path) -> dict[str, Any]:
     return {**empty_plan(), **{k: plan.get(k) for k in ("answers", "compile", "linears")}}
 
 
-def write_plan(run_dir: str | Path, plan: dict[str, Any]) -> None:
-    atomic_write_text(Path(run_dir) / PLAN_FILE, json.dumps({**plan, "format": FORMAT}, indent=2, sort_keys=True) + "\n")
+def write_plan(where: str | Path, plan: dict[str, Any]) -> Path:
+    """Write `plan` to `where`: a run directory (its plan.json) or a file path."""
+    path = Path(where)
+    path = path / PLAN_FILE if path.is_dir() else path
+    atomic_write_text(path, json.dumps({**plan, "format": FORMAT}, indent=2, sort_keys=True) + "\n")
+    return path

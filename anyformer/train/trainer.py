@@ -148,6 +148,16 @@ class Trainer:
             self.plan["answers"] = stack.enter_context(planner().recording(self.plan["answers"]))
             yield
 
+    def tune(self) -> dict[str, Any]:
+        """The plan this run would train with, made now without training a step: its precision,
+        optimiser and per-shape kernels, and the training step's linears and compile (measured on
+        its first batch's forward and backward). Nothing is written; `train --plan FILE` replays it."""
+        if self.budget is not None:  # a compile is judged against the budget the run would have
+            self.budget.start(self.step, self.elapsed)
+        with self._plan_scope():
+            self._plan_compile()
+        return self._plan_state()
+
     def _write_plan(self) -> None:
         self.files.on_main("write the plan", self.run_dir / PLAN_FILE, lambda: write_plan(self.run_dir, self._plan_state()))
 

@@ -94,3 +94,23 @@ def test_a_plan_file_that_is_not_one_is_refused_in_one_line(tmp_path, mnist_slic
         make_trainer(tiny_config(tmp_path, max_steps=3, plan=str(bad)), mnist_slice)
     with pytest.raises(FileNotFoundError, match="no plan at"):
         make_trainer(tiny_config(tmp_path, max_steps=3, plan=str(tmp_path / "nowhere.json")), mnist_slice)
+
+
+def test_tune_plans_before_training_and_train_replays_its_file(tmp_path, planning, capsys, monkeypatch):
+    from anyformer.cli import main
+    from tests.conftest import SHARED_DATA
+    monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
+    tiny = ["--set", "width=32", "--set", "depth=1", "--set", "heads=2", "--set", "mlp_hidden=64", "--set",
+            "patch_size=7", "--set", "stem=patch", "--limit-train", "512", "--limit-eval", "100", "--amp", "none",
+            "--threads", "1", "--no-progress"]
+    saved = tmp_path / "tuned.json"
+    assert main(["tune", "mnist", "--max-steps", "6", *tiny, "--save", str(saved)]) == 0
+    out = capsys.readouterr().out
+    tuned = json.loads(saved.read_text())
+    assert f"saved to {saved}" in out and len(tuned["answers"]) >= 3
+    assert all(f"{choice:<9} {key}" in out for key, choice in tuned["answers"].items())
+    assert main(["train", "mnist", "--max-steps", "6", "--eval-every", "6", *tiny, "--plan", str(saved),
+                 "--out", str(tmp_path / "run")]) == 0
+    assert "plan: replaying" in capsys.readouterr().out
+    used = json.loads((tmp_path / "run" / "plan.json").read_text())["answers"]
+    assert {k: used[k] for k in tuned["answers"]} == tuned["answers"]

@@ -118,6 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"preset for --measure (default {DEFAULT_MODEL})")
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"batch for --measure (default {DEFAULT_BATCH})")
     parser.add_argument("--clear", action="store_true", help="delete this machine's plan file first")
+    parser.add_argument("run", nargs="?", help="a run directory: also show the plan it trained with (its plan.json)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,7 +137,19 @@ def run(args: argparse.Namespace) -> int:
         print()
     text = report(p)
     print(text)
+    if args.run:
+        print(run_plan_lines(args.run))
     return 2 if "forced         INVALID" in text else 0
+
+
+def run_plan_lines(run_dir: str) -> str:
+    """The plan a run trained with (and replays on --resume), as its plan.json holds it."""
+    from .train.runplan import read_plan
+    recorded = read_plan(run_dir)
+    lines = [f"Run plan       {run_dir}: compile {recorded['compile'] or '-'}, linears {recorded['linears'] or '-'}, "
+             f"{len(recorded['answers'])} kernel choices"]
+    lines += [f"  {choice:<9} {key}" for key, choice in sorted(recorded["answers"].items())]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """What a speed choice depends on: the CPU (model and the instruction sets that pick kernels),
-the torch build and the thread count. Together they form the machine key that names a plan file.
+the torch build and the thread count, the GPU and its driver, the C++ compiler of the native kernels,
+and the plan's own code. Together they form the machine key that names a plan file.
 
 A choice measured on one machine says nothing about another: on the 2-core AMD EPYC this project
 was tuned on, oneDNN's fp32 Linear beat MKL 2x, while on an Intel Xeon without native bf16 it cost
@@ -14,6 +15,9 @@ import json
 import os
 import platform
 import re
+import shlex
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -67,26 +71,50 @@ def _cpu_capability() -> str:
         return "unknown"
 
 
-# The plan's own revision, part of the key like torch's version: raised when a decision's candidates
-# or the way they are timed change, so that records measured the old way are measured again.
-# 2: attention timed in the layout a layer hands over, at the lengths asked (2026-11-24).
-# 3: training linears timed at the rows asked, up to _TRAIN_CALL_FLOPS a call (2026-11-24).
-# 4: attention may take the native kernel (plan/native.py); steps timed before it took another path (2026-11-24).
-# 5: GELU may take the native kernel; the same (2026-11-24).
-# 6: the native attention kernel is faster (tree reductions, twice the FMA chains): timed again (2026-11-26).
-# 7: the native attention kernel transposes keys and values by 16 x 16 tiles in registers: timed again (2026-11-26).
-PLAN_REVISION = 7
+@functools.lru_cache(maxsize=None)
+def code_hash() -> str:
+    """A hash of the plan's own code: the candidates, how they are checked and timed, and the native
+    kernels' source. Any change to it names another plan file, so that records measured by other
+    code are measured again, with no revision number to remember to raise."""
+    root = Path(__file__).parent
+    h = hashlib.sha256()
+    for path in sorted([*root.glob("*.py"), *root.glob("native/*.cpp")]):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=None)
+def compiler() -> str:
+    """The C++ compiler the native kernels are built with, as its first --version line ("none")."""
+    try:
+        cmd = shlex.split(os.environ.get("CXX") or "g++")
+        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return "none"
+    return out.splitlines()[0].strip() if out.strip() else "none"
+
+
+def gpu_info() -> dict[str, Any]:
+    """The GPU, its CUDA runtime and driver, where torch sees one: a timing on one card says nothing
+    about another, nor about the same card under another driver."""
+    if not torch.cuda.is_available():
+        return {}
+    try:
+        driver = str(torch._C._cuda_getDriverVersion())
+    except (AttributeError, RuntimeError):
+        driver = "unknown"
+    return {"gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda, "driver": driver}
 
 
 def machine(threads: int | None = None) -> dict[str, Any]:
     """The machine key's fields and "key", a short hash of them."""
     cpu = cpu_info()
     fields = {
-        "plan": PLAN_REVISION,
+        "code": code_hash(), "compiler": compiler(),
         "cpu": cpu["model"], "arch": platform.machine(), "flags": list(cpu["flags"]),
         "torch": torch.__version__, "capability": _cpu_capability(),
         "onednn": bool(torch.backends.mkldnn.is_available()), "mkl": bool(torch.backends.mkl.is_available()),
-        "threads": int(torch.get_num_threads() if threads is None else threads),
+        "threads": int(torch.get_num_threads() if threads is None else threads), **gpu_info(),
     }
     blob = json.dumps(fields, sort_keys=True).encode()
     return {**fields, "key": hashlib.sha256(blob).hexdigest()[:12]}

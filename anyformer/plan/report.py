@@ -43,6 +43,7 @@ def _machine_lines() -> list[str]:
         f"  threads        {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})"
         + "".join(f", {k}={os.environ[k]}" for k in _OMP_ENV if os.environ.get(k)),
         f"  CUDA           {cuda}",
+        f"  plan code      {host.code_hash()} (a change to anyformer/plan/ is measured again); C++ {host.compiler()}",
     ]
 
 

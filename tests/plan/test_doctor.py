@@ -70,3 +70,14 @@ def test_the_cli_can_build_doctors_parser_before_torch_loads():
             "a = p.parse_args(['--measure', '--batch', '8']); print(a.measure, a.batch, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "8", "False"]
+
+
+def test_doctor_shows_the_plan_a_run_trained_with(tmp_path, capsys):
+    import json
+    from anyformer import doctor
+    (tmp_path / "plan.json").write_text(json.dumps({"format": 1, "compile": "eager", "linears": "mixed",
+                                                    "answers": {"adamw device=cpu": "fused"}}))
+    assert doctor.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"Run plan       {tmp_path}: compile eager, linears mixed, 1 kernel choices" in out
+    assert "  fused     adamw device=cpu" in out

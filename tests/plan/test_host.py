@@ -32,12 +32,33 @@ def test_key_depends_on_threads_and_names_the_file():
     assert name.endswith(f"-t1-{a['key']}.json") and "/" not in name and torch.__version__.split("+")[0] in name
 
 
-def test_key_depends_on_the_plans_revision(monkeypatch):
-    """Records measured before the candidates or their timing changed are not read by a newer plan."""
+def test_key_depends_on_the_plans_own_code_and_the_compiler(monkeypatch):
+    """Records measured by other plan code, or for a native kernel another compiler built, are not
+    read: the key holds a hash of plan/'s sources and the compiler's version line."""
     before = host.machine(threads=1)
-    monkeypatch.setattr(host, "PLAN_REVISION", host.PLAN_REVISION + 1)
-    after = host.machine(threads=1)
-    assert after["key"] != before["key"] and after["plan"] == before["plan"] + 1
+    assert before["code"] == host.code_hash() and len(before["code"]) == 12
+    monkeypatch.setattr(host, "code_hash", lambda: "0" * 12)
+    assert host.machine(threads=1)["key"] != before["key"]
+    monkeypatch.undo()
+    monkeypatch.setattr(host, "compiler", lambda: "g++ (Debian 99.0) 99.0")
+    assert host.machine(threads=1)["key"] != before["key"]
+
+
+def test_the_code_hash_follows_the_sources(tmp_path, monkeypatch):
+    fake = tmp_path / "host.py"
+    fake.write_text("x = 1")
+    (tmp_path / "native").mkdir()
+    (tmp_path / "native" / "kernels.cpp").write_text("int f();")
+    monkeypatch.setattr(host, "__file__", str(fake))
+    host.code_hash.cache_clear()
+    try:
+        first = host.code_hash()
+        host.code_hash.cache_clear()
+        (tmp_path / "native" / "kernels.cpp").write_text("int f(); // changed")
+        assert host.code_hash() != first
+    finally:
+        monkeypatch.undo()
+        host.code_hash.cache_clear()
 
 
 def test_as_ranges():

@@ -114,3 +114,47 @@ def test_tune_plans_before_training_and_train_replays_its_file(tmp_path, plannin
     assert "plan: replaying" in capsys.readouterr().out
     used = json.loads((tmp_path / "run" / "plan.json").read_text())["answers"]
     assert {k: used[k] for k in tuned["answers"]} == tuned["answers"]
+
+
+def _runnable(forced: str) -> str | None:
+    """Why `forced` cannot run on this machine (None: it can)."""
+    from anyformer.plan import native
+    if "onednn" in forced or "mixed" in forced:
+        return None if plan.onednn_linear_op() is not None else "no oneDNN linear in this torch build"
+    if "native" in forced:
+        return native.why_unavailable() or native._unbuildable()
+    return None
+
+
+# Every private kernel the plan may choose, forced in turn: the suite otherwise runs stock, and the
+# kernels users get must resume as exactly as stock does (dropout and augmentation on).
+FORCED = ["linear=onednn", "linear=mixed", "attention=native", "gelu=native", "linears=onednn"]
+
+
+@pytest.mark.parametrize("forced", FORCED)
+def test_resume_is_bit_exact_with_each_private_kernel(forced, tmp_path, mnist_slice, monkeypatch):
+    why = _runnable(forced)
+    if why is not None:
+        pytest.skip(f"{forced} cannot run here: {why}")
+    monkeypatch.setenv("ANYFORMER_PLAN", f"stock,{forced}")
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    plan.reset()
+    try:
+        # Heads of 16 (the native attention's sizes); dropout where it leaves attention whole to the kernel.
+        shape = {"width": 64, "mlp_hidden": 128, "dropout": 0.0 if "attention" in forced else 0.1}
+        kw = dict(max_steps=16, eval_every=8, augment="digits", amp="none",
+                  model_overrides={**tiny_config(tmp_path).model_overrides, **shape})
+        make_trainer(tiny_config(tmp_path / "a", **kw), mnist_slice).run()
+        cut = make_trainer(tiny_config(tmp_path / "b", **kw), mnist_slice)
+        interrupt_at(cut, 9)
+        with pytest.raises(Interrupted):
+            cut.run()
+        make_trainer(tiny_config(tmp_path / "b", resume=True, **kw), mnist_slice).run()
+        used = json.loads((tmp_path / "b" / "run" / "plan.json").read_text())
+    finally:
+        monkeypatch.undo()
+        plan.reset()
+    name, choice = forced.split("=")
+    assert choice in set(used["answers"].values()) | {used["linears"]}, used  # the kernel did run
+    assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")

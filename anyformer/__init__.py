@@ -27,7 +27,13 @@ if TYPE_CHECKING:
     from .train import train
 
 
+# The subpackages, reachable as attributes (`af.nn.plan_kernels`) without importing each one first.
+_SUBPACKAGES = ("nn", "models", "data", "viz", "plan", "interop", "serve", "runs")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
         globals()[name] = value

@@ -72,7 +72,7 @@ class ImagePreprocess:
     @classmethod
     def symmetric(cls, channels: int, image_size: int | Sequence[int],
                   images: Tensor | None = None) -> "ImagePreprocess":
-        """Pixels scaled to [-1, 1] (seed 000's choice); given the training images, with their framing."""
+        """Pixels scaled to [-1, 1] (Turner's (2023) MNIST ViT); given the training images, with their framing."""
         return cls([0.5] * channels, [0.5] * channels, channels, image_size,
                    **(cls.measure(images) if images is not None else {}))
 

@@ -1,6 +1,6 @@
 """Diffusion Transformer (DiT, Peebles & Xie) trained by flow matching: the same backbone, with the
 output side put to work. A noisy image goes in as patch tokens, its velocity comes out of
-`PatchOutput` (seed 002's patch-output head), and the flow time and class steer every block.
+`PatchOutput` (the patch-output head), and the flow time and class steer every block.
 
 c = TimeEmbedding(t) + ClassEmbedding(y)
 z0 = x_t E + E_pos;  z_l = adaLN-block(z_{l-1}, c);  out = PatchOutput(adaLN(z_L, c))

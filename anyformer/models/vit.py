@@ -1,6 +1,6 @@
 """Vision Transformer: patches -> [class; patch tokens] + positions -> backbone -> classifier.
 
-z0 = [x_class; x_p E] + E_pos;  z_l = blocks(z_{l-1});  y = head(LN(z_L)[class])   (seed 001)
+z0 = [x_class; x_p E] + E_pos;  z_l = blocks(z_{l-1});  y = head(LN(z_L)[class])   (Dosovitskiy et al., 2021)
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class ViTConfig:
     class_token: bool = True
     num_registers: int = 0
     pool: str = "cls"                # cls | mean
-    head_hidden: int | None = None   # pre-logits layer (seed 004: tanh; seed 000: GELU)
+    head_hidden: int | None = None   # pre-logits layer (ViT-B pre-training: tanh; Turner's MNIST ViT: GELU)
     head_activation: str = "tanh"
     final_norm: bool = True
     norm_eps: float = 1e-6

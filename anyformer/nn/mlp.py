@@ -1,4 +1,4 @@
-"""The token-wise MLP: the same small network applied to every token independently (seed 000)."""
+"""The token-wise MLP: the same small network applied to every token independently (Turner, 2023)."""
 from __future__ import annotations
 
 import torch
@@ -39,7 +39,7 @@ def make_activation(name: str) -> nn.Module:
 class MLP(nn.Module):
     """D -> hidden -> (hidden ->)* D with an activation after each hidden layer.
 
-    `layers` counts hidden layers, as seed 000's `mlp_num_layers`; weights are named `fc1`, `fc2`
+    `layers` counts hidden layers (Turner's (2023) ViT has one); weights are named `fc1`, `fc2`
     (and `hidden.i` for the extra layers) as in timm, so that layouts convert one to one.
     """
 

@@ -1,5 +1,5 @@
 """The speed plan: every choice made for speed is measured on the machine at hand and cached per
-machine (DESIGN.md, "Speed: measured on the machine at hand").
+machine: a kernel that wins on one processor can lose on the next.
 
     from anyformer import plan
     plan.linear_kernel(rows, 768, 3072, torch.float32, training=True)   # "stock" | "onednn"

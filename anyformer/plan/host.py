@@ -4,7 +4,7 @@ and the plan's own code. Together they form the machine key that names a plan fi
 
 A choice measured on one machine says nothing about another: on the 2-core AMD EPYC this project
 was tuned on, oneDNN's fp32 Linear beat MKL 2x, while on an Intel Xeon without native bf16 it cost
-21% and bf16 ran 1.7x slower than fp32 (issue 13). So every flag that can flip a kernel choice is
+21% and bf16 ran 1.7x slower than fp32. So every flag that can flip a kernel choice is
 in the key, and nothing else (clock speed, microcode), so that the key stays stable on one host.
 """
 from __future__ import annotations

@@ -28,7 +28,7 @@ class TrainConfig:
     lr: float = 1e-3
     min_lr_ratio: float = 0.0                # cosine ends at lr * min_lr_ratio
     weight_decay: float = 0.05
-    decay_all: bool = False                  # seed 000's Adam decays every variable; we decay matrices only
+    decay_all: bool = False                  # Keras's Adam decays every variable; we decay matrices only
     betas: tuple[float, float] = (0.9, 0.999)
     schedule: str = "cosine"
     warmup_steps: int = 0

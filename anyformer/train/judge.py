@@ -1,4 +1,4 @@
-"""Judging generated images with a classifier trained apart from the generator (issue 15).
+"""Judging generated images with a classifier trained apart from the generator.
 
 Two figures, both read through the judge's eyes:
 - class consistency: the share of samples the judge assigns to the class they were asked for,

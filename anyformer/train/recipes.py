@@ -35,7 +35,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         weight_decay=0.05, warmup_steps=469, label_smoothing=0.1, augment="digits", grad_clip=1.0, amp="auto",
         time_budget=540.0, model_overrides=dict(depth=4)),
     "mnist-seed": dict(
-        about="seed 000's recipe exactly: vit-mnist, batch 16, 10 epochs, Adam lr 1e-3, weight decay 1e-4, "
+        about="the MNIST ViT of Turner's 'An Introduction to Transformers' (2023), exactly: vit-mnist, batch 16, 10 epochs, Adam lr 1e-3, weight decay 1e-4, "
               "pixels in [-1, 1], no augmentation",
         task="classify", model="vit-mnist", data="mnist", epochs=10, batch_size=16, lr=1e-3,
         weight_decay=1e-4, decay_all=True, schedule="constant", normalize="symmetric", augment="none"),

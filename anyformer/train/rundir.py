@@ -1,7 +1,8 @@
 """The run directory and every write into it.
 
 It holds config.json + model.safetensors (loadable by `anyformer.load`), metrics.jsonl (one line
-per evaluation), summary.json, curves.png and the task's pictures, and checkpoints/ to resume from.
+per evaluation), summary.json, curves.png and the task's pictures, plan.json (the speed plan it trained
+with: anyformer/train/runplan.py), and checkpoints/ to resume from.
 Under torchrun rank 0 alone writes; a write that fails there stops every rank with the same
 one-line error, so that no rank waits for a rank that has stopped.
 """
@@ -19,7 +20,7 @@ from .checkpoint import CKPT_DIR, list_checkpoints
 from .config import LOGS
 from .distributed import Distributed
 
-RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png")
+RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png", "plan.json")
 _CKPT_TEMP = re.compile(r"^\.(step-\d{9}\.pt)\.")  # atomic_write's temporary name for a checkpoint
 
 

@@ -31,8 +31,8 @@ ARGS = ["train", *TINY, "--model", "vit-mnist", "--amp", "none", "--augment", "d
         "--batch-size", "32", "--lr", "3e-3", "--warmup-steps", "5", "--no-progress", "--threads", "1"]
 # Measured: at most 3.3e-7 after 20 steps (DDP, DDP + accumulation, FSDP + accumulation).
 TOL = 1e-5
-RUN_FILES = {"config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png", "confusion.png",
-             "attention.png", "checkpoints"}
+RUN_FILES = {"config.json", "plan.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png",
+             "confusion.png", "attention.png", "checkpoints"}
 
 
 def env() -> dict:

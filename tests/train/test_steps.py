@@ -212,7 +212,7 @@ def test_under_torchrun_rank_0_plans_the_step_and_the_others_read_its_answers(tm
     trained = {}
     for rank in (0, 1):
         monkeypatch.setattr(Distributed, "from_env", classmethod(lambda cls, device, fsdp=False, r=rank:
-                                                                 cls(r, 2, r, 2, device, fsdp)))
+                                                                 cls(r, 2, r, 2, device, fsdp, joined=True)))
         with using(Planner(timer=table)) as p:
             trainer = make_trainer(cfg, mnist_slice)
             if rank == 1:  # the step's own forward and backward, as training would take it

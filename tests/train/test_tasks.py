@@ -114,7 +114,7 @@ def test_a_new_task_trains_without_touching_the_trainer(tmp_path, mnist_slice, m
     assert "step 12 | epoch" in out and f"| parity {lines[-1]['parity_accuracy']:.3f} |" in out
     assert trainer.task.final_line(summary).startswith("parity accuracy ")
     # A fresh run over the same directory removes the pictures of every registered task.
-    make = Trainer(tiny_config(tmp_path, max_steps=1))
+    make = Trainer(tiny_config(tmp_path, max_steps=1, overwrite=True))
     (run / "parity.txt").write_text("stale")
     make.run()
     assert not (run / "parity.txt").exists() and (run / "confusion.png").exists()

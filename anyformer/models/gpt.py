@@ -15,8 +15,8 @@ from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbe
 from ..nn.dropout import Dropout
 from ..plan import choices, compile_for_decode, planner
 from .base import Model, check_seq_len, check_sizes, matmul_weights
-from .gpt_decode import (Step, cache_length, eager_step, fresh_decode_step, plan_fields, static_decode_unsupported,
-                         static_step)
+from .gpt_decode import (Step, cache_length, compute_dtype, decode_tolerance, eager_step, fresh_decode_step,
+                         plan_fields, static_decode_unsupported, static_step)
 
 # Per model, kept beside it rather than on it (a deep copy of the model must not carry steps bound to
 # the original), by (batch, cache size): the compiled decode functions (None: eager, settled), the
@@ -24,6 +24,10 @@ from .gpt_decode import (Step, cache_length, eager_step, fresh_decode_step, plan
 _DECODE_STEPS: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
 _DECODE_TALLY: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
 _DECODE_LOCKS: "weakref.WeakKeyDictionary[GPT, threading.Lock]" = weakref.WeakKeyDictionary()
+# Per model, by (batch, cache size) whose compiled step is settled: a cache kept for the next request,
+# so that the buffers a CUDA graph was recorded with keep their addresses (another cache would have
+# it recorded again, a graph more each request). Memory: one cache per size the compiled step serves.
+_STATIC_CACHES: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
 # The tally's own lock, held for an addition only: a stream closed on a server's event loop must not
 # wait for another request's compile (which holds the model's lock above). Re-entrant: a stream left
 # to the garbage collector may close (and count) inside another's addition, on the same thread.
@@ -79,32 +83,42 @@ class GPT(Model):
             if name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
                 nn.init.trunc_normal_(p, std=0.02 / math.sqrt(2 * c.depth), a=-0.04, b=0.04)
 
-    def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None,
+    def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None, position: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False, last_only: bool = False):
         """idx (B, T) -> logits (B, T, V); `last_only`: the last position's only, (B, 1, V).
 
         `cache`: one KVCache per layer (`new_cache`); idx then continues the cached positions.
+        `position` (with `cache`; a 0-dim int64 tensor): the static cache mode of a compiled decode
+        step (models/gpt_decode.py): idx stands at that position, its keys and values are written
+        there, and attention reads the whole cache with the later positions masked; the caches'
+        `length` is neither read nor moved, and the caller checks the position against the context.
         With `return_attention`: `forward_with_attention(idx, return_attention, ...)`."""
         if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(idx, return_attention, cache=cache, last_only=last_only)
-        h = self.backbone(self.tokens(idx, cache), causal=True, cache=cache)
+            return self.forward_with_attention(idx, return_attention, cache=cache, position=position,
+                                               last_only=last_only)
+        h = self.backbone(self.tokens(idx, cache, position), causal=True, cache=cache, position=position)
         return self.lm_head(h[:, -1:] if last_only else h)
 
     def forward_with_attention(self, idx: Tensor, layers: bool | Sequence[int] = True, *,
-                               cache: list[KVCache] | None = None, last_only: bool = False,
+                               cache: list[KVCache] | None = None, position: Tensor | None = None,
+                               last_only: bool = False,
                                on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
         """(logits, weights), weights (B, heads, T, T) per layer asked: see Transformer.forward_with_attention."""
-        h, attn = self.backbone.forward_with_attention(self.tokens(idx, cache), layers, on_layer=on_layer,
-                                                       causal=True, cache=cache)
+        h, attn = self.backbone.forward_with_attention(self.tokens(idx, cache, position), layers,
+                                                       on_layer=on_layer, causal=True, cache=cache, position=position)
         return self.lm_head(h[:, -1:] if last_only else h), attn
 
-    def tokens(self, idx: Tensor, cache: list[KVCache] | None = None) -> Tensor:
-        """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cached ones."""
-        offset = cache[0].length if cache else 0
-        T = idx.shape[-1] if idx.dim() == 2 else 0
-        if offset + T > self.config.context:
-            raise ValueError(f"sequence of {offset + T} tokens is longer than the model's context "
-                             f"({self.config.context})")
+    def tokens(self, idx: Tensor, cache: list[KVCache] | None = None, position: Tensor | None = None) -> Tensor:
+        """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cached ones (from
+        `position` in the static cache mode: see forward)."""
+        if position is not None:
+            offset = position
+        else:
+            offset = cache[0].length if cache else 0
+            T = idx.shape[-1] if idx.dim() == 2 else 0
+            if offset + T > self.config.context:
+                raise ValueError(f"sequence of {offset + T} tokens is longer than the model's context "
+                                 f"({self.config.context})")
         x = self.tok_embed(idx)
         x = x if self.pos is None else self.pos(x, offset)
         return x if self.drop is None else self.drop(x)
@@ -157,7 +171,7 @@ class GPT(Model):
                 static = static_decode_unsupported(self) is None
                 size = cache_length(self, total) if static else total
                 with torch.inference_mode():
-                    cache = self.new_cache(idx.shape[0], size) if use_cache else None
+                    cache = self._take_cache(idx.shape[0], size, static) if use_cache else None
                 step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
                 step = None    # the one-token step after the prompt: eager, or compiled where the plan chose it
                 for i in range(max_new_tokens):
@@ -174,6 +188,25 @@ class GPT(Model):
             self.train(was_training)
             if static and cache is not None and computed > 1:  # one-token steps taken, however it ended
                 self._count_decode_steps((idx.shape[0], cache[0].max_len), computed - 1)
+            if static and cache is not None:
+                self._keep_cache(cache)
+
+    def _take_cache(self, batch: int, size: int, static: bool) -> list[KVCache]:
+        """An empty cache for `batch` prompts and `size` positions: the one kept from an earlier request
+        where the compiled step serves this size (`_STATIC_CACHES`), else a new one. Call in inference mode."""
+        kept = _STATIC_CACHES.get(self, {}).pop((batch, size), None) if static else None
+        if kept is None:
+            return self.new_cache(batch, size)
+        for c in kept:
+            c.reset()
+        return kept
+
+    def _keep_cache(self, cache: list[KVCache]) -> None:
+        """Keep `cache` for the next request of its size, if the compiled step serves that size and
+        none is kept yet (concurrent requests take new ones)."""
+        key = (cache[0].k.shape[0], cache[0].max_len)
+        if _DECODE_STEPS.get(self, {}).get(key) is not None:
+            _STATIC_CACHES.setdefault(self, {}).setdefault(key, cache)
 
     def _count_decode_steps(self, key: tuple[int, int], steps: int) -> None:
         """Add `steps` one-token steps taken to the tally of a batch and cache size whose step is not
@@ -233,7 +266,7 @@ class GPT(Model):
 
         fields = plan_fields(self, ids.shape[0], cache[0].max_len)
         chosen = compile_for_decode(fresh_decode_step(), run_with, run_eager, device=ids.device, tokens=tally,
-                                    fields=fields)
+                                    fields=fields, tolerance=decode_tolerance(compute_dtype(self, ids.device)))
         try:
             if chosen.choice != "compiled":
                 record = planner().entry("compile", {**fields, "pass": "decode"})
@@ -285,4 +318,7 @@ def sample(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, t
         drop = cum - sorted_logits.softmax(dim=-1) >= top_p  # keep the smallest set reaching top_p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)
+    # Drawn where the generator lives (the CLI's and the server's are CPU generators, which CUDA's
+    # multinomial refuses), then moved to the logits: the same seed gives the same tokens on any device.
+    device = logits.device if generator is None else generator.device
+    return torch.multinomial(probs.to(device), 1, generator=generator).to(logits.device)

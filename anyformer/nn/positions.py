@@ -21,6 +21,17 @@ def _check_length(n: int, offset: int, length: int) -> None:
                          f"({length}); use a shorter input or a model with a longer context")
 
 
+def table_rows(table: Tensor, offset: int | Tensor, n: int) -> Tensor:
+    """Rows offset .. offset + n - 1 of a (L, ...) table. `offset` may be a 0-dim int64 tensor (a
+    static-cache decode step's position, `GPT.forward(position=...)`): read with index_select, so
+    that a compiled graph takes the position as an input and serves every step, where a slice would
+    bake its value in. The caller checks a tensor offset against the table: its value is not read."""
+    if isinstance(offset, Tensor):
+        return table.index_select(0, offset + torch.arange(n, device=offset.device))
+    _check_length(n, offset, table.shape[0])
+    return table[offset:offset + n]
+
+
 class LearnedPosition(nn.Module):
     """A learned vector per position, added to the token: x_n + p_n. Shape of `pos_embed`: (1, L, D)."""
 
@@ -32,10 +43,9 @@ class LearnedPosition(nn.Module):
     def length(self) -> int:
         return self.pos_embed.shape[1]
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        n = x.shape[1]
-        _check_length(n, offset, self.length)
-        return x + self.pos_embed[:, offset:offset + n]
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """x (B, N, D) standing at positions offset.. (an int, or a 0-dim tensor: `table_rows`)."""
+        return x + table_rows(self.pos_embed[0], offset, x.shape[1])
 
 
 class ConcatPosition(nn.Module):
@@ -92,10 +102,9 @@ class SinusoidalPosition(nn.Module):
     def length(self) -> int:
         return self.table.shape[1]
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        n = x.shape[1]
-        _check_length(n, offset, self.length)
-        return x + self.table[:, offset:offset + n].to(x.dtype)
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """x (B, N, D) standing at positions offset.. (an int, or a 0-dim tensor: `table_rows`)."""
+        return x + table_rows(self.table[0], offset, x.shape[1]).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -111,12 +120,12 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, t: Tensor, offset: int = 0) -> Tensor:
-        """t: (B, H, N, D_h), rotated as if its first token stood at position `offset`."""
+    def forward(self, t: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """t: (B, H, N, D_h), rotated as if its first token stood at position `offset` (an int, or a
+        0-dim tensor: `table_rows`)."""
         n = t.shape[-2]
-        _check_length(n, offset, self.cos.shape[0])
-        cos = self.cos[offset:offset + n].to(t.dtype)
-        sin = self.sin[offset:offset + n].to(t.dtype)
+        cos = table_rows(self.cos, offset, n).to(t.dtype)
+        sin = table_rows(self.sin, offset, n).to(t.dtype)
         return rotate_pairs(t, cos, sin)
 
 

@@ -137,11 +137,15 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
     taken in this process so far plus those asked now: then the compile is measured (and later used)
     once the eager steps already taken cost as much as a compile of this kind does here (the
     ski-rental rule: never more than twice the cost of the better choice in hindsight), not on the
-    first short request. None: no accounting (a server that runs for days)."""
+    first short request. None: no accounting (a server that runs for days). On CUDA the step is
+    compiled with CUDA graphs (`mode="reduce-overhead"`): one launch replays the whole step, where a
+    one-token step's dozens of small kernels would each cost a launch; the caller keeps the inputs
+    it writes in place at static addresses (`torch._dynamo.mark_static_address`)."""
     device = torch.device(device)
     # fullgraph: a graph break would leave parts of the step eager and slow, silently; it raises instead,
     # and the candidate is dropped.
-    compiled = _Compiled(step, dynamic=False, fullgraph=True)
+    graphs = {"cudagraphs": True} if device.type == "cuda" else {}
+    compiled = _Compiled(step, dynamic=False, fullgraph=True, **graphs)
     first_call: dict[str, float] = {}
     # No seeding and no forked RNG: the step draws no random numbers, and a server's other requests
     # may be sampling from the global generator meanwhile.
@@ -236,9 +240,11 @@ class _Compiled:
         return CompilePlan(self.get() if choice == "compiled" else self.module, choice, why)
 
 
-def _compile(module: nn.Module | Callable[..., Any], **options: Any) -> nn.Module:
-    """torch.compile, drawing random numbers through eager's kernels (inductor's `fallback_random`)."""
-    return torch.compile(module, options={"fallback_random": True}, **options)
+def _compile(module: nn.Module | Callable[..., Any], cudagraphs: bool = False, **options: Any) -> nn.Module:
+    """torch.compile, drawing random numbers through eager's kernels (inductor's `fallback_random`);
+    `cudagraphs`: what mode="reduce-overhead" sets (torch.compile takes a mode or options, not both)."""
+    inductor = {"fallback_random": True, **({"triton.cudagraphs": True} if cudagraphs else {})}
+    return torch.compile(module, options=inductor, **options)
 
 
 def _times(entry: Mapping[str, Any] | None, text: str) -> str:

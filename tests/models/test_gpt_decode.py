@@ -1,6 +1,7 @@
-"""The static one-token decode step (models/gpt_decode.py): the same logits as the model's own
-forward for every kind of position, the same greedy tokens when generate runs it compiled (a real
-inductor compile), and the eager forward wherever it does not apply or the plan has not chosen it."""
+"""The static one-token decode step (models/gpt_decode.py), the model's own forward in its static cache
+mode: the same logits as the uncached forward for every kind of position, the same greedy tokens when
+generate runs it compiled (a real inductor compile; on CUDA with CUDA graphs), and the eager forward
+wherever it does not apply or the plan has not chosen it."""
 import gc
 import weakref
 
@@ -10,7 +11,8 @@ import torch
 from anyformer.models.gpt import GPT, GPTConfig
 from anyformer import plan
 from anyformer.models import gpt as gpt_module
-from anyformer.models.gpt_decode import cache_length, decode_step, plan_fields, static_decode_unsupported
+from anyformer.models.gpt_decode import (cache_length, decode_step, decode_tolerance, plan_fields,
+                                         static_decode_unsupported, static_step)
 from anyformer.plan import compiled as compiled_module
 from anyformer.plan.timing import Measurement
 
@@ -27,28 +29,94 @@ def test_the_static_step_computes_the_models_own_logits(position):
     ids = torch.randint(0, 50, (2, 12))
     with torch.inference_mode():
         cache = gpt.new_cache(2, 32)
-        gpt(ids[:, :9], cache=cache)
-        keys, values = [c.k for c in cache], [c.v for c in cache]
+        gpt(ids[:, :9], cache=cache)  # the prompt, eager: the cache's length moves on to 9
         for t in range(9, 12):  # three steps, each written into the cache at its position
-            logits = decode_step(gpt, ids[:, t], torch.tensor(t), keys, values)
+            logits = decode_step(gpt, ids[:, t:t + 1], torch.tensor(t), cache)
             torch.testing.assert_close(logits, gpt(ids[:, :t + 1])[:, -1], rtol=1e-5, atol=1e-5)
+        assert all(c.length == 9 for c in cache)  # the static mode leaves the length to its caller
 
 
-@pytest.mark.parametrize("position, batch", [("learned", 1), ("rotary", 2)])
+def test_the_static_mode_takes_several_tokens_at_a_position():
+    """A prompt written into a static cache at position 0, then more tokens at 5: the uncached logits."""
+    gpt = tiny_gpt("rotary")
+    ids = torch.randint(0, 50, (1, 8))
+    with torch.inference_mode():
+        cache = gpt.new_cache(1, 16)
+        gpt(ids[:, :5], cache=cache, position=torch.tensor(0))
+        logits = gpt(ids[:, 5:], cache=cache, position=torch.tensor(5))
+        torch.testing.assert_close(logits, gpt(ids)[:, 5:], rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_steps_take_products_and_sums_on_the_cpu(monkeypatch):
+    """Under torch.compile on the CPU a planned linear of a few rows and one query over a static cache
+    are written as products and sums (inductor fuses them); the prompt's keep F.linear and SDPA."""
+    from anyformer.nn import attention, linear
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(linear, "_is_compiling", lambda: True)
+    seen, rowwise, by_sums = [], linear.rowwise_linear, attention.attend_by_sums
+    monkeypatch.setattr(linear, "rowwise_linear", lambda *a: seen.append("linear") or rowwise(*a))
+    monkeypatch.setattr(attention, "attend_by_sums", lambda *a: seen.append("attention") or by_sums(*a))
+    gpt = tiny_gpt()
+    with torch.inference_mode(), gpt_module.planned_kernels(gpt):
+        cache = gpt.new_cache(1, 16)
+        gpt(torch.randint(0, 50, (1, 5)), cache=cache)
+        assert seen == []  # five rows: F.linear, SDPA
+        decode_step(gpt, torch.randint(0, 50, (1, 1)), torch.tensor(5), cache)
+    # per block: qkv, attention, proj, fc1, fc2; then the LM head
+    assert seen == ["linear", "attention", "linear", "linear", "linear"] * 2 + ["linear"]
+
+
+@pytest.mark.parametrize("position, batch", [("learned", 1), ("sinusoidal", 1), ("rotary", 2)])
 def test_generate_with_the_compiled_step_gives_the_eager_tokens(position, batch):
-    """A real torch.compile (inductor and the C++ compiler), forced: greedy tokens as the eager loop's."""
+    """A real torch.compile (inductor and the C++ compiler), forced: greedy tokens as the eager loop's,
+    cached and uncached."""
     gpt = tiny_gpt(position)
     prompt = torch.randint(0, 50, (batch, 7))
     with plan.forcing(compile="eager"):
         eager = gpt.generate(prompt, 20, temperature=0)
         assert not gpt.compiled_decode(batch, 27)
+    assert torch.equal(gpt.generate(prompt, 20, temperature=0, use_cache=False), eager)
     with plan.forcing(compile="compiled"):
         first = gpt.generate(prompt, 20, temperature=0)
-        again = gpt.generate(prompt, 20, temperature=0)  # a fresh cache through the same graph
+        kept = gpt_module._STATIC_CACHES[gpt][(batch, 64)]
+        again = gpt.generate(prompt, 20, temperature=0)  # the same graph, and the cache kept from the first
+    assert gpt_module._STATIC_CACHES[gpt][(batch, 64)] is kept
     assert gpt.compiled_decode(batch, 27) and not gpt.compiled_decode(batch + 1, 27)
     assert torch.equal(first, eager) and torch.equal(again, eager)
     with plan.forcing(compile="eager"):  # forcing wins over the compiled step already made
         assert torch.equal(gpt.generate(prompt, 20, temperature=0), eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["float32", "bfloat16-autocast", "bfloat16"])
+def test_on_cuda_the_compiled_step_runs_as_a_cuda_graph_with_the_uncached_logits(precision):
+    """On CUDA the compiled step is a CUDA graph (mode reduce-overhead), its caches marked static so
+    that cudagraph trees do not skip it. Its logits, teacher-forced along the uncached tokens, are the
+    uncached forward's within the precision's tolerance; in float32 greedy tokens are equal too (in
+    bf16 a random model's near-ties may round either way)."""
+    from torch._dynamo.utils import counters
+    gpt = tiny_gpt("rotary").cuda()
+    gpt = gpt.to(torch.bfloat16) if precision == "bfloat16" else gpt
+    prompt = torch.randint(0, 50, (2, 7), device="cuda")
+    counters.clear()
+    with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bfloat16-autocast"):
+        uncached = gpt.generate(prompt, 20, temperature=0, use_cache=False)
+        with plan.forcing(compile="compiled"):
+            cached = gpt.generate(prompt, 20, temperature=0)
+            again = gpt.generate(prompt, 20, temperature=0)
+        assert gpt.compiled_decode(2, 27)
+        step = static_step(gpt, gpt_module._DECODE_STEPS[gpt][(2, 64)])
+        with torch.inference_mode():
+            cache = gpt.new_cache(2, 64)  # another cache: the graph is recorded again for its addresses
+            gpt(uncached[:, :7], cache=cache)
+            steps = torch.stack([step(uncached[:, t:t + 1], cache).float() for t in range(7, 26)])
+            ref = torch.stack([gpt(uncached[:, :t + 1])[:, -1].float() for t in range(7, 26)])
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+    dtype = torch.float32 if precision == "float32" else torch.bfloat16
+    assert (steps - ref).abs().max() <= decode_tolerance(dtype) * ref.abs().max()
+    if precision == "float32":
+        assert torch.equal(cached, uncached) and torch.equal(again, uncached)
 
 
 class Clock:
@@ -123,12 +191,18 @@ def test_a_model_with_a_compiled_step_can_still_be_freed():
     assert gone() is None
 
 
-def test_where_the_static_step_does_not_apply_generate_runs_eager():
-    gpt = tiny_gpt().to(torch.bfloat16)
-    assert "float32" in static_decode_unsupported(gpt)
+def test_where_the_static_step_does_not_apply_generate_runs_eager(monkeypatch):
+    gpt = tiny_gpt()
+    assert static_decode_unsupported(gpt) is None and static_decode_unsupported(gpt.to(torch.bfloat16)) is None
+    monkeypatch.setattr(gpt_module, "static_decode_unsupported", lambda model: "not here")
     with plan.forcing(compile="compiled"):
         out = gpt.generate(torch.randint(0, 50, (1, 5)), 4, temperature=0)
     assert out.shape == (1, 9) and not gpt.compiled_decode(1, 9)
+
+
+def test_half_precision_steps_are_checked_to_their_precision():
+    assert decode_tolerance(torch.float32) == 1e-4
+    assert decode_tolerance(torch.float16) < decode_tolerance(torch.bfloat16) < 0.1
 
 
 def test_caches_come_in_powers_of_two_up_to_the_context():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -29,6 +30,15 @@ def info(ctx: Context) -> dict[str, Any]:
     pre = _preprocess(ctx)
     return {"task": "classify", "classes": ctx.data.get("classes"), "image_size": list(pre.image_size),
             "channels": pre.channels}
+
+
+def warm_up(ctx: Context) -> None:
+    """One request's computation on a blank picture: the speed plan decides its kernels now, not
+    inside the first user's request."""
+    from .. import viz
+    pre = _preprocess(ctx)
+    blank = torch.zeros(pre.channels, *pre.image_size, dtype=torch.uint8)
+    viz.image_attention(ctx.model, pre(blank)[None], layers=[])
 
 
 def routes(ctx: Context) -> list[Route]:

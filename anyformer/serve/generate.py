@@ -32,6 +32,14 @@ def info(ctx: Context) -> dict[str, Any]:
             "max_prompt_chars": ctx.limits.max_prompt_chars}
 
 
+def warm_up(ctx: Context) -> None:
+    """A two-token continuation of a one-token prompt: the prompt's and the step's kernels are
+    planned now, not inside the first user's request."""
+    for _ in ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), min(2, ctx.model.config.context - 1),
+                              temperature=0):
+        pass
+
+
 def routes(ctx: Context) -> list[Route]:
     tok = tokenizer_from_info(ctx.data)
     context = ctx.model.config.context

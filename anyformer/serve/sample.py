@@ -28,6 +28,11 @@ def info(ctx: Context) -> dict[str, Any]:
     return {"task": "sample", "classes": _classes(ctx), "max_samples": MAX_SAMPLES, "max_steps": MAX_STEPS}
 
 
+def warm_up(ctx: Context) -> None:
+    """One image in one step: the sampler's kernels are planned now, not inside the first request."""
+    ctx.model.sample(torch.zeros(1, dtype=torch.long), steps=1, cfg=1.0, seed=0)
+
+
 def routes(ctx: Context) -> list[Route]:
     classes = _classes(ctx)
 

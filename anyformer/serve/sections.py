@@ -1,6 +1,6 @@
 """Which page and API a run gets, by its model family. A section is one module with FAMILY,
-FRAGMENT (its piece of the page in static/), info(ctx) and routes(ctx); adding one is that
-module, its fragment and one line here."""
+FRAGMENT (its piece of the page in static/), info(ctx), warm_up(ctx) (one request's work, done
+before the server starts) and routes(ctx); adding one is that module, its fragment and one line here."""
 from __future__ import annotations
 
 from types import ModuleType

@@ -270,3 +270,25 @@ def test_every_refusal_is_json_wrong_routes_and_methods_too(vit_client, lm_clien
     assert r.status_code == 404 and "no such route: /api/predict" in r.json()["error"]
     r = vit_client.get("/api/nothing-here")
     assert r.status_code == 404 and r.json()["error"].startswith("no such route: /api/nothing-here")
+
+
+def test_the_plan_is_made_at_start_up_and_healthz_says_ready(vit_run, monkeypatch, tmp_path):
+    """With the speed plan on (the suite runs stock), the server measures its kernels while it starts:
+    /healthz then says ready, and the first request measures nothing."""
+    from anyformer import plan
+    monkeypatch.setenv("ANYFORMER_PLAN", "auto")
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    plan.reset()
+    try:
+        app = create_app(str(vit_run))
+        measured_at_start = list(plan.planner().measured)
+        with TestClient(app) as client:
+            health = client.get("/healthz").json()
+            r = client.post("/api/predict", content=drawn_one(), headers={"content-type": "image/png"})
+        measured_by_request = plan.planner().measured[len(measured_at_start):]
+    finally:
+        monkeypatch.undo()
+        plan.reset()
+    assert health["ready"] is True and health["family"] == "vit" and health["warm_up_seconds"] > 0
+    assert r.status_code == 200 and measured_at_start, measured_at_start
+    assert measured_by_request == [], measured_by_request

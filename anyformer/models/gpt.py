@@ -136,7 +136,7 @@ class GPT(Model):
         """Continue (B, T) prompts by `max_new_tokens` tokens; returns (B, T + max_new_tokens).
 
         temperature=0 is greedy. With the cache each new token costs one position, not the prefix.
-        The total may not exceed the context: a longer request is refused up front with the numbers.
+        Any length: past the context the model reads the most recent tokens (`stream` says how).
         """
         return torch.cat([idx, *self.stream(idx, max_new_tokens, temperature=temperature, top_k=top_k,
                                             top_p=top_p, generator=generator, use_cache=use_cache)], dim=1)
@@ -145,17 +145,24 @@ class GPT(Model):
     def stream(self, idx: Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
                top_p: float | None = None, generator: torch.Generator | None = None,
                use_cache: bool = True) -> Iterator[Tensor]:
-        """Yield each new (B, 1) token as soon as it is sampled (for streaming to a terminal)."""
+        """Yield each new (B, 1) token as soon as it is sampled (for streaming to a terminal).
+
+        Any number of tokens. A prompt longer than the context is cut to its last `context` tokens
+        (as nanoGPT crops). With the cache, once the window is full the cache is refilled from the
+        last `window_keep(context)` tokens (three quarters of it) and generation goes on: each
+        token's logits are the uncached model's on the tokens in the window then, 3/4 to all of the
+        context, the prompt's or the generation's own. Without the cache each step reads the last
+        `context` tokens, as nanoGPT's loop does."""
         if idx.dim() != 2 or idx.shape[1] < 1:
             raise ValueError(f"prompt ids must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
         if max_new_tokens < 0 or temperature < 0:
             raise ValueError(f"max_new_tokens and temperature must be >= 0, got {max_new_tokens}, {temperature}")
         if top_k is not None and top_k < 1 or top_p is not None and not 0 < top_p <= 1:
             raise ValueError(f"top_k must be >= 1 and top_p in (0, 1]; got top_k={top_k}, top_p={top_p}")
-        total = idx.shape[1] + max_new_tokens
-        if total > self.config.context:
-            raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) = {total} "
-                             f"exceeds the model's context of {self.config.context} tokens")
+        context = self.config.context
+        idx = idx[:, -context:]
+        total = min(idx.shape[1] + max_new_tokens, context)  # the window's most: what the cache holds
+        keep = window_keep(context)
         was_training = self.training
         self.eval()
         cache, computed, static = None, 0, False  # computed: the steps run, the prompt's first among them
@@ -172,17 +179,23 @@ class GPT(Model):
                 size = cache_length(self, total) if static else total
                 with torch.inference_mode():
                     cache = self._take_cache(idx.shape[0], size, static) if use_cache else None
-                step_in = idx  # with the cache, then each new token alone; without it, the whole sequence
+                step_in = idx  # with the cache, then each new token alone; without it, the whole window
                 step = None    # the one-token step after the prompt: eager, or compiled where the plan chose it
+                recent = idx   # the last `context` tokens, for a window that slides
                 for i in range(max_new_tokens):
                     with torch.inference_mode():
                         if step is None and use_cache and i == 1:
                             step = self._decode_step(step_in, cache, max_new_tokens - 1)
-                        logits = (step(step_in, cache) if step is not None
-                                  else self(step_in, cache=cache, last_only=True)[:, -1]).float()
+                        if use_cache and cache[0].length + step_in.shape[1] > cache[0].max_len:
+                            logits = self._slide(cache, recent[:, -keep:])  # the window is full
+                        elif step is not None:
+                            logits = step(step_in, cache)
+                        else:
+                            logits = self(step_in, cache=cache, last_only=True)[:, -1]
                     computed = i + 1
-                    nxt = sample(logits, temperature, top_k, top_p, generator)
-                    step_in = nxt if use_cache else torch.cat([step_in, nxt], dim=1)
+                    nxt = sample(logits.float(), temperature, top_k, top_p, generator)
+                    recent = torch.cat([recent, nxt], dim=1)[:, -context:]
+                    step_in = nxt if use_cache else recent
                     yield nxt
         finally:
             self.train(was_training)
@@ -190,6 +203,13 @@ class GPT(Model):
                 self._count_decode_steps((idx.shape[0], cache[0].max_len), computed - 1)
             if static and cache is not None:
                 self._keep_cache(cache)
+
+    def _slide(self, cache: list[KVCache], window: Tensor) -> Tensor:
+        """Refill the full cache with `window` (B, W), the most recent tokens, at positions 0..W-1:
+        the next token's logits (B, vocab), exactly the uncached model's on the window."""
+        for c in cache:
+            c.reset()
+        return self(window, cache=cache, last_only=True)[:, -1]
 
     def _take_cache(self, batch: int, size: int, static: bool) -> list[KVCache]:
         """An empty cache for `batch` prompts and `size` positions: the one kept from an earlier request
@@ -301,6 +321,12 @@ class GPT(Model):
         """A Hugging Face GPT2LMHeadModel with these weights."""
         from ..interop.hf import gpt_to_hf
         return gpt_to_hf(self)
+
+
+def window_keep(context: int) -> int:
+    """The tokens a full window keeps when it slides: three quarters of the context, so that a refill
+    (one forward over them) comes once every quarter context of new tokens."""
+    return max(1, context - max(1, context // 4))
 
 
 def sample(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,

@@ -28,21 +28,20 @@ MAX_TEMPERATURE = 10.0
 
 def info(ctx: Context) -> dict[str, Any]:
     return {"task": "generate", "context": ctx.model.config.context,
-            "max_new_tokens": min(ctx.limits.max_new_tokens, ctx.model.config.context - 1),
+            "max_new_tokens": ctx.limits.max_new_tokens,  # any length: past the context the window slides
             "max_prompt_chars": ctx.limits.max_prompt_chars}
 
 
 def warm_up(ctx: Context) -> None:
     """A two-token continuation of a one-token prompt: the prompt's and the step's kernels are
     planned now, not inside the first user's request."""
-    for _ in ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), min(2, ctx.model.config.context - 1),
+    for _ in ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), 2,
                               temperature=0):
         pass
 
 
 def routes(ctx: Context) -> list[Route]:
     tok = tokenizer_from_info(ctx.data)
-    context = ctx.model.config.context
 
     def pieces(ids: list[int], req: dict[str, Any]) -> Iterator[str]:
         gen = torch.Generator().manual_seed(req["seed"]) if req["seed"] is not None else None
@@ -67,10 +66,6 @@ def routes(ctx: Context) -> list[Route]:
             raise ApiError(422, f"the prompt cannot be encoded: {e}") from None
         if not ids:
             raise ApiError(422, "the prompt must hold at least one token")
-        total = len(ids) + req["max_new_tokens"]
-        if total > context:
-            raise ApiError(422, f"the prompt is {len(ids)} tokens and max_new_tokens is {req['max_new_tokens']}: "
-                                f"{total} exceeds the model's context of {context} tokens; shorten one")
         it = ctx.worker.iterate(pieces(ids, req))
         if req["stream"]:
             return StreamingResponse(it, media_type="text/plain; charset=utf-8",

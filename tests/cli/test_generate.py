@@ -105,6 +105,14 @@ def test_generate_errors_are_one_line(lm_run, capsys):
     assert out.stderr.strip().splitlines() == [
         "anyformer: error: character 'é' (U+00E9) at position 3 is not in the tokenizer's alphabet of "
         f"{len(read_config(run_dir)['data']['chars'])} characters (the characters of the training text)"]
-    assert cli.main(["generate", str(run_dir), "--prompt", "A" * 100, "--max-new-tokens", "100"]) == 2
-    assert ("anyformer: error: prompt (100 tokens) + max_new_tokens (100) = 200 exceeds the model's context of "
-            "128 tokens") in capsys.readouterr().err
+    assert cli.main(["generate", str(run_dir), "--prompt", "A" * 100, "--max-new-tokens", "-1"]) == 2
+    assert "anyformer: error: max_new_tokens and temperature must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_a_thousand_tokens_from_a_context_of_128(lm_run, capsys):
+    """The run's context is 128 tokens; generation goes on past it, on the most recent ones."""
+    run_dir, _ = lm_run
+    assert read_config(run_dir)["config"]["context"] == 128
+    assert cli.main(["generate", str(run_dir), "--prompt", "ROMEO:", "--max-new-tokens", "1000", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ROMEO:") and len(out) == len("ROMEO:") + 1000 + 1  # one character a token, and "\n"

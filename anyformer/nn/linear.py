@@ -26,7 +26,8 @@ gradcheck, empty tensors) takes F.linear without asking the plan, and so do torc
 fx tracing, torch.func transforms and dispatch modes (FakeTensor, FLOP counting). One exception under
 torch.compile: a few rows on the CPU without gradients (a generation step's) are written as a product
 and a sum, which inductor fuses (`rowwise_linear`). The oneDNN
-backward is once-differentiable: a second derivative through it (create_graph=True) raises.
+backward steps aside when a graph of the gradient is asked for (create_graph=True): it computes the
+gradient with the stock products, which have derivatives of their own.
 """
 from __future__ import annotations
 

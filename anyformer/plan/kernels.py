@@ -46,10 +46,16 @@ class OneDNNLinear(torch.autograd.Function):
         return onednn_mm(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
         x2, weight = ctx.saved_tensors
         g2 = grad.reshape(-1, grad.shape[-1]).contiguous()  # e.g. the expanded gradient of a sum()
+        if torch.is_grad_enabled():
+            # create_graph=True (a gradient penalty, a Hessian-vector product): the gradient's own
+            # graph is asked for, and oneDNN's products have no derivative; the stock ones do.
+            dx = (g2 @ weight).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
+            dw = g2.t() @ x2 if ctx.needs_input_grad[1] else None
+            db = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+            return dx, dw, db, None
         dx = onednn_mm(g2, weight.t()).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1] and ctx.blas_dw:

@@ -68,11 +68,19 @@ def test_linear_edge_cases_fall_back_or_refuse_clearly():
     layer = Linear(4, 3).double()  # float64 (gradcheck) takes F.linear
     assert torch.autograd.gradcheck(layer, (torch.randn(2, 4, dtype=torch.float64, requires_grad=True),))
     layer = Linear(4, 3)
-    x = torch.randn(2, 4, requires_grad=True)
-    (gx,) = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
-    # the oneDNN backward is once-differentiable: the first gradient carries no graph to differentiate
-    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
-        gx.sum().backward()
+    # A gradient penalty (create_graph=True): the oneDNN backward steps aside for the stock products,
+    # and the second derivative equals F.linear's.
+    x = torch.randn(5, 4, requires_grad=True)
+
+    def penalty_grads(forward):
+        (gx,) = torch.autograd.grad(F.gelu(forward(x)).pow(2).sum(), x, create_graph=True)
+        layer.zero_grad(set_to_none=True)
+        gx.pow(2).sum().backward()
+        return layer.weight.grad.clone(), layer.bias.grad.clone()
+    ours = penalty_grads(layer)
+    stock = penalty_grads(lambda t: F.linear(t, layer.weight, layer.bias))
+    for a, b in zip(ours, stock):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     # torch.func transforms see F.linear: per-sample gradients work
     per_sample = torch.func.vmap(torch.func.grad(
         lambda w, xi: torch.func.functional_call(layer, {"weight": w, "bias": layer.bias}, (xi,)).sum()),

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..plan import attention_kernel, native
+from ..plan import attention_kernel, choices, native, planner
 from ..plan.kernels import attention_explicit, causal_mask
 from .dropout import Dropout
 from .linear import plain_eager
@@ -263,6 +263,11 @@ class MultiHeadAttention(nn.Module):
             b, h, nq, dh = q.shape
         case = (torch.is_grad_enabled() and q.requires_grad, b, nq, nk, q.dtype, causal, masked, layout)
         if torch.compiler.is_compiling():
+            # A forced choice reaches traced graphs too (an export under `forcing("stock")` must not
+            # follow what the layer's eager calls were told before).
+            forced = choices.forced_choice(planner().forced()[0], "attention")
+            if forced is not None:
+                return forced
             try:
                 return self._planned.get(case, "fused")
             except TypeError:  # symbolic (dynamic) sizes: no eager answer to follow

@@ -155,3 +155,19 @@ def test_a_compiled_graph_follows_the_plans_eager_answer(monkeypatch):
     with torch.no_grad():
         m(x)  # traced without gradients, a case the plan never answered for this layer: SDPA
     assert len(asked) == 2 and len(explicit) == 2
+
+
+def test_a_forced_choice_reaches_an_exported_graph():
+    """After eager calls told the explicit path (remembered for traced graphs of the same shape),
+    forcing stock and exporting traces SDPA: forcing reaches what is traced, not only eager calls."""
+    from anyformer import plan
+    from anyformer.nn import MultiHeadAttention
+    layer = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    with plan.forcing(attention="explicit"):
+        layer(x)  # the eager answer, kept for a graph of this case
+    with plan.forcing("stock"), torch.no_grad():
+        graph = torch.export.export(layer, (x,)).graph_module.code
+    assert "scaled_dot_product_attention" in graph and "softmax" not in graph
+    with plan.forcing(attention="explicit"), torch.no_grad():
+        assert "softmax" in torch.export.export(layer, (x,)).graph_module.code

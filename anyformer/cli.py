@@ -196,9 +196,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .train.runplan import write_plan
     values = {k: v for k, v in vars(args).items() if k not in ("command", "recipe", "save")}
     values["model_overrides"] = dict(args.model_overrides or [])
-    values["out"] = str(Path(tempfile.mkdtemp(prefix="anyformer-tune-")) / "run")  # nothing is written there
-    trainer = Trainer(recipe_config(args.recipe, **values))
-    plan = trainer.tune()
+    with tempfile.TemporaryDirectory(prefix="anyformer-tune-") as scratch:
+        values["out"] = str(Path(scratch) / "run")  # a run directory is needed, and nothing is written there
+        plan = Trainer(recipe_config(args.recipe, **values)).tune()
     print(f"plan: compile {plan['compile']}, linears {plan['linears'] or '-'}; {len(plan['answers'])} kernel choices:")
     for key, choice in sorted(plan["answers"].items()):
         print(f"  {choice:<9} {key}")

@@ -47,7 +47,7 @@ part() {  # part NAME LIMIT CMD...: run CMD under min(LIMIT, time left), its out
 # The dry run takes two quick ones: the whole suite's dry run is `ANYFORMER_TEST_DEVICE=cpu pytest -m gpu tests/gpu`.
 TESTDEV=cuda PICK=(); [ -n "$DRY" ] && TESTDEV=cpu PICK=(-k "greedy or sampling")
 part tests 200 env ANYFORMER_TEST_DEVICE=$TESTDEV $PY -m pytest -q -m gpu -rs -p no:cacheprovider "${PICK[@]}" \
-  --junitxml="$PARTS/junit.xml" tests/gpu tests/models/test_gpt_decode.py
+  --junitxml="$PARTS/junit.xml" tests/gpu tests/models/test_gpt_decode.py tests/models/test_gpt_sample.py
 grep -E "passed|failed|error" "$OUT/log.txt" | tail -1 > "$OUT/pytest.txt"  # empty where tests did not run
 
 M="$PY benchmarks/gpu/measure.py"

@@ -38,7 +38,6 @@ from . import choices
 from .choices import Decision, register
 from .planner import planner
 from .store import entry_key
-from .timing import max_rounds_for
 
 # A smaller margin than the kernels': the numerics are checked, the compile time is counted, and the
 # timed steps are many (a 5-8% gain is real on a small ViT but within a 10% margin's noise).
@@ -58,9 +57,6 @@ REPAY = 8.0
 # this much of its budget would repay the compile (a 9-minute budget and a 60-78 s compile: not).
 BUDGET_GAIN = 0.1
 BUDGET_S = 2.0          # timing rounds after the compile, calls that are not training (up to 9 rounds)
-STEPS_BUDGET_S = 6.0    # when the timed calls are the run's own steps (up to 24 rounds: 50 steps)
-# The most training steps `train_step` is called for: a warm-up and one per round, for each candidate.
-MAX_TIMED_STEPS = 2 * (1 + max_rounds_for(STEPS_BUDGET_S))
 # A one-token generation step is a small graph: a GPT's compiled in 3-15 s here (2-core AMD EPYC, the
 # char GPT's and gpt2's shapes), against 20-61 s for whole training steps. Its first compile is
 # estimated at this before one is on record.
@@ -80,32 +76,24 @@ class CompilePlan:
 
 def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Tensor], *,
                          fields: Mapping[str, Any], steps: int | None = None, tolerance: float = 1e-3,
-                         device: torch.device | str = "cpu",
-                         train_step: Callable[[nn.Module], None] | None = None,
-                         seconds: float | None = None) -> CompilePlan:
+                         device: torch.device | str = "cpu", seconds: float | None = None) -> CompilePlan:
     """`module`, or `torch.compile(module)`, whichever the plan finds faster for the training step
     `step_loss(m) -> scalar loss` (forward under the caller's autocast; this adds the backward).
 
     `fields` name the step in the plan file (the model, the batch shape, the precision); `steps`:
     how many steps the run will take (None: no compile-time accounting); `seconds`: the wall time the
     run has left under a time budget, out of which a compile is paid (`BUDGET_GAIN`). The numerics check (loss
-    and gradients, eager against compiled) leaves the global RNG and the gradients as they were.
-    `train_step(m)`, if given, is what is timed: a whole real step of the run (optimiser, data and
-    all) taken with m, so the measurement is training, not time lost; it runs at most
-    `MAX_TIMED_STEPS` (50) times. Without it the timed calls are step_loss's forward and backward."""
+    and gradients, eager against compiled) leaves the global RNG and the gradients as they were. The
+    timed calls are step_loss's forward and backward, never the run's own steps (a step taken with a
+    candidate would make the weights depend on what the plan cache held)."""
     device = torch.device(device)
     compiled = _Compiled(module)  # torch.compile (and its imports) only when used
     params = [q for q in module.parameters() if q.requires_grad]
     first_call: dict[str, float] = {}
     eager_run = _candidate(lambda: module, step_loss, params, device)
     compiled_run = _candidate(compiled.get, step_loss, params, device, first_call)
-    timed = None if train_step is None else _real_steps(
-        {"eager": lambda: _synced(train_step, module, device),
-         "compiled": lambda: _synced(train_step, compiled.get(), device)},
-        {"eager": _quietly(eager_run, device, _quiet_rng), "compiled": _quietly(compiled_run, device, _quiet_rng)},
-        MAX_TIMED_STEPS)
     return _settle(compiled, fields, steps, "steps", (eager_run, compiled_run), first_call, device, tolerance,
-                   timed, "training steps" if train_step is not None else "forward+backward", seconds=seconds)
+                   "forward+backward", seconds=seconds)
 
 
 def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tensor], *,
@@ -122,7 +110,7 @@ def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tens
     first_call: dict[str, float] = {}
     runs = (_inference(lambda: module, forward, device), _inference(compiled.get, forward, device, first_call))
     return _settle(compiled, {**fields, "pass": "inference"}, calls, "passes", runs, first_call, device, tolerance,
-                   None, "inference passes")
+                   "inference passes")
 
 
 def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[..., Tensor]], Tensor],
@@ -152,14 +140,13 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
     runs = (_inference(lambda: step, lambda _: eager(), device, seed=False),
             _inference(compiled.get, call, device, first_call, seed=False))
     return _settle(compiled, {**fields, "pass": "decode"}, tokens, "steps", runs, first_call, device, tolerance,
-                   None, "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
+                   "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
                    compiles_like={"pass": "decode"}, rng=False)
 
 
 def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None, unit: str,
             runs: tuple[Callable[[], tuple], Callable[[], tuple]], first_call: dict[str, float],
-            device: torch.device, tolerance: float, timed: dict[str, Callable[[], None]] | None,
-            what: str, *, repay: float = REPAY, first_compile_s: float = FIRST_COMPILE_S,
+            device: torch.device, tolerance: float, what: str, *, repay: float = REPAY, first_compile_s: float = FIRST_COMPILE_S,
             compiles_like: Mapping[str, Any] | None = None, rng: bool = True,
             seconds: float | None = None) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
@@ -201,9 +188,7 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
             return compiled.plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
                                           f"compile (~{compile_s:.0f} s here); not measured")
     checked = {"eager": _quietly(eager_run, device, quiet), "compiled": _quietly(compiled_run, device, quiet)}
-    choice = p.decide(COMPILE.name, fields, lambda: checked if timed is None else timed, check=lambda: checked,
-                      tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S if timed is None else STEPS_BUDGET_S),
-                      training=timed is not None,
+    choice = p.decide(COMPILE.name, fields, lambda: checked, tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S),
                       # A compile that raised has no time to record: it must not pass for a free one.
                       extra=lambda: {**({"compile_s": round(first_call["s"], 3)} if "s" in first_call else {}),
                                      "timed": what})
@@ -303,31 +288,6 @@ def _quietly(run: Callable[[], tuple], device: torch.device,
         with rng(device):
             return run()
     return quiet
-
-
-def _real_steps(steps: Mapping[str, Callable[[], Any]], stand_ins: Mapping[str, Callable[[], Any]],
-                most: int) -> dict[str, Callable[[], Any]]:
-    """The candidates' real training steps, `most` in all (the room the caller left before an
-    evaluation or an epoch's end): the timer may call a short step more often (several calls a
-    round, more rounds), and past `most` each candidate's `stand_ins` call (forward and backward,
-    no update) is timed instead."""
-    taken = [0]
-
-    def bounded(name: str) -> Callable[[], Any]:
-        def call():
-            if taken[0] >= most:
-                return stand_ins[name]()
-            taken[0] += 1
-            return steps[name]()
-        return call
-    return {name: bounded(name) for name in steps}
-
-
-def _synced(train_step: Callable[[nn.Module], None], m: nn.Module, device: torch.device) -> None:
-    with torch.enable_grad():
-        train_step(m)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @contextlib.contextmanager

@@ -208,8 +208,7 @@ class Planner:
                margin: float | None = None, budget_s: float | None = None,
                measured_with: Mapping[str, Any] | None = None,
                extra: Callable[[], Mapping[str, Any]] | None = None,
-               check: Callable[[], Runs] | None = None, training: bool = False,
-               partial: Sequence[str] = ()) -> str:
+               check: Callable[[], Runs] | None = None, partial: Sequence[str] = ()) -> str:
         """The choice for decision `name` at the shape `fields` (the plan file's key).
 
         `build()` returns the candidates, name -> call returning tensors, stock first; it runs only
@@ -217,11 +216,8 @@ class Planner:
         (default: all). `tolerance`: see `max_error`. `measured_with`: the sizes actually timed
         where they differ from `fields` (recorded). `extra()`: more fields to record with a new
         measurement (e.g. a compile time), asked after the candidates ran. `check()`: candidates
-        for the numerics check when the timed ones cannot be compared (e.g. real training steps,
-        each on the weights the last one left); by default the timed ones are compared. `training`:
-        the timed calls are the run's own training steps, whose time is training, not planning: it
-        is not counted against this process's planning budget. `partial`: choices that apply to some
-        cases only; forcing one where it is not available gives the stock choice instead of an error."""
+        for the numerics check when the timed ones cannot be compared; by default the timed ones are
+        compared. `partial`: choices that apply to some cases only; forcing one where it is not available gives the stock choice instead of an error."""
         with self._lock:
             self._sync()
             d = choices.decision(name)
@@ -250,7 +246,7 @@ class Planner:
             margin = self.margin if margin is None else margin
             try:
                 return self._remember(memo_key, self._decide(d, fields, build, avail, tolerance, margin,
-                                                             budget_s, measured_with, extra, check, training), key)
+                                                             budget_s, measured_with, extra, check), key)
             except Exception as e:  # noqa: BLE001 - a failing plan falls back to stock
                 self._note(f"{key}: planning failed ({error_text(e)}); using {d.stock}")
                 return self._remember(memo_key, d.stock, key)
@@ -267,7 +263,7 @@ class Planner:
                 avail: tuple[str, ...], tolerance: float, margin: float, budget_s: float | None,
                 measured_with: Mapping[str, Any] | None,
                 extra: Callable[[], Mapping[str, Any]] | None = None,
-                check: Callable[[], Runs] | None = None, training: bool = False) -> str:
+                check: Callable[[], Runs] | None = None) -> str:
         key = store.entry_key(d.name, fields)
         entries = self._load()
         entry = entries.get(key)
@@ -296,8 +292,7 @@ class Planner:
             return d.stock
         finally:
             spent = time.perf_counter() - start
-            if not training:
-                self.planning_s += spent
+            self.planning_s += spent
         entry.update(fields=dict(fields), seconds=round(spent, 6), when=store.now(),
                      load_1min=None if load is None else round(load, 2), cores=host.cores())
         if extra is not None:

@@ -73,3 +73,20 @@ def test_the_compiled_static_step_slides_the_same_way(gpt):
         assert gpt.compiled_decode(1, 64)
     with torch.no_grad():
         assert torch.equal(out[:, 4:], reference(gpt, prompt, 60))
+
+
+@pytest.mark.parametrize("forced", ["linear=onednn", "attention=native", "gelu=native"])
+def test_generation_with_each_private_kernel_equals_the_uncached_model(gpt, forced):
+    """The kernels users get, forced in turn (the suite otherwise runs stock): cached and sliding
+    generation past the context still equals the uncached reference."""
+    from anyformer import plan
+    from anyformer.plan import native
+    if "onednn" in forced and plan.onednn_linear_op() is None:
+        pytest.skip("no oneDNN linear in this torch build")
+    if "native" in forced and (native.why_unavailable() or native._unbuildable()):
+        pytest.skip(f"no native kernels here: {native.why_unavailable() or native._unbuildable()}")
+    prompt = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(6))
+    with plan.forcing(f"stock,{forced}"), torch.no_grad():
+        out = gpt.generate(prompt, 40, temperature=0)
+        expected = reference(gpt, prompt, 40)
+    assert torch.equal(out[:, 6:], expected)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..models import read_config
 from .checkpoint import CKPT_DIR
 
 # Settings a resumed run may change: where it is written, how it is watched and what it runs on,
@@ -16,14 +17,11 @@ FREE_ON_RESUME = frozenset({"out", "resume", "overwrite", "progress", "threads",
 
 
 def recorded_settings(run_dir: str | Path) -> dict[str, Any] | None:
-    """The training settings a run recorded in its config.json (None where it holds no run's)."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
+    """The training settings a run recorded in its config.json (None where it holds no run's);
+    a damaged config.json is refused by `read_config` in one line."""
+    if not (Path(run_dir) / "config.json").is_file():
         return None
-    try:
-        train = json.loads(path.read_text()).get("train")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        raise ValueError(f"{path} is not a run's config.json (not a JSON object); the run directory is damaged") from None
+    train = read_config(run_dir).get("train")
     return train if isinstance(train, dict) else None
 
 

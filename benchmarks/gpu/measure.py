@@ -97,6 +97,8 @@ def generate(dry: bool) -> dict:
     """Greedy continuation of one 256-token prompt by 256 tokens (tiny sizes in a dry run), bf16
     weights on both sides; each side's best of three timed runs after its warm-up."""
     import anyformer as af
+    t0 = time.perf_counter()
+    stage = lambda what: print(f"generate: {what} at {time.perf_counter() - t0:.1f}s", flush=True)  # noqa: E731
     device = torch.device("cpu" if dry else "cuda")
     prompt_len, new = (16, 16) if dry else (256, 256)
     shape = dict(width=64, depth=2, heads=2, vocab_size=256, context=64) if dry else {}
@@ -126,12 +128,17 @@ def generate(dry: bool) -> dict:
                 torch.cuda.synchronize()
             best = min(best, time.perf_counter() - t)
         return best, out
+    stage("models built")
     first_ours, _ = timed(ours, 1)  # the first request: the speed plan decides (and compiles) here
-    for _ in range(4):  # the steps a compile must be paid back over, taken as a serving process takes them
+    stage(f"first request took {first_ours:.1f}s")
+    for i in range(4):  # the steps a compile must be paid back over, taken as a serving process takes them
         ours()
+        stage(f"request {i + 2} (compiled step: {gpt.compiled_decode(1, prompt_len + new)})")
     ours_s, ours_out = timed(ours)
+    stage(f"anyformer timed: {1e3 * ours_s / new:.2f} ms a token")
     theirs(), theirs()
     theirs_s, theirs_out = timed(theirs)
+    stage(f"Hugging Face timed: {1e3 * theirs_s / new:.2f} ms a token")
     same = torch.equal(ours_out[:, prompt_len:], theirs_out[:, prompt_len:].to(ours_out.device))
     return {"prompt": prompt_len, "new_tokens": new, "dtype": str(dtype).removeprefix("torch."),
             "ms_per_token": 1e3 * ours_s / new, "hf_ms_per_token": 1e3 * theirs_s / new,

@@ -2,7 +2,9 @@
 # Run HERE, before a device call: copies what benchmarks/gpu/run.sh needs into folders that git ignores
 # and the device tool carries (`carry: [".gpu-data", ".whl"]`), since ../shared does not travel:
 #   .gpu-data/  MNIST, Fashion-MNIST, Tiny Shakespeare, GPT-2's BPE files, and a CIFAR-10 tar cut to
-#               100 training and 20 test images per class (the whole tar, 89 MB, is over the 64 MiB limit)
+#               100 training and 20 test images per class (the whole tar, 89 MB, is over the 64 MiB limit),
+#               named cifar10_jpg_cut.tar: under the official name the loader checks the whole tar's
+#               checksum and rightly refuses the cut one
 #   .whl/       the serve extra's wheels, which the GPU image lacks (starlette, python-multipart)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,7 +13,8 @@ mkdir -p .gpu-data .whl
 for d in mnist fashion-mnist tinyshakespeare gpt2; do
   [ -d ".gpu-data/$d" ] || cp -r "$SHARED/$d" .gpu-data/
 done
-if [ ! -f .gpu-data/cifar10/cifar10_jpg.tar ]; then
+rm -f .gpu-data/cifar10/cifar10_jpg.tar  # an earlier preparation's cut tar under the official name
+if [ ! -f .gpu-data/cifar10/cifar10_jpg_cut.tar ]; then
   tmp=$(mktemp -d)
   tar -xf "$SHARED/cifar10/cifar10_jpg.tar" -C "$tmp"
   for split_n in train:100 test:20; do
@@ -21,7 +24,7 @@ if [ ! -f .gpu-data/cifar10/cifar10_jpg.tar ]; then
     done
   done
   mkdir -p .gpu-data/cifar10
-  tar -cf .gpu-data/cifar10/cifar10_jpg.tar -C "$tmp" cifar10_jpg
+  tar -cf .gpu-data/cifar10/cifar10_jpg_cut.tar -C "$tmp" cifar10_jpg
   rm -rf "$tmp"
 fi
 # Wheels for the device's Python 3.12; pure Python, so one file each.

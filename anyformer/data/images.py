@@ -52,7 +52,10 @@ def _layout(rel_paths: list[str], split: str, source: str) -> tuple[list[str], l
     """Map image paths to (classes, [(path, label)]) for a `class/img` or `split/class/img` layout.
 
     Wrapper folders (like "cifar10_jpg/") are stripped first. Classes are the
-    union over all splits, sorted, so train and test labels always agree.
+    union over all splits, sorted, so train and test labels always agree. The images come with the
+    classes interleaved (each class's first image by name, then each one's second, ...): the first
+    N (`--limit-train N`) are then a balanced subset, where class by class they were N images of
+    the first class, a one-class problem that any model solves at once.
     """
     if not rel_paths:
         raise DataError(
@@ -92,7 +95,12 @@ def _layout(rel_paths: list[str], split: str, source: str) -> tuple[list[str], l
             f"unexpected layout in {source}: {odd!r} does not fit <class>/<image> or "
             "{train,test}/<class>/<image>; put every image in a folder named after its class"
         )
-    return classes, [(path, label) for label, _, path in items]
+    rank: Counter[int] = Counter()
+    interleaved = []
+    for label, _, path in items:  # sorted by class, then by name
+        interleaved.append((rank[label], label, path))
+        rank[label] += 1
+    return classes, [(path, label) for _, label, path in sorted(interleaved)]
 
 
 def _limit(items: list[tuple[str, int]], limit_per_class: int | None) -> list[tuple[str, int]]:

@@ -2,6 +2,10 @@
 by scripts/install_peers.sh. A missing library fails these tests; it does not skip them."""
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
+import pytest
 import torch
 from torch import Tensor, nn
 
@@ -54,3 +58,34 @@ def block_outputs(blocks, take_first: bool = False) -> tuple[list[Tensor], list]
 
 def state_dicts_equal(a: dict[str, Tensor], b: dict[str, Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# Every private kernel the speed plan may choose for an fp32 forward on the CPU. The suite runs stock
+# kernels (tests/conftest.py); the parity tests also run with each of these forced, since they are
+# what users get where the plan measured them faster.
+PRIVATE_KERNELS = ["linear=onednn", "attention=native", "gelu=native"]
+
+
+def _why_not(forced: str) -> str | None:
+    from anyformer import plan
+    from anyformer.plan import native
+    if "onednn" in forced:
+        return None if plan.onednn_linear_op() is not None else "no oneDNN linear in this torch build"
+    return native.why_unavailable() or native._unbuildable()
+
+
+@contextlib.contextmanager
+def private_kernel(model: nn.Module, forced: str) -> Iterator[None]:
+    """Inside: `forced` (e.g. "attention=native") in force over PyTorch's kernels and `model`'s linear
+    layers on the plan's kernels. Skips where this machine cannot run the kernel; fails if the block
+    never asked for it (the forward must have used what the test is named after)."""
+    from anyformer.nn import planned_kernels
+    from anyformer.plan import forcing
+    from anyformer.plan.planner import planner
+    why = _why_not(forced)
+    if why is not None:
+        pytest.skip(f"{forced} cannot run here: {why}")
+    with forcing(f"stock,{forced}"), planner().recording() as answers, planned_kernels(model):
+        yield
+    choice = forced.split("=")[1]
+    assert choice in answers.values(), f"{forced} was never chosen: the plan answered {answers}"

@@ -9,7 +9,7 @@ import torch
 import anyformer as af
 from anyformer.interop import hf, hf_bert, require_transformers
 
-from . import assert_close, block_outputs, randomize, state_dicts_equal
+from . import PRIVATE_KERNELS, assert_close, block_outputs, private_kernel, randomize, state_dicts_equal
 
 transformers = require_transformers()  # a missing transformers fails here: CI installs it
 
@@ -42,12 +42,8 @@ def vit_images(ref, seed=1):
     return torch.randn(2, 3, h, w, generator=gen(seed))
 
 
-@pytest.mark.parametrize("impl", ["fused", "explicit"])
-@pytest.mark.parametrize("cls", VIT_CLASSES)
-@pytest.mark.parametrize("shape", list(VIT_SHAPES))
-def test_vit_outputs_equal_hf(vit_refs, shape, cls, impl):
-    ref = vit_refs[shape, cls]
-    vit = af.ViT.from_hf(ref, attn_impl=impl)
+def check_vit_outputs(ref, vit, cls: str, label: str) -> None:
+    """Every layer's hidden states and the outputs of `vit` equal those of the HF model `ref` (`cls`)."""
     x = vit_images(ref)
     ours_h, hooks = block_outputs(vit.backbone.blocks)
     with torch.no_grad():
@@ -59,14 +55,31 @@ def test_vit_outputs_equal_hf(vit_refs, shape, cls, impl):
     ref_hidden = out.hidden_states[1:]  # embeddings first, then each layer's output
     assert len(ref_hidden) == len(ours_h) == vit.config.depth
     for i, (a, b) in enumerate(zip(ours_h, ref_hidden)):
-        assert_close(f"HF {cls} {shape} {impl} layer {i} hidden states", a, b)
+        assert_close(f"{label} layer {i} hidden states", a, b)
     if cls == "ViTModel":
-        assert_close(f"HF ViTModel {shape} {impl} last_hidden_state", feats, out.last_hidden_state)
-        assert_close(f"HF ViTModel {shape} {impl} pooler_output", logits, out.pooler_output)
+        assert_close(f"{label} last_hidden_state", feats, out.last_hidden_state)
+        assert_close(f"{label} pooler_output", logits, out.pooler_output)
     else:
-        assert_close(f"HF {cls} {shape} {impl} logits", logits, out.logits)
+        assert_close(f"{label} logits", logits, out.logits)
         with torch.no_grad():  # the plain forward: its last block computes the class token only
-            assert_close(f"HF {cls} {shape} {impl} forward logits", vit(x), out.logits)
+            assert_close(f"{label} forward logits", vit(x), out.logits)
+
+
+@pytest.mark.parametrize("impl", ["fused", "explicit"])
+@pytest.mark.parametrize("cls", VIT_CLASSES)
+@pytest.mark.parametrize("shape", list(VIT_SHAPES))
+def test_vit_outputs_equal_hf(vit_refs, shape, cls, impl):
+    ref = vit_refs[shape, cls]
+    check_vit_outputs(ref, af.ViT.from_hf(ref, attn_impl=impl), cls, f"HF {cls} {shape} {impl}")
+
+
+@pytest.mark.parametrize("forced", PRIVATE_KERNELS)
+def test_vit_outputs_equal_hf_with_each_private_kernel(vit_refs, forced):
+    """The kernels the plan may choose, forced in turn (heads of 64: a size the native attention takes)."""
+    ref = vit_refs["vit-ti-width", "ViTForImageClassification"]
+    vit = af.ViT.from_hf(ref)
+    with private_kernel(vit, forced):
+        check_vit_outputs(ref, vit, "ViTForImageClassification", f"HF ViT vit-ti-width {forced}")
 
 
 @pytest.mark.parametrize("cls", VIT_CLASSES)
@@ -130,12 +143,8 @@ def tokens(ref, batch=2, length=12, seed=3):
     return torch.randint(0, ref.config.vocab_size, (batch, length), generator=gen(seed))
 
 
-@pytest.mark.parametrize("impl", ["fused", "explicit"])
-@pytest.mark.parametrize("shape", list(GPT_SHAPES))
-def test_gpt_outputs_equal_hf(gpt_refs, shape, impl):
-    ref = gpt_refs[shape]
-    gpt = af.GPT.from_hf(ref, attn_impl=impl)
-    assert gpt.lm_head.weight is gpt.tok_embed.weight  # still tied
+def check_gpt_outputs(ref, gpt, label: str) -> None:
+    """Every layer's hidden states and the logits of `gpt` equal those of the HF GPT-2 `ref`."""
     idx = tokens(ref)
     ours_h, hooks = block_outputs(gpt.backbone.blocks)
     with torch.no_grad():
@@ -146,9 +155,25 @@ def test_gpt_outputs_equal_hf(gpt_refs, shape, impl):
     # GPT-2's last hidden state comes after ln_f; the others are the blocks' outputs.
     ref_hidden = out.hidden_states[1:]
     for i, (a, b) in enumerate(zip(ours_h[:-1], ref_hidden[:-1])):
-        assert_close(f"HF GPT-2 {shape} {impl} layer {i} hidden states", a, b)
-    assert_close(f"HF GPT-2 {shape} {impl} final hidden states", gpt.backbone.norm(ours_h[-1]), ref_hidden[-1])
-    assert_close(f"HF GPT-2 {shape} {impl} logits", logits, out.logits)
+        assert_close(f"{label} layer {i} hidden states", a, b)
+    assert_close(f"{label} final hidden states", gpt.backbone.norm(ours_h[-1]), ref_hidden[-1])
+    assert_close(f"{label} logits", logits, out.logits)
+
+
+@pytest.mark.parametrize("impl", ["fused", "explicit"])
+@pytest.mark.parametrize("shape", list(GPT_SHAPES))
+def test_gpt_outputs_equal_hf(gpt_refs, shape, impl):
+    gpt = af.GPT.from_hf(gpt_refs[shape], attn_impl=impl)
+    assert gpt.lm_head.weight is gpt.tok_embed.weight  # still tied
+    check_gpt_outputs(gpt_refs[shape], gpt, f"HF GPT-2 {shape} {impl}")
+
+
+@pytest.mark.parametrize("forced", PRIVATE_KERNELS)
+def test_gpt_outputs_equal_hf_with_each_private_kernel(gpt_refs, forced):
+    """The kernels the plan may choose, forced in turn (GPT-2's heads of 64, causal attention)."""
+    gpt = af.GPT.from_hf(gpt_refs["gpt2-width-2-layer"])
+    with private_kernel(gpt, forced):
+        check_gpt_outputs(gpt_refs["gpt2-width-2-layer"], gpt, f"HF GPT-2 gpt2-width-2-layer {forced}")
 
 
 @pytest.mark.parametrize("shape", list(GPT_SHAPES))

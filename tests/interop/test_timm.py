@@ -6,7 +6,7 @@ import anyformer as af
 from anyformer.interop import require_timm
 from anyformer.interop.timm import timm_kwargs, to_timm_model
 
-from . import assert_close, block_outputs, randomize, state_dicts_equal
+from . import PRIVATE_KERNELS, assert_close, block_outputs, private_kernel, randomize, state_dicts_equal
 
 timm = require_timm()  # a missing timm fails here: CI installs it (scripts/install_peers.sh)
 from timm.layers import resample_abs_pos_embed  # noqa: E402
@@ -42,11 +42,9 @@ def refs():
     return {name: make(spec) for name, spec in SHAPES.items()}
 
 
-@pytest.mark.parametrize("impl", ["fused", "explicit"])
-@pytest.mark.parametrize("shape", list(SHAPES))
-def test_outputs_equal_timm(refs, shape, impl):
-    ref = refs[shape]
-    vit = af.ViT.from_timm(ref, attn_impl=impl)
+def check_outputs(ref, vit, label: str) -> None:
+    """Every block's hidden states, the features, the head's logits and the plain forward's logits
+    of `vit` equal those of the timm model `ref`."""
     x = images(ref)
     ours_h, hooks = block_outputs(vit.backbone.blocks)
     ref_h, ref_hooks = block_outputs(ref.blocks)
@@ -57,11 +55,25 @@ def test_outputs_equal_timm(refs, shape, impl):
         logits, ref_logits = vit.head(feats), ref.forward_head(ref_feats)
     assert len(ours_h) == len(ref_h) == len(ref.blocks)
     for i, (a, b) in enumerate(zip(ours_h, ref_h)):
-        assert_close(f"timm {shape} {impl} block {i} hidden states", a, b)
-    assert_close(f"timm {shape} {impl} features", feats, ref_feats)
-    assert_close(f"timm {shape} {impl} logits", logits, ref_logits)
+        assert_close(f"{label} block {i} hidden states", a, b)
+    assert_close(f"{label} features", feats, ref_feats)
+    assert_close(f"{label} logits", logits, ref_logits)
     with torch.no_grad():  # the plain forward: its last block computes the class token only
-        assert_close(f"timm {shape} {impl} forward logits", vit(x), ref_logits)
+        assert_close(f"{label} forward logits", vit(x), ref_logits)
+
+
+@pytest.mark.parametrize("impl", ["fused", "explicit"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_outputs_equal_timm(refs, shape, impl):
+    check_outputs(refs[shape], af.ViT.from_timm(refs[shape], attn_impl=impl), f"timm {shape} {impl}")
+
+
+@pytest.mark.parametrize("forced", PRIVATE_KERNELS)
+def test_outputs_equal_timm_with_each_private_kernel(refs, forced):
+    """The kernels the plan may choose, forced in turn (heads of 16: the native attention's size)."""
+    vit = af.ViT.from_timm(refs["tiny"])
+    with private_kernel(vit, forced):
+        check_outputs(refs["tiny"], vit, f"timm tiny {forced}")
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

@@ -46,15 +46,11 @@ _ADAMW_MAX_TENSORS, _ADAMW_MAX_NUMEL = 64, 1 << 20  # a 1M-element step: ~1-5 ms
 _GELU_MAX_NUMEL = 1 << 22  # elementwise: its time per element holds once the tensor outgrows the caches
 
 
-def _bucket(n: int, cap: int) -> int:
-    """The next power of two >= n, at most cap."""
-    return min(cap, 1 << max(0, (n - 1).bit_length()))
-
-
-def _memo_bucket(n: int, cap: int) -> int | None:
-    """`_bucket` for the in-process memo key, asked on every call: a decode step's growing KV cache
-    (one key more each token) then hits the memo instead of re-entering the planner. None for a
-    non-int: the memo misses and the validation that follows names the problem."""
+def _bucket(n: int, cap: int) -> int | None:
+    """The next power of two >= n, at most cap. Also the in-process memo's key, asked on every call:
+    a decode step's growing KV cache (one key more each token) then hits the memo instead of
+    re-entering the planner. None for a non-int: the memo misses and the validation that follows
+    names the problem."""
     try:
         return min(cap, 1 << max(0, int.bit_length(n - 1)))
     except TypeError:
@@ -112,10 +108,9 @@ def _with_grads(fn: Callable[[], torch.Tensor], leaves: tuple[torch.Tensor, ...]
 def linear_kernel(batch_rows: int, in_features: int, out_features: int, dtype: torch.dtype, training: bool) -> str:
     """"stock" (F.linear) or "onednn" (`kernels.onednn_linear`) for a CPU linear layer applied to
     batch_rows rows (every dim but the last, multiplied); `training`: forward and backward."""
-    memo = ("linear", _memo_bucket(batch_rows, _MAX_ROWS), in_features, out_features, dtype, training)
+    memo = ("linear", _bucket(batch_rows, _MAX_ROWS), in_features, out_features, dtype, training)
     p = _planner._PLANNER
-    choice = p.lookup(memo)
-    if choice is not None:
+    if (choice := p.lookup(memo)) is not None:
         return choice
     _positive("linear_kernel", batch_rows=batch_rows, in_features=in_features, out_features=out_features)
     name = _dtype("linear_kernel", dtype)
@@ -191,11 +186,10 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     # two (N, N) matrices per thread in its backward: not past _MAX_LEN tokens.
     whole = (layout == "packed" and q_len == k_len and not masked and native.supports(dtype, head_dim)
              and type(k_len) is int and k_len <= _MAX_LEN)
-    memo = ("attention", _memo_bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked,
+    memo = ("attention", _bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked,
             layout, whole)
     p = _planner._PLANNER
-    choice = p.lookup(memo) if lengths is not None else None
-    if choice is not None:
+    if lengths is not None and (choice := p.lookup(memo)) is not None:
         return choice
     _positive("attention_kernel", batch=batch, heads=heads, q_len=q_len, k_len=k_len, head_dim=head_dim)
     name = _dtype("attention_kernel", dtype)
@@ -295,10 +289,9 @@ def gelu_kernel(numel: int, approximate: str, training: bool) -> str:
     """"stock" (F.gelu) or "native" (`native.gelu`) for an fp32 CPU GELU over `numel` elements
     (keyed by the next power of two, timed on at most _GELU_MAX_NUMEL); `training`: forward and
     backward. "native" is offered only where the kernel builds here."""
-    memo = ("gelu", _memo_bucket(numel, 1 << 40), approximate, training)
+    memo = ("gelu", _bucket(numel, 1 << 40), approximate, training)
     p = _planner._PLANNER
-    choice = p.lookup(memo)
-    if choice is not None:
+    if (choice := p.lookup(memo)) is not None:
         return choice
     _positive("gelu_kernel", numel=numel)
     if approximate not in native.GELU_APPROXIMATIONS:
@@ -336,8 +329,7 @@ def amp_dtype(device: torch.device | str = "cpu", *, width: int = 256, hidden: i
     hidden = hidden or 4 * width
     memo = ("amp", width, hidden, rows, training)
     p = _planner._PLANNER
-    choice = p.lookup(memo)
-    if choice is not None:
+    if (choice := p.lookup(memo)) is not None:
         return choice
     _positive("amp_dtype", width=width, hidden=hidden, rows=rows)
     bucket = _bucket(rows, _MAX_ROWS)
@@ -387,8 +379,7 @@ def adamw_impl(params: Iterable[Any], *, device: torch.device | str | None = Non
     count, numel = len(tensors), sum(t.numel() for t in tensors)
     memo = ("adamw", device, dtypes, count, numel)
     p = _planner._PLANNER
-    choice = p.lookup(memo)
-    if choice is not None:
+    if (choice := p.lookup(memo)) is not None:
         return choice
     fields = {"device": device.type, "dtypes": "+".join(dtypes), "tensors": _bucket(count, 1024),
               "numel": _bucket(max(1, numel), 1 << 30)}

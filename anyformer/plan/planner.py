@@ -207,17 +207,14 @@ class Planner:
                memo_key: Hashable | None = None, available: Sequence[str] | None = None, tolerance: float = 0.0,
                margin: float | None = None, budget_s: float | None = None,
                measured_with: Mapping[str, Any] | None = None,
-               extra: Callable[[], Mapping[str, Any]] | None = None,
-               check: Callable[[], Runs] | None = None, partial: Sequence[str] = ()) -> str:
+               extra: Callable[[], Mapping[str, Any]] | None = None, partial: Sequence[str] = ()) -> str:
         """The choice for decision `name` at the shape `fields` (the plan file's key).
 
         `build()` returns the candidates, name -> call returning tensors, stock first; it runs only
         when a measurement is needed. `available`: the choices this build of torch can run
         (default: all). `tolerance`: see `max_error`. `measured_with`: the sizes actually timed
         where they differ from `fields` (recorded). `extra()`: more fields to record with a new
-        measurement (e.g. a compile time), asked after the candidates ran. `check()`: candidates
-        for the numerics check when the timed ones cannot be compared; by default the timed ones are
-        compared. `partial`: choices that apply to some cases only; forcing one where it is not available gives the stock choice instead of an error."""
+        measurement (e.g. a compile time), asked after the candidates ran. `partial`: choices that apply to some cases only; forcing one where it is not available gives the stock choice instead of an error."""
         with self._lock:
             self._sync()
             d = choices.decision(name)
@@ -246,7 +243,7 @@ class Planner:
             margin = self.margin if margin is None else margin
             try:
                 return self._remember(memo_key, self._decide(d, fields, build, avail, tolerance, margin,
-                                                             budget_s, measured_with, extra, check), key)
+                                                             budget_s, measured_with, extra), key)
             except Exception as e:  # noqa: BLE001 - a failing plan falls back to stock
                 self._note(f"{key}: planning failed ({error_text(e)}); using {d.stock}")
                 return self._remember(memo_key, d.stock, key)
@@ -262,8 +259,7 @@ class Planner:
     def _decide(self, d: choices.Decision, fields: Mapping[str, Any], build: Callable[[], Runs],
                 avail: tuple[str, ...], tolerance: float, margin: float, budget_s: float | None,
                 measured_with: Mapping[str, Any] | None,
-                extra: Callable[[], Mapping[str, Any]] | None = None,
-                check: Callable[[], Runs] | None = None) -> str:
+                extra: Callable[[], Mapping[str, Any]] | None = None) -> str:
         key = store.entry_key(d.name, fields)
         entries = self._load()
         entry = entries.get(key)
@@ -285,8 +281,7 @@ class Planner:
             self._note(f"{key}: timed while the CPU was busy (load {entry.get('load_1min')}); measured again")
         start = time.perf_counter()
         try:
-            entry = self._measure(d, build, avail, tolerance, margin, self.budget_s if budget_s is None else budget_s,
-                                  check)
+            entry = self._measure(d, build, avail, tolerance, margin, self.budget_s if budget_s is None else budget_s)
         except _StockFailed as e:
             self._note(f"{key}: stock raised {e}; using {d.stock}, nothing cached")
             return d.stock
@@ -308,16 +303,12 @@ class Planner:
         return entry["choice"]
 
     def _measure(self, d: choices.Decision, build: Callable[[], Runs], avail: tuple[str, ...],
-                 tolerance: float, margin: float, budget_s: float,
-                 check: Callable[[], Runs] | None = None) -> dict[str, Any]:
+                 tolerance: float, margin: float, budget_s: float) -> dict[str, Any]:
         self._local.busy = True
         try:
             with _clean_state():
-                timed = dict(build())
-                runs = dict(check()) if check is not None else timed
+                runs = dict(build())
                 names = list(runs)
-                if list(timed) != names:
-                    raise ValueError(f"{d.name}: the checked candidates {names} are not the timed ones {list(timed)}")
                 if not names or names[0] != d.stock or not set(names) <= set(avail):
                     raise ValueError(f"{d.name}: candidates must start with {d.stock!r} and be among "
                                      f"{avail}; got {names}")
@@ -325,7 +316,7 @@ class Planner:
                     ref = runs[d.stock]()
                 except Exception as e:  # noqa: BLE001
                     raise _StockFailed(error_text(e)) from e
-                kept, dropped, errors = {d.stock: timed[d.stock]}, {}, {}
+                kept, dropped, errors = {d.stock: runs[d.stock]}, {}, {}
                 for name in names[1:]:
                     try:
                         err = max_error(runs[name](), ref)
@@ -334,7 +325,7 @@ class Planner:
                         continue
                     errors[name] = err
                     if err <= tolerance:
-                        kept[name] = timed[name]
+                        kept[name] = runs[name]
                     else:
                         dropped[name] = f"differs from {d.stock}: error {err:.2e} of scale > tolerance {tolerance:.0e}"
                 m = self.timer(kept, budget_s) if len(kept) > 1 else Measurement()

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
 
 from ..files import atomic_write_text
 
@@ -44,3 +47,12 @@ def write_plan(where: str | Path, plan: dict[str, Any]) -> Path:
     path = path / PLAN_FILE if path.is_dir() else path
     atomic_write_text(path, json.dumps({**plan, "format": FORMAT}, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def synthetic_like(batch: Sequence[Tensor], seed: int = 0) -> tuple[Tensor, ...]:
+    """Stand-ins for a batch, to plan on: the same shapes, dtypes and devices, normal noise for
+    floating tensors and zeros (a valid class, token or index) for the rest, drawn from a private
+    generator. The plan times a run's step on these, never on its examples or its steps."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(t.shape, generator=g).to(device=t.device, dtype=t.dtype) if t.is_floating_point()
+                 else torch.zeros_like(t) for t in batch)

@@ -39,7 +39,7 @@ from .perf import peak_flops
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, resolve_amp, settle_amp
 from .protocol import Task
 from .resume import check_fresh_out, check_resume, recorded_settings
-from .runplan import PLAN_FILE, empty_plan, read_plan, write_plan
+from .runplan import PLAN_FILE, empty_plan, read_plan, synthetic_like, write_plan
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
 from .timebudget import TimeBudget
@@ -151,7 +151,7 @@ class Trainer:
     def tune(self) -> dict[str, Any]:
         """The plan this run would train with, made now without training a step: its precision,
         optimiser and per-shape kernels, and the training step's linears and compile (measured on
-        its first batch's forward and backward). Nothing is written; `train --plan FILE` replays it."""
+        a forward and backward of stand-ins shaped like its first batch). Nothing is written; `train --plan FILE` replays it."""
         if self.budget is not None:  # a compile is judged against the budget the run would have
             self.budget.start(self.step, self.elapsed)
         with self._plan_scope():
@@ -349,19 +349,20 @@ class Trainer:
         self.dist.close(wait=True)
         return summary
 
-    def _first_chunk(self, step: int) -> tuple[Tensor, ...]:
-        """This rank's first gradient-accumulation chunk of step `step`'s batch: what a planning pass runs."""
+    def _planning_chunk(self, step: int) -> tuple[Tensor, ...]:
+        """What a planning pass runs: stand-ins (`synthetic_like`) of the shapes of this rank's first
+        gradient-accumulation chunk of step `step`'s batch."""
         batch, _ = self.task.batch(step, self.dist.rank, self.dist.world)
-        return tuple(t[0] for t in (torch.tensor_split(t, self.cfg.grad_accum) for t in batch))
+        return synthetic_like([t[0] for t in (torch.tensor_split(t, self.cfg.grad_accum) for t in batch)], self.cfg.seed)
 
     def _plan_on_rank0(self) -> None:
-        """Under torchrun: rank 0 takes one training forward and backward of its share of the first
-        batch (before the model is wrapped: no collectives; gradients discarded, RNG untouched) and
-        asks for AdamW's kernel, so that the plan measures the step's choices once, while the other
-        ranks wait. They then read its answers from the plan file instead of timing the same cores
+        """Under torchrun: rank 0 takes one training forward and backward of stand-ins shaped like its
+        share of the first batch (before the model is wrapped: no collectives; gradients discarded,
+        RNG untouched) and asks for AdamW's kernel, so that the plan measures the step's choices
+        once, while the other ranks wait. They then read its answers from the plan file instead of timing the same cores
         under each other's load (and perhaps choosing differently)."""
         if self.dist.is_main:
-            chunk = self._first_chunk(0)
+            chunk = self._planning_chunk(0)
             if len(chunk[0]):
                 with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                     with autocast(self.cfg.amp, self.device):
@@ -381,7 +382,7 @@ class Trainer:
         cfg = self.cfg
         if self.step >= self.total_steps or (self.dist.enabled and not cfg.compile):
             return  # under torchrun ranks would time each other's load: only --compile compiles
-        chunk = self._first_chunk(self.step)
+        chunk = self._planning_chunk(self.step)
         if not len(chunk[0]):
             return
         amp = resolve_amp(cfg.amp, self.device)

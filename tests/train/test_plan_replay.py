@@ -158,3 +158,23 @@ def test_resume_is_bit_exact_with_each_private_kernel(forced, tmp_path, mnist_sl
     assert choice in set(used["answers"].values()) | {used["linears"]}, used  # the kernel did run
     assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
+
+
+def test_the_plan_times_stand_ins_not_the_runs_examples(tmp_path, mnist_slice, planning, monkeypatch):
+    """Every forward the trainer's planning runs (linears, compile) sees stand-ins of the first
+    batch's shapes: noise for the images, zeros for the labels; never the examples it trains on."""
+    import torch
+    from anyformer.train.runplan import synthetic_like
+    trainer = make_trainer(tiny_config(tmp_path, max_steps=2, eval_every=2, amp="none"), mnist_slice)
+    (x, y), _ = trainer.task.batch(0)
+    seen = []
+    monkeypatch.setattr(trainer.task, "loss", lambda m, batch, loss=trainer.task.loss: seen.append(batch) or loss(m, batch))
+    with trainer._plan_scope():
+        trainer._plan_compile()
+    assert seen, "the plan ran no step"
+    for sx, sy in seen:
+        assert sx.shape == x.shape and sx.dtype == x.dtype and sy.shape == y.shape
+        assert not torch.equal(sx, x) and not (sy == y).all()
+        assert (sy == 0).all()
+    twice = synthetic_like([x, y], seed=3), synthetic_like([x, y], seed=3)
+    assert all(torch.equal(a, b) for a, b in zip(*twice))  # a private generator: the same stand-ins each time

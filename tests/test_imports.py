@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 PACKAGE = REPO / "anyformer"
@@ -132,6 +134,7 @@ def test_the_train_floor_imports_only_its_floor_and_those_below():
             assert not bad, f"{name} imports {bad}"
 
 
+@pytest.mark.slow
 def test_every_train_module_imports_on_its_own():
     """Each module of anyformer/train imported first, in a fresh anyformer (torch stays loaded):
     none relies on another having been imported before it."""
@@ -147,6 +150,7 @@ def test_every_train_module_imports_on_its_own():
     assert r.stdout.strip() == f"imported {len(names)}"
 
 
+@pytest.mark.slow
 def test_the_subpackages_are_attributes_of_a_fresh_import():
     """`import anyformer as af; af.nn.plan_kernels` in a new process: the lazy names reach the subpackages."""
     import subprocess

@@ -25,6 +25,7 @@ def assert_user_error(result, *fragments):
         assert f in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_recipes_lists_the_recipes():
     out = run("recipes")
     assert out.returncode == 0
@@ -32,20 +33,24 @@ def test_recipes_lists_the_recipes():
         assert name in out.stdout
 
 
+@pytest.mark.slow
 def test_unknown_recipe():
     assert_user_error(run("train", "imagenet-22k"), "unknown recipe 'imagenet-22k'", "mnist-seed")
 
 
+@pytest.mark.slow
 def test_no_such_dataset(tmp_path):
     assert_user_error(run("train", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")),
                       f"no dataset '{tmp_path / 'nowhere'}': expected one of mnist, fashion-mnist, cifar10")
 
 
+@pytest.mark.slow
 def test_unknown_model_and_option(tmp_path):
     assert_user_error(run("train", "--model", "vit-z/9", "--out", str(tmp_path / "r")), "unknown model preset 'vit-z/9'")
     assert_user_error(run("train", "--set", "colour=1", "--out", str(tmp_path / "r")), "unknown ViTConfig option")
 
 
+@pytest.mark.slow
 def test_eval_of_a_missing_run(tmp_path):
     assert_user_error(run("eval", str(tmp_path)), f"no model in {tmp_path}: expected {tmp_path / 'config.json'}")
 
@@ -83,6 +88,7 @@ def normalised_as_trained(run_dir, images):
     return (images.float() - mean) * inv_std
 
 
+@pytest.mark.slow
 def test_predict_prints_top_classes_for_any_image(trained_run, tmp_path):
     img = tmp_path / "digit.png"
     Image.new("RGB", (50, 40), (255, 255, 255)).save(img)  # any size and mode is converted
@@ -91,6 +97,7 @@ def test_predict_prints_top_classes_for_any_image(trained_run, tmp_path):
     assert r.stdout.count(",") == 1 and str(img) in r.stdout
 
 
+@pytest.mark.slow
 def test_predict_bad_image_file(trained_run, tmp_path):
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
@@ -98,6 +105,7 @@ def test_predict_bad_image_file(trained_run, tmp_path):
                       "delete or replace the file")
 
 
+@pytest.mark.slow
 def test_predict_answers_every_readable_file_and_names_each_unreadable_one(trained_run, tmp_path):
     from anyformer.data import read_idx
     good = tmp_path / "good.png"
@@ -112,6 +120,7 @@ def test_predict_answers_every_readable_file_and_names_each_unreadable_one(train
     assert errors[2] == "anyformer: 2 of 4 files could not be read"
 
 
+@pytest.mark.slow
 def test_predict_on_real_digits_equals_the_models_own_answer(trained_run, mnist_test, tmp_path, capsys):
     """Real MNIST test digits as PNG files: each printed top 3 equals the model's own forward on the
     digit normalised as in training, and the top guesses are mostly right."""
@@ -141,6 +150,7 @@ def test_predict_on_real_digits_equals_the_models_own_answer(trained_run, mnist_
     assert right >= 0.25 * n, f"{right}/{n} right: chance is 10%, the run scored about 45%"
 
 
+@pytest.mark.slow
 def test_eval_prints_what_an_independent_computation_gives(trained_run, mnist_test, capsys):
     """Loss and accuracy over the run's test slice, recomputed here from the weights, the test
     images and config.json's statistics alone."""
@@ -162,6 +172,7 @@ def test_eval_prints_what_an_independent_computation_gives(trained_run, mnist_te
     assert shown["eval_accuracy"] == pytest.approx(summary["test_accuracy"], abs=1e-6), "eval differs from training's"
 
 
+@pytest.mark.slow
 def test_attention_draws_what_viz_computes_for_the_digit(trained_run, mnist_test, tmp_path):
     """The command's picture, pixel for pixel, equals anyformer.viz's for the same digit normalised
     as in training."""

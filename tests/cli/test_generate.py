@@ -37,6 +37,7 @@ def lm_run(tmp_path_factory):
     return tmp / "run", text
 
 
+@pytest.mark.slow
 def test_train_writes_a_language_model_run(lm_run):
     run_dir, text = lm_run
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -49,6 +50,7 @@ def test_train_writes_a_language_model_run(lm_run):
     assert info["train_tokens"] == 90_000 and info["val_tokens"] == 10_000
 
 
+@pytest.mark.slow
 def test_generate_streams_the_continuation_of_the_prompt(lm_run):
     run_dir, text = lm_run
     out = run("generate", str(run_dir), "--prompt", "ROMEO:", "--max-new-tokens", "60", "--temperature", "0")
@@ -62,6 +64,7 @@ def test_generate_streams_the_continuation_of_the_prompt(lm_run):
     assert tok.decode(ids[0, 6:].tolist()) == generated
 
 
+@pytest.mark.slow
 def test_sampling_with_a_seed_repeats(lm_run, capsys):
     run_dir, _ = lm_run
     outs = []
@@ -72,6 +75,7 @@ def test_sampling_with_a_seed_repeats(lm_run, capsys):
     assert outs[0] == outs[1] and len(outs[0]) == len("ROMEO:") + 30 + 1
 
 
+@pytest.mark.slow
 def test_generate_writes_each_token_before_computing_the_next(lm_run, monkeypatch):
     run_dir, _ = lm_run
     events = []
@@ -98,6 +102,7 @@ def test_generate_writes_each_token_before_computing_the_next(lm_run, monkeypatc
     assert events[0][1] == "KING" and events[-1][1] == "\n"
 
 
+@pytest.mark.slow
 def test_generate_errors_are_one_line(lm_run, capsys):
     run_dir, _ = lm_run
     out = run("generate", str(run_dir), "--prompt", "caf\u00e9", "--max-new-tokens", "5")
@@ -109,6 +114,7 @@ def test_generate_errors_are_one_line(lm_run, capsys):
     assert "anyformer: error: max_new_tokens and temperature must be >= 0, got -1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_thousand_tokens_from_a_context_of_128(lm_run, capsys):
     """The run's context is 128 tokens; generation goes on past it, on the most recent ones."""
     run_dir, _ = lm_run

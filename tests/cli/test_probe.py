@@ -20,6 +20,7 @@ def tiny_mae(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_probe_prints_features_and_pixels_and_json(tiny_mae):
     r = run("probe", str(tiny_mae), "--label-fraction", "0.01", "--limit-eval", "500", "--threads", "1")
     assert r.returncode == 0, r.stderr
@@ -33,6 +34,7 @@ def test_probe_prints_features_and_pixels_and_json(tiny_mae):
     assert f"{result['features_accuracy']:.4f}" in lines[0]
 
 
+@pytest.mark.slow
 def test_probe_and_init_from_errors_are_one_line(tiny_mae, tmp_path):
     assert_user_error(run("probe", str(tmp_path)), f"no model in {tmp_path}")
     assert_user_error(run("train", "mnist-finetune", "--init-from", str(tiny_mae), "--max-steps", "1",

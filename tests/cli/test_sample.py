@@ -26,6 +26,7 @@ def generator_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_sample_writes_a_grid_and_an_npz(generator_run, tmp_path):
     out = tmp_path / "s"
     result = run("sample", str(generator_run), "--classes", "3,5-6", "--per-class", "2", "--steps", "2",
@@ -45,6 +46,7 @@ def test_sample_writes_a_grid_and_an_npz(generator_run, tmp_path):
         assert np.array_equal(f["images"], images)  # a seed gives the same images
 
 
+@pytest.mark.slow
 def test_sample_refuses_a_classifier_run_and_a_foreign_class(generator_run, tmp_path):
     clf = tmp_path / "clf"
     af.ViT.preset("vit-mnist", depth=1, width=32, heads=4, mlp_hidden=32, head_hidden=None).save(clf)
@@ -55,12 +57,14 @@ def test_sample_refuses_a_classifier_run_and_a_foreign_class(generator_run, tmp_
                       "--classes expects class numbers and ranges such as 0-9 or 3,5,7")
 
 
+@pytest.mark.slow
 def test_eval_of_a_generator_prints_its_held_out_flow_loss(generator_run):
     result = run("eval", str(generator_run))
     assert result.returncode == 0, result.stderr
     assert '"eval_loss": 1.' in result.stdout  # an untrained DiT predicts v = 0: about 1.8 per pixel
 
 
+@pytest.mark.slow
 def test_eval_judge_refuses_a_judge_of_other_classes_and_one_that_is_not_a_classifier(generator_run, tmp_path):
     clf = tmp_path / "fashion-clf"
     fashion = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]

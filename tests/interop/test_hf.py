@@ -65,6 +65,7 @@ def check_vit_outputs(ref, vit, cls: str, label: str) -> None:
             assert_close(f"{label} forward logits", vit(x), out.logits)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["fused", "explicit"])
 @pytest.mark.parametrize("cls", VIT_CLASSES)
 @pytest.mark.parametrize("shape", list(VIT_SHAPES))
@@ -73,6 +74,7 @@ def test_vit_outputs_equal_hf(vit_refs, shape, cls, impl):
     check_vit_outputs(ref, af.ViT.from_hf(ref, attn_impl=impl), cls, f"HF {cls} {shape} {impl}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forced", PRIVATE_KERNELS)
 def test_vit_outputs_equal_hf_with_each_private_kernel(vit_refs, forced):
     """The kernels the plan may choose, forced in turn (heads of 64: a size the native attention takes)."""
@@ -160,6 +162,7 @@ def check_gpt_outputs(ref, gpt, label: str) -> None:
     assert_close(f"{label} logits", logits, out.logits)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["fused", "explicit"])
 @pytest.mark.parametrize("shape", list(GPT_SHAPES))
 def test_gpt_outputs_equal_hf(gpt_refs, shape, impl):
@@ -169,6 +172,7 @@ def test_gpt_outputs_equal_hf(gpt_refs, shape, impl):
 
 
 @pytest.mark.parametrize("forced", PRIVATE_KERNELS)
+@pytest.mark.slow
 def test_gpt_outputs_equal_hf_with_each_private_kernel(gpt_refs, forced):
     """The kernels the plan may choose, forced in turn (GPT-2's heads of 64, causal attention)."""
     gpt = af.GPT.from_hf(gpt_refs["gpt2-width-2-layer"])
@@ -176,6 +180,7 @@ def test_gpt_outputs_equal_hf_with_each_private_kernel(gpt_refs, forced):
         check_gpt_outputs(gpt_refs["gpt2-width-2-layer"], gpt, f"HF GPT-2 gpt2-width-2-layer {forced}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(GPT_SHAPES))
 def test_gpt_round_trip_reloads_strictly(gpt_refs, shape):
     ref = gpt_refs[shape]
@@ -313,6 +318,7 @@ def test_missing_reference_library_says_what_to_install(monkeypatch):
         to_timm_model(vit)
 
 
+@pytest.mark.slow
 def test_no_reference_library_is_imported_at_import_time():
     code = ("import sys, anyformer, anyformer.interop, anyformer.interop.timm, anyformer.interop.hf, "
             "anyformer.interop.minilm\n"

@@ -26,6 +26,7 @@ def parity(model, path, **shape) -> float:
     return worst
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", ["patch", "conv"])
 def test_vit_matches_onnx_runtime(stem, tmp_path, one_thread):
     overrides = dict(width=32, depth=2, heads=4, mlp_hidden=64, num_classes=10)
@@ -40,6 +41,7 @@ def test_vit_matches_onnx_runtime(stem, tmp_path, one_thread):
     assert diff <= TOL
 
 
+@pytest.mark.slow
 def test_gpt_full_sequence_matches_onnx_runtime(tmp_path, one_thread):
     model = af.GPT.preset("shakespeare-char", width=32, depth=2, heads=4, context=32, vocab_size=65).eval()
     path = export_onnx(model, tmp_path / "gpt.onnx")
@@ -48,6 +50,7 @@ def test_gpt_full_sequence_matches_onnx_runtime(tmp_path, one_thread):
     assert max(diffs) <= TOL
 
 
+@pytest.mark.slow
 def test_text_encoder_with_padding_matches_onnx_runtime(tmp_path, one_thread):
     from anyformer.models.text_encoder import TextEncoderConfig
     model = af.TextEncoder(TextEncoderConfig(vocab_size=100, max_positions=16, width=32, depth=2, heads=4,
@@ -70,6 +73,7 @@ def test_a_family_that_cannot_be_exported_is_one_line(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_export_command_writes_a_run_that_onnx_runtime_reproduces(tmp_path, capsys, one_thread):
     from anyformer.cli import main
     model = af.ViT.preset("vit-mnist", width=32, depth=2, heads=4, mlp_hidden=64, patch_size=7).eval()

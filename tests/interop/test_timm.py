@@ -68,6 +68,7 @@ def test_outputs_equal_timm(refs, shape, impl):
     check_outputs(refs[shape], af.ViT.from_timm(refs[shape], attn_impl=impl), f"timm {shape} {impl}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forced", PRIVATE_KERNELS)
 def test_outputs_equal_timm_with_each_private_kernel(refs, forced):
     """The kernels the plan may choose, forced in turn (heads of 16: the native attention's size)."""
@@ -76,6 +77,7 @@ def test_outputs_equal_timm_with_each_private_kernel(refs, forced):
         check_outputs(refs["tiny"], vit, f"timm tiny {forced}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_round_trip_reloads_strictly(refs, shape):
     ref = refs[shape]

@@ -28,6 +28,7 @@ def reference(gpt, prompt, n):
     return seq[:, prompt.shape[1]:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position", ["learned", "rotary"])
 def test_a_thousand_tokens_past_a_context_of_16_equal_the_uncached_model_on_each_window(position):
     torch.manual_seed(0)
@@ -58,12 +59,14 @@ def test_a_prompt_longer_than_the_context_is_cut_to_its_end(gpt):
     assert torch.equal(out[:, 50:], gpt.generate(long[:, -16:], 4, temperature=0)[:, 16:])
 
 
+@pytest.mark.slow
 def test_sampling_far_past_the_context_repeats_with_its_seed(gpt):
     prompt = torch.zeros(1, 1, dtype=torch.long)
     draw = lambda: gpt.generate(prompt, 300, temperature=1.0, top_k=8, generator=torch.Generator().manual_seed(5))
     assert torch.equal(draw(), draw())
 
 
+@pytest.mark.slow
 def test_the_compiled_static_step_slides_the_same_way(gpt):
     """The compiled decode step (forced) reads the position from the refilled cache: the same tokens."""
     from anyformer import plan

@@ -66,6 +66,7 @@ def test_compiled_steps_take_products_and_sums_on_the_cpu(monkeypatch):
     assert seen == ["linear", "attention", "linear", "linear", "linear"] * 2 + ["linear"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position, batch", [("learned", 1), ("sinusoidal", 1), ("rotary", 2)])
 def test_generate_with_the_compiled_step_gives_the_eager_tokens(position, batch):
     """A real torch.compile (inductor and the C++ compiler), forced: greedy tokens as the eager loop's,
@@ -180,6 +181,7 @@ def test_a_request_that_stops_early_counts_the_steps_it_took(monkeypatch, tmp_pa
     assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 6}
 
 
+@pytest.mark.slow
 def test_a_model_with_a_compiled_step_can_still_be_freed():
     gpt = tiny_gpt()
     with plan.forcing(compile="compiled"):

@@ -87,6 +87,7 @@ def test_gpt_training_flops_per_token_follow_the_closed_form(name):
     assert model.forward_flops() == model.forward_flops(c.context)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SMALL)
 def test_preset_forward_backward_save_load(name, tmp_path):
     model = _build(name)
@@ -108,6 +109,7 @@ def test_preset_forward_backward_save_load(name, tmp_path):
     assert torch.equal(loaded(*inputs), expected)
 
 
+@pytest.mark.slow
 def test_tied_lm_head_is_one_parameter_and_survives_save(tmp_path):
     gpt = af.GPT.preset("shakespeare-char")
     assert gpt.lm_head.weight is gpt.tok_embed.weight

@@ -48,6 +48,7 @@ def test_a_record_without_a_newer_candidate_is_measured_again(planner_with):
     assert q.timer.calls == [["stock", "onednn", "mixed"]]
 
 
+@pytest.mark.slow
 def test_linear_kernel_buckets_rows_and_caps_the_timed_size(planner_with):
     p = planner_with({"stock": 1.0, "onednn": 0.5})
     plan.linear_kernel(300, 16, 16, torch.float32, False)

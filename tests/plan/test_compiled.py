@@ -156,6 +156,7 @@ def test_the_check_and_the_timing_leave_rng_gradients_and_weights_alone(planner_
     assert chosen.choice in ("eager", "compiled") and _entry(plan_cache)["timed"] == "forward+backward"
 
 
+@pytest.mark.slow
 def test_a_real_compile_end_to_end(planner_with, plan_cache, tiny):
     """torch.compile for real (inductor, the C++ compiler): it agrees with eager and its time is on record."""
     planner_with()
@@ -202,6 +203,7 @@ def test_inference_passes_drop_a_disagreeing_compile_and_count_the_compile_time(
     assert few.choice == "eager" and "3 passes" in few.why and "too few to repay a compile" in few.why
 
 
+@pytest.mark.slow
 def test_a_real_inference_compile_agrees_with_eager(planner_with, plan_cache, tiny):
     planner_with()
     model, loss = tiny

@@ -51,6 +51,7 @@ def test_main_measure_populates_the_plan_and_clear_removes_it(planner_with, plan
         doctor.measure_default("resnet50", 4)
 
 
+@pytest.mark.slow
 def test_measure_a_language_model_from_one_block(planner_with):
     import anyformer as af
     planner_with({"stock": 1.0, "onednn": 1.0, "fused": 1.0, "explicit": 2.0, "none": 1.0, "bf16": 2.0,

@@ -87,6 +87,7 @@ def test_masked_and_padded_keys_never_turn_into_nan(causal, tokens):
         torch.testing.assert_close(grad, g_ref, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_custom_op_is_registered_for_tracing_and_autograd():
     """torch.library's own checks: schema, fake tensors (torch.compile), autograd registration."""
@@ -135,6 +136,7 @@ def test_a_failing_build_means_no_kernel(monkeypatch, tmp_path):
         native.library.cache_clear()
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_plan_offers_it_only_where_it_applies(planner_with):
     p = planner_with({"fused": 1.0, "explicit": 0.5, "native": 0.1})
@@ -165,6 +167,7 @@ def _spy(monkeypatch, name):
 
 @needs_compiler
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.slow
 def test_a_layer_on_the_native_kernel_matches_sdpa(causal, monkeypatch):
     calls = _spy(monkeypatch, "attention_packed")
     torch.manual_seed(0)
@@ -206,6 +209,7 @@ def test_a_layer_on_the_native_kernel_matches_sdpa(causal, monkeypatch):
 # --- GELU --------------------------------------------------------------------------------------------
 @needs_compiler
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.slow
 def test_gelu_matches_f_gelu_forward_and_backward(approximate):
     g = torch.Generator().manual_seed(2)
     x = torch.randn(37, 19, generator=g) * 4  # 703 elements: the last vector is partial
@@ -228,6 +232,7 @@ def test_gelu_bad_input_says_what_it_takes():
         native.gelu(torch.randn(4, dtype=torch.bfloat16))
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_plan_picks_the_gelu_kernel_by_its_timing(planner_with):
     p = planner_with({"stock": 1.0, "native": 0.4})
@@ -248,6 +253,7 @@ def test_without_the_library_gelu_stays_stock(no_library, planner_with):
         assert plan.gelu_kernel(5000, "tanh", True) == "stock"
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_gelu_module_follows_the_plan(monkeypatch):
     from anyformer.nn.mlp import GELU

@@ -53,6 +53,7 @@ def still_serving(client: TestClient) -> None:
     assert r.status_code == 200 and r.json()["family"] in ("vit", "gpt")
 
 
+@pytest.mark.slow
 def test_predict_answers_what_the_model_computes(vit_run, vit_client, tmp_path):
     data = drawn_one()
     r = vit_client.post("/api/predict", content=data, headers={"content-type": "image/png"})
@@ -75,6 +76,7 @@ def test_predict_answers_what_the_model_computes(vit_run, vit_client, tmp_path):
     assert heat.format == "PNG" and heat.size == (112, 112) and heat.mode == "RGB"
 
 
+@pytest.mark.slow
 def test_a_multipart_upload_gets_the_same_answer(vit_client):
     data = drawn_one()
     raw = vit_client.post("/api/predict", content=data, headers={"content-type": "image/png"}).json()
@@ -87,6 +89,7 @@ def test_a_multipart_upload_gets_the_same_answer(vit_client):
     assert no_file.status_code == 400 and "holds no file" in no_file.json()["error"]
 
 
+@pytest.mark.slow
 def test_ink_on_paper_gets_the_answer_of_light_on_black_and_a_blank_page_a_warning(vit_client):
     """The page reads pictures through the run's framing, as `anyformer predict` does: a dark stroke
     on white is the same digit as a white stroke on black; an empty page is flagged, not trusted."""
@@ -102,6 +105,7 @@ def test_ink_on_paper_gets_the_answer_of_light_on_black_and_a_blank_page_a_warni
     assert isinstance(blank["warning"], str) and blank["warning"]
 
 
+@pytest.mark.slow
 def test_a_generator_run_serves_samples_of_the_class_asked(dit_run):
     client = TestClient(create_app(str(dit_run), Limits()), raise_server_exceptions=False)
     assert client.get("/api/info").json()["family"] == "dit"
@@ -141,6 +145,7 @@ def bomb_png() -> bytes:
     ("one", "application/json", 415, "got application/json"),
     (b"\x89PNG" + b"\0" * 300_000, "image/png", 413, "the limit is 200000 bytes"),
 ])
+@pytest.mark.slow
 def test_bad_uploads_get_a_clear_4xx_and_the_server_goes_on(vit_client, body, content_type, status, words):
     body = {"truncated": truncated_png, "bomb": bomb_png, "one": drawn_one}[body]() if isinstance(body, str) else body
     r = vit_client.post("/api/predict", content=body, headers={"content-type": content_type})
@@ -150,6 +155,7 @@ def test_bad_uploads_get_a_clear_4xx_and_the_server_goes_on(vit_client, body, co
     assert ok.status_code == 200 and len(ok.json()["top"]) == 3
 
 
+@pytest.mark.slow
 def test_a_body_without_content_length_is_cut_off_at_the_limit(vit_client):
     def chunks():  # a streamed upload: no Content-Length for the server to refuse up front
         for _ in range(100):
@@ -159,6 +165,7 @@ def test_a_body_without_content_length_is_cut_off_at_the_limit(vit_client):
     still_serving(vit_client)
 
 
+@pytest.mark.slow
 def test_generate_equals_the_models_own_generation(lm_run, lm_client):
     r = lm_client.post("/api/generate", json={"prompt": "ROMEO:", "max_new_tokens": 40, "temperature": 0})
     assert r.status_code == 200, r.text
@@ -184,6 +191,7 @@ def test_generate_equals_the_models_own_generation(lm_run, lm_client):
     ({"prompt": ""}, 422, "at least one token"),
     (["ROMEO:"], 400, "expected a JSON object"),
 ])
+@pytest.mark.slow
 def test_bad_generation_requests_get_a_clear_4xx(lm_client, body, status, words):
     r = lm_client.post("/api/generate", json=body)
     assert r.status_code == status, r.text
@@ -191,6 +199,7 @@ def test_bad_generation_requests_get_a_clear_4xx(lm_client, body, status, words)
     still_serving(lm_client)
 
 
+@pytest.mark.slow
 def test_generate_through_the_compiled_decode_step_gives_the_same_text(lm_run, lm_client):
     """The server's generation with the plan's compiled one-token step (forced here; a real inductor
     compile, made in a worker thread, each token's step on whichever thread takes it)."""
@@ -206,6 +215,7 @@ def test_generate_through_the_compiled_decode_step_gives_the_same_text(lm_run, l
     assert compiled.json() == eager.json()
 
 
+@pytest.mark.slow
 def test_generate_refuses_what_is_not_json(lm_client):
     r = lm_client.post("/api/generate", content=b"prompt=ROMEO", headers={"content-type": "text/plain"})
     assert r.status_code == 415 and "application/json" in r.json()["error"]
@@ -214,6 +224,7 @@ def test_generate_refuses_what_is_not_json(lm_client):
     assert lm_client.post("/api/predict", content=drawn_one(), headers={"content-type": "image/png"}).status_code == 404
 
 
+@pytest.mark.slow
 def test_generation_streams_over_a_real_server_while_predictions_are_answered(lm_run, vit_run):
     """Over HTTP, the text arrives in many pieces that join to the JSON answer's text."""
     import httpx
@@ -232,6 +243,7 @@ def test_generation_streams_over_a_real_server_while_predictions_are_answered(lm
         assert client.post("/api/generate", json=request).json()["text"] == whole
 
 
+@pytest.mark.slow
 def test_the_page_names_the_run_and_carries_the_test_hooks(vit_client, lm_client):
     page = vit_client.get("/")
     assert page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
@@ -245,6 +257,7 @@ def test_the_page_names_the_run_and_carries_the_test_hooks(vit_client, lm_client
     assert lm_client.get("/api/info").json()["max_new_tokens"] == 100
 
 
+@pytest.mark.slow
 def test_bad_limits_and_bad_runs_are_refused_before_serving(tmp_path, vit_run):
     with pytest.raises(ValueError, match="max_body_bytes must be a positive int, got 0"):
         Limits(max_body_bytes=0)
@@ -252,6 +265,7 @@ def test_bad_limits_and_bad_runs_are_refused_before_serving(tmp_path, vit_run):
         create_app(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_the_command_refuses_a_missing_run_in_one_line(tmp_path):
     import subprocess
     import sys
@@ -261,6 +275,7 @@ def test_the_command_refuses_a_missing_run_in_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no model in" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_every_refusal_is_json_wrong_routes_and_methods_too(vit_client, lm_client):
     r = vit_client.get("/api/predict")
     assert r.status_code == 405 and r.headers["content-type"] == "application/json"
@@ -271,6 +286,7 @@ def test_every_refusal_is_json_wrong_routes_and_methods_too(vit_client, lm_clien
     assert r.status_code == 404 and r.json()["error"].startswith("no such route: /api/nothing-here")
 
 
+@pytest.mark.slow
 def test_the_plan_is_made_at_start_up_and_healthz_says_ready(vit_run, monkeypatch, tmp_path):
     """With the speed plan on (the suite runs stock), the server measures its kernels while it starts:
     /healthz then says ready, and the first request measures nothing."""
@@ -293,6 +309,7 @@ def test_the_plan_is_made_at_start_up_and_healthz_says_ready(vit_run, monkeypatc
     assert measured_by_request == [], measured_by_request
 
 
+@pytest.mark.slow
 def test_the_api_generates_a_thousand_tokens_from_a_context_of_128(lm_run):
     client = TestClient(create_app(str(lm_run)))  # the default limits: up to 1,000 new tokens
     assert client.get("/api/info").json()["max_new_tokens"] == 1000

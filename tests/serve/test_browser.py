@@ -71,6 +71,7 @@ def draw(driver, canvas, strokes):
 ONE = [[(6, -90), (-6, 90)]]  # the digit this tiny model reads surely; a 7 or a 0 it often misreads
 
 
+@pytest.mark.slow
 def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, tmp_path):
     from anyformer.serve import create_app
     from starlette.testclient import TestClient
@@ -104,6 +105,7 @@ def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, t
         screenshot(browser, "classifier.png", tmp_path)
 
 
+@pytest.mark.slow
 def test_a_bad_upload_shows_an_error_and_the_page_keeps_working(vit_run, browser, tmp_path):
     from anyformer.serve import create_app
     bad = tmp_path / "notes.png"
@@ -124,6 +126,7 @@ def test_a_bad_upload_shows_an_error_and_the_page_keeps_working(vit_run, browser
             lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)
 
 
+@pytest.mark.slow
 def test_generated_text_streams_into_the_page(lm_run, browser, tmp_path):
     from anyformer.data.text import tokenizer_from_info
     from anyformer.models import read_config

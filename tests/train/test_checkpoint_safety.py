@@ -87,6 +87,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_damaged_or_malicious_checkpoint_is_refused_and_nothing_changes(kind, trained, tmp_path, mnist_slice):
@@ -102,6 +103,7 @@ def test_damaged_or_malicious_checkpoint_is_refused_and_nothing_changes(kind, tr
     assert not marker.exists(), "loading the checkpoint ran its code"
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_model_is_refused_and_nothing_changes(trained, tmp_path, mnist_slice):
     run = tmp_path / "run"
     shutil.copytree(trained[0], run)
@@ -112,6 +114,7 @@ def test_checkpoint_of_another_model_is_refused_and_nothing_changes(trained, tmp
     assert hashes(run) == before
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_malicious_checkpoint_in_one_line(trained, tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     shutil.copytree(trained[0], run)
@@ -128,6 +131,7 @@ def test_the_command_line_refuses_a_malicious_checkpoint_in_one_line(trained, tm
     assert hashes(run) == before and not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_is_checked_even_when_it_unpickles(trained, tmp_path):
     """The SHA-256 covers what the zip does not: change one weight and keep the file well-formed."""
     path = tmp_path / "step-000000001.pt"
@@ -182,6 +186,7 @@ def test_an_output_folder_that_cannot_be_made(tmp_path, mnist_slice):
             make_trainer(cfg, mnist_slice).run()
 
 
+@pytest.mark.slow
 def test_a_real_write_failure_through_the_command_line(tmp_path, monkeypatch):
     """The kernel refuses the write (a file-size limit between the model's 170 kB and the
     checkpoint's 540 kB, as a full disk would): exit 2, one line, no temporary file."""
@@ -206,6 +211,7 @@ def test_a_real_write_failure_through_the_command_line(tmp_path, monkeypatch):
     assert not [p for p in out.rglob(".*")], "temporary file left"
 
 
+@pytest.mark.slow
 def test_resume_without_a_checkpoint_starts_over_cleanly(tmp_path, mnist_slice, capsys):
     """A kill between the first evaluation's metrics line and its checkpoint leaves a line with
     nothing to resume from: --resume starts from step 0 and does not keep the stale line."""

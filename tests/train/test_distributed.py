@@ -103,6 +103,7 @@ def one_process(tmp_path_factory, mnist_slice):
     return out
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(one_process, tmp_path):
     out = tmp_path / "ddp"
     r = run(torchrun(*ARGS, "--out", str(out)))
@@ -116,6 +117,7 @@ def test_two_processes_match_one(one_process, tmp_path):
     assert r.stdout.count("step 20 | epoch") == 1, r.stdout
 
 
+@pytest.mark.slow
 def test_accumulation_killed_under_ddp_resumed_under_fsdp(one_process, tmp_path):
     """DDP with --grad-accum 2 is killed -9 (launcher and both ranks) after a checkpoint; FSDP with
     --grad-accum 2 resumes it on both ranks from that checkpoint; the end equals one process."""

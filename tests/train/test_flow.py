@@ -27,6 +27,7 @@ def flow_trainer(cfg, mnist_slice):
     return make_trainer(cfg, mnist_slice, FlowMatching)
 
 
+@pytest.mark.slow
 def test_flow_loss_falls_and_the_run_writes_samples(tmp_path, mnist_slice):
     trainer = flow_trainer(flow_config(tmp_path, max_steps=60, eval_every=30), mnist_slice)
     # Untrained, a DiT predicts v = 0: its loss is E|eps - x|^2, about 1.8 per pixel on MNIST in [-1, 1].
@@ -62,6 +63,7 @@ def test_batches_are_a_function_of_seed_and_step_and_drop_labels(tmp_path, mnist
     assert not torch.equal(a.batch(4)[0][2], t)
 
 
+@pytest.mark.slow
 def test_ema_is_saved_evaluated_and_resumed_exactly(tmp_path, mnist_slice):
     kw = dict(max_steps=12, eval_every=6, ema=0.9)
     full = flow_trainer(flow_config(tmp_path / "a", **kw), mnist_slice)
@@ -84,6 +86,7 @@ def test_ema_is_saved_evaluated_and_resumed_exactly(tmp_path, mnist_slice):
     assert sorted(ea) == sorted(eb) and all(torch.equal(ea[k], eb[k]) for k in ea)
 
 
+@pytest.mark.slow
 def test_a_judge_is_asked_for_lazily_and_its_scores_are_logged(tmp_path, mnist_slice, monkeypatch):
     import sys
     import types

@@ -76,6 +76,7 @@ def judge(judge_run, mnist_slice):
                       test=ImageDataset(test.images[:500], test.labels[:500], test.classes, test.name))
 
 
+@pytest.mark.slow
 def test_real_test_images_are_consistent_exactly_as_often_as_the_judge_is_accurate(judge, judge_run):
     test = judge.test
     scores = judge.score(test.images, test.labels)
@@ -91,6 +92,7 @@ def test_real_test_images_are_consistent_exactly_as_often_as_the_judge_is_accura
     assert scores["frechet"] == pytest.approx(0, abs=1e-6)  # the test set against itself
 
 
+@pytest.mark.slow
 def test_the_floor_is_small_and_positive_and_noise_is_far_above_it(judge):
     g = torch.Generator().manual_seed(0)
     noise = torch.randint(0, 256, (200, 1, 28, 28), generator=g, dtype=torch.uint8)
@@ -102,6 +104,7 @@ def test_the_floor_is_small_and_positive_and_noise_is_far_above_it(judge):
     assert scores["class_consistency"] < 0.5  # noise is no digit asked for
 
 
+@pytest.mark.slow
 def test_a_shuffled_label_lowers_consistency_not_frechet(judge):
     test = judge.test
     right = judge.score(test.images[:300], test.labels[:300])
@@ -110,6 +113,7 @@ def test_a_shuffled_label_lowers_consistency_not_frechet(judge):
     assert wrong["frechet"] == right["frechet"]
 
 
+@pytest.mark.slow
 def test_load_refuses_what_is_not_a_matching_classifier_run(judge_run, tmp_path):
     ok = dict(channels=1, image_size=(28, 28), classes=MNIST_CLASSES)
 
@@ -130,6 +134,7 @@ def test_load_refuses_what_is_not_a_matching_classifier_run(judge_run, tmp_path)
     refused(tmp_path / "no-weights", r"has no weights: expected .*model.safetensors")
 
 
+@pytest.mark.slow
 def test_score_refuses_bad_images_and_labels(judge):
     images, labels = judge.test.images[:4], judge.test.labels[:4]
     with pytest.raises(TypeError, match=r"expected uint8 images \(N, C, H, W\), got a torch.float32 tensor"):

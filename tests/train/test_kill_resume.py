@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -63,6 +64,7 @@ def strip(out: Path) -> list[dict]:
             for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_killed_at_random_steps_then_resumed_equals_an_uninterrupted_run(tmp_path):
     ref = tmp_path / "ref"
     r = finished(ref, resume=False)

@@ -38,6 +38,7 @@ def trainer(cfg, corpus) -> Trainer:
     return Trainer(cfg, task=LanguageModelling(cfg, torch.device("cpu"), corpus))
 
 
+@pytest.mark.slow
 def test_batches_are_shifted_windows_fixed_by_seed_and_step_and_shared_over_ranks(tmp_path, corpus):
     task = LanguageModelling(lm_config(tmp_path), torch.device("cpu"), corpus)
     (x, y), n = task.batch(7)
@@ -77,6 +78,7 @@ def test_evaluation_uses_the_same_windows_and_shards_add_up(tmp_path, corpus):
     assert total / count == pytest.approx(first, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_short_run_on_shakespeare_learns_and_writes_the_run_directory(tmp_path, corpus):
     summary = trainer(lm_config(tmp_path, max_steps=150, eval_every=50), corpus).run()
     run = tmp_path / "run"
@@ -102,6 +104,7 @@ def test_short_run_on_shakespeare_learns_and_writes_the_run_directory(tmp_path, 
     assert len(tok.decode(out[0].tolist())) == 26
 
 
+@pytest.mark.slow
 def test_resume_of_a_language_model_run_continues_exactly(tmp_path, corpus):
     kw = dict(max_steps=24, eval_every=8, model_overrides=dict(TINY, dropout=0.1))  # dropout: RNG state matters
     trainer(lm_config(tmp_path / "a", **kw), corpus).run()

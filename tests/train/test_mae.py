@@ -42,6 +42,7 @@ def mae_run(tmp_path_factory, mnist_slice):
     return tmp / "mae", before, summary
 
 
+@pytest.mark.slow
 def test_mae_loss_falls_on_real_digits_and_the_run_draws_its_picture(mae_run):
     run, before, summary = mae_run
     lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
@@ -67,6 +68,7 @@ def test_mae_batches_and_evaluation_are_functions_of_the_seed_and_step(tmp_path,
     assert a.evaluate(model, Distributed()) == b.evaluate(model, Distributed())
 
 
+@pytest.mark.slow
 def test_init_from_an_mae_run_starts_the_vit_from_its_encoder(mae_run, tmp_path, mnist_slice):
     run, _, _ = mae_run
     mae = af.load(run)
@@ -95,6 +97,7 @@ def test_init_from_an_mae_run_starts_the_vit_from_its_encoder(mae_run, tmp_path,
     assert torch.equal(again.backbone.blocks[0].attn.qkv.weight, trained.backbone.blocks[0].attn.qkv.weight)
 
 
+@pytest.mark.slow
 def test_init_from_refuses_a_mismatched_shape_with_one_line(mae_run, tmp_path, mnist_slice):
     run, _, _ = mae_run
     cfg = tiny_config(tmp_path, model="vit-mae-mnist", model_overrides={**VIT_OF_MAE, "width": 64},

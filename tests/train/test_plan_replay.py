@@ -42,6 +42,7 @@ def non_stock_plan(tmp_path, mnist_slice, monkeypatch, planning):
     return tmp_path / "source" / "run" / "plan.json"
 
 
+@pytest.mark.slow
 def test_resume_under_a_non_stock_plan_continues_bit_for_bit(tmp_path, mnist_slice, non_stock_plan, capsys):
     """Both runs replay the same non-stock plan (--plan PATH); one is stopped after step 13, and its
     resume replays the plan its checkpoint and plan.json hold: the same weights and metrics."""
@@ -60,6 +61,7 @@ def test_resume_under_a_non_stock_plan_continues_bit_for_bit(tmp_path, mnist_sli
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
 
 
+@pytest.mark.slow
 def test_resume_replays_the_runs_own_plan_not_what_the_cache_says(tmp_path, mnist_slice, planning, capsys):
     cfg = dict(max_steps=12, eval_every=6, amp="none")
     cut = make_trainer(tiny_config(tmp_path, **cfg), mnist_slice)
@@ -76,6 +78,7 @@ def test_resume_replays_the_runs_own_plan_not_what_the_cache_says(tmp_path, mnis
         assert summary["linears"] == "mixed" and "linears: mixed (replayed from the recorded plan)" in out
 
 
+@pytest.mark.slow
 def test_plan_stock_answers_every_decision_with_pytorchs_default(tmp_path, mnist_slice, planning):
     summary = make_trainer(tiny_config(tmp_path, max_steps=3, eval_every=3, amp="none", plan="stock"),
                            mnist_slice).run()
@@ -96,6 +99,7 @@ def test_a_plan_file_that_is_not_one_is_refused_in_one_line(tmp_path, mnist_slic
         make_trainer(tiny_config(tmp_path, max_steps=3, plan=str(tmp_path / "nowhere.json")), mnist_slice)
 
 
+@pytest.mark.slow
 def test_tune_plans_before_training_and_train_replays_its_file(tmp_path, planning, capsys, monkeypatch):
     from anyformer.cli import main
     from tests.conftest import SHARED_DATA
@@ -131,6 +135,7 @@ def _runnable(forced: str) -> str | None:
 FORCED = ["linear=onednn", "linear=mixed", "attention=native", "gelu=native", "linears=onednn"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forced", FORCED)
 def test_resume_is_bit_exact_with_each_private_kernel(forced, tmp_path, mnist_slice, monkeypatch):
     why = _runnable(forced)
@@ -160,6 +165,7 @@ def test_resume_is_bit_exact_with_each_private_kernel(forced, tmp_path, mnist_sl
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
 
 
+@pytest.mark.slow
 def test_the_plan_times_stand_ins_not_the_runs_examples(tmp_path, mnist_slice, planning, monkeypatch):
     """Every forward the trainer's planning runs (linears, compile) sees stand-ins of the first
     batch's shapes: noise for the images, zeros for the labels; never the examples it trains on."""

@@ -50,6 +50,7 @@ def test_the_classification_task_feeds_the_model_through_it(tmp_path, mnist_slic
     assert float(symmetric.normalise(torch.zeros(1, 1, 28, 28, dtype=torch.uint8)).min()) == -1.0
 
 
+@pytest.mark.slow
 def test_saved_with_the_run_and_read_back(tmp_path, mnist_slice):
     make_trainer(tiny_config(tmp_path, max_steps=1), mnist_slice).run()
     info = read_config(tmp_path / "run")["data"]

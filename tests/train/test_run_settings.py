@@ -25,6 +25,7 @@ def hashes(run):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_resume_without_flags_continues_the_run_as_recorded(tmp_path, capsys):
     """The mnist recipe has a 9-minute time budget; `--max-steps 12` drops it. A resume given no flags
     keeps the 12 steps, where the recipe's own settings would have fitted thousands to the budget."""
@@ -42,6 +43,7 @@ def test_resume_without_flags_continues_the_run_as_recorded(tmp_path, capsys):
     assert summary["steps"] == 12 and summary["resumed"] is True and summary["time_budget"] is None
 
 
+@pytest.mark.slow
 def test_a_flag_that_contradicts_the_run_is_refused_and_nothing_changes(tmp_path, capsys):
     run = tmp_path / "r"
     assert main(["train", "mnist", "--max-steps", "4", "--eval-every", "4", "--out", str(run), *TINY]) == 0
@@ -59,6 +61,7 @@ def test_a_flag_that_contradicts_the_run_is_refused_and_nothing_changes(tmp_path
     assert json.loads((run / "summary.json").read_text())["steps"] == 4
 
 
+@pytest.mark.slow
 def test_a_run_is_never_replaced_without_overwrite(tmp_path, capsys):
     run = tmp_path / "r"
     assert main(["train", "mnist", "--max-steps", "3", "--eval-every", "3", "--out", str(run), *TINY]) == 0

@@ -36,6 +36,7 @@ class HostReads:
             monkeypatch.setattr(torch.Tensor, name, guard)
 
 
+@pytest.mark.slow
 def test_a_training_step_never_reads_a_value_back_to_the_host(tmp_path, mnist_slice, monkeypatch):
     """Reads happen at syncs: the first step, then about every SYNC_SECONDS (here: never), and at
     each evaluation and checkpoint; the sums read there are those of every step."""
@@ -66,6 +67,7 @@ def test_a_training_step_never_reads_a_value_back_to_the_host(tmp_path, mnist_sl
     assert all(0 < m["train_loss"] < 3 and 0 <= m["train_accuracy"] <= 1 for m in lines)
 
 
+@pytest.mark.slow
 def test_syncs_follow_the_clock(tmp_path, mnist_slice, monkeypatch):
     """With SYNC_SECONDS = 0 every step is read (the progress bar stays current)."""
     monkeypatch.setattr(trainer_module, "SYNC_SECONDS", 0.0)
@@ -115,6 +117,7 @@ def scaled(trainer):
     return trainer
 
 
+@pytest.mark.slow
 def test_loss_scaling_unscales_before_clipping_and_resumes_exactly(tmp_path, mnist_slice):
     kw = dict(max_steps=16, eval_every=8, grad_clip=0.5, augment="digits")
     make_trainer(tiny_config(tmp_path / "plain", **kw), mnist_slice).run()
@@ -157,6 +160,7 @@ except Interrupted as e:
 """
 
 
+@pytest.mark.slow
 def test_a_signal_on_one_rank_stops_every_rank_after_the_same_step(tmp_path):
     script = tmp_path / "stop.py"
     script.write_text(STOP_SCRIPT)

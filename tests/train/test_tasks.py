@@ -93,6 +93,7 @@ class EvenOdd(ImageClassification):
         (run_dir / "parity.txt").write_text(f"{result['parity_accuracy']}\n")
 
 
+@pytest.mark.slow
 def test_a_new_task_trains_without_touching_the_trainer(tmp_path, mnist_slice, monkeypatch, capsys):
     monkeypatch.setitem(TASKS, "even-odd", EvenOdd)
     train, test = mnist_slice
@@ -120,6 +121,7 @@ def test_a_new_task_trains_without_touching_the_trainer(tmp_path, mnist_slice, m
     assert not (run / "parity.txt").exists() and (run / "confusion.png").exists()
 
 
+@pytest.mark.slow
 def test_throughput_counts_each_tasks_items(tmp_path, mnist_slice):
     """Images for a classifier; for a language model seq_len tokens per example (test_lm covers it)."""
     train, test = mnist_slice

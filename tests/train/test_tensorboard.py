@@ -15,6 +15,7 @@ def read_scalars(folder) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_what_metrics_jsonl_holds(tmp_path):
     run = RunDir(tmp_path / "run", Distributed(), log="tensorboard")
     run.prepare(resume=False)

@@ -59,6 +59,7 @@ def test_durations_parse():
     assert [_duration(t) for t in ("540", "90s", "9m", "1h30m", "none", "0")] == [540, 90, 540, 5400, 0, 0]
 
 
+@pytest.mark.slow
 def test_a_run_ends_within_its_budget_instead_of_its_epochs(tmp_path, mnist_slice, capsys):
     cfg = tiny_config(tmp_path, epochs=40, time_budget=2.0)  # 40 epochs of 63 steps: far more than 2 s here
     trainer = make_trainer(cfg, mnist_slice)

@@ -10,6 +10,7 @@ from anyformer.train.optim import lr_at, param_groups
 from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at, make_trainer, tiny_config
 
 
+@pytest.mark.slow
 def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
     cfg = tiny_config(tmp_path, epochs=3)
     summary = make_trainer(cfg, mnist_slice).run()
@@ -25,6 +26,7 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
     assert model.num_params() == summary["params"]
 
 
+@pytest.mark.slow
 def test_a_forced_compile_trains_compiled_across_an_epoch_end(tmp_path, mnist_slice, capsys):
     """--compile: the steps run under torch.compile; the epoch's short last batch (2,000 = 62 x 32 + 16)
     runs eagerly instead of compiling a second graph; the run learns and says what it chose."""
@@ -36,6 +38,7 @@ def test_a_forced_compile_trains_compiled_across_an_epoch_end(tmp_path, mnist_sl
     assert summary["test_accuracy"] > 0.3
 
 
+@pytest.mark.slow
 def test_a_short_run_is_not_worth_measuring_a_compile(tmp_path, mnist_slice, capsys, monkeypatch):
     from anyformer import plan
     monkeypatch.setenv("ANYFORMER_PLAN", "auto")  # the suite forces stock; here the plan decides
@@ -50,6 +53,7 @@ def test_a_short_run_is_not_worth_measuring_a_compile(tmp_path, mnist_slice, cap
     assert "too few to repay a compile" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec, compile", [("auto,compile=eager", None), ("auto", False)])
 def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_slice, monkeypatch, capsys,
                                                               spec, compile):
@@ -79,6 +83,7 @@ def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_sl
     assert kernels == {None if record["choice"] == "planned" else record["choice"]}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not __import__("anyformer").plan.onednn_linear_op(), reason="no oneDNN: nothing to time")
 def test_a_cold_and_a_warm_plan_cache_train_the_same_bits(tmp_path, mnist_slice, monkeypatch):
     """The plan is measured on the step's forward and backward, never by taking the run's own steps
@@ -109,6 +114,7 @@ def test_a_cold_and_a_warm_plan_cache_train_the_same_bits(tmp_path, mnist_slice,
     assert len(warm["answers"]) > 3 and {k: cold["answers"].get(k) for k in warm["answers"]} == warm["answers"]
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):
     full = make_trainer(tiny_config(tmp_path / "a", max_steps=24, eval_every=8, augment="digits"), mnist_slice)
     full.run()
@@ -127,6 +133,7 @@ def test_resume_continues_the_same_run_exactly(tmp_path, mnist_slice):
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_metrics(tmp_path, mnist_slice):
     runs = []
     for name in ("x", "y"):

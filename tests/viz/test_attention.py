@@ -237,6 +237,7 @@ def read_png(path) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
+@pytest.mark.slow
 def test_plot_image_attention_writes_a_png_of_the_asked_size(tmp_path):
     vit = tiny_vit()
     images = torch.randn(2, 1, 12, 8)
@@ -254,6 +255,7 @@ def test_plot_image_attention_writes_a_png_of_the_asked_size(tmp_path):
         plot_image_attention(images[0], res, tmp_path / "x.png", layers=[1])
 
 
+@pytest.mark.slow
 def test_plot_image_attention_takes_uint8_rgb(tmp_path):
     vit = tiny_vit(in_chans=3)
     images = torch.rand(1, 3, 12, 8)
@@ -277,6 +279,7 @@ def test_plot_token_attention(tmp_path):
         plot_token_attention(tokens[:5], attn, tmp_path / "bad.png")
 
 
+@pytest.mark.slow
 def test_plot_digit_attention(tmp_path):
     vit = tiny_vit(image_size=16, num_classes=10)
     images = torch.randn(5, 1, 16, 16)

@@ -22,12 +22,14 @@ def read_png(path) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
+@pytest.mark.slow
 def test_curves_from_a_list(tmp_path):
     px = read_png(plot_curves(metrics(), tmp_path / "curves.png", figsize=(12, 4), dpi=50))
     assert px.shape == (200, 600, 3)
     assert len(np.unique(px.reshape(-1, 3), axis=0)) > 20
 
 
+@pytest.mark.slow
 def test_curves_panels_follow_the_keys_present(tmp_path):
     full = read_png(plot_curves(metrics(), tmp_path / "full.png"))
     loss_only = read_png(plot_curves([{"step": i, "train_loss": 1 / (i + 1)} for i in range(5)],

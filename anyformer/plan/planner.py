@@ -214,7 +214,8 @@ class Planner:
         when a measurement is needed. `available`: the choices this build of torch can run
         (default: all). `tolerance`: see `max_error`. `measured_with`: the sizes actually timed
         where they differ from `fields` (recorded). `extra()`: more fields to record with a new
-        measurement (e.g. a compile time), asked after the candidates ran. `partial`: choices that apply to some cases only; forcing one where it is not available gives the stock choice instead of an error."""
+        measurement (e.g. a compile time), asked after the candidates ran. `partial`: choices that
+        apply to some cases only; forcing one where it is not available gives stock, not an error."""
         with self._lock:
             self._sync()
             d = choices.decision(name)

@@ -27,8 +27,8 @@ ARGS = ["train", "--set", "width=48", "--set", "depth=2", "--set", "heads=4", "-
 TIMING = ("time", "images_per_s")
 
 
-def env() -> dict:
-    e = {**os.environ, "ANYFORMER_DATA": str(SHARED_DATA), "PYTHONUNBUFFERED": "1"}  # lines survive a kill
+def env(**extra: str) -> dict:
+    e = {**os.environ, "ANYFORMER_DATA": str(SHARED_DATA), "PYTHONUNBUFFERED": "1", **extra}  # lines survive a kill
     e.pop("ANYFORMER_DEBUG", None)
     return e
 
@@ -39,10 +39,12 @@ def checkpoint_steps(out: Path) -> list[int]:
     return sorted(int(n[5:14]) for n in names if n.startswith("step-") and n.endswith(".pt"))
 
 
-def interrupt(out: Path, at_step: int, sig: int, resume: bool) -> subprocess.CompletedProcess:
+def interrupt(out: Path, at_step: int, sig: int, resume: bool, args: list[str] = ARGS,
+              **extra: str) -> subprocess.CompletedProcess:
     """Start a run, send `sig` once a checkpoint at or after `at_step` exists, and wait for it."""
-    cmd = [sys.executable, "-m", "anyformer", *ARGS, "--out", str(out), *(["--resume"] if resume else [])]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "anyformer", *args, "--out", str(out), *(["--resume"] if resume else [])]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
         steps = checkpoint_steps(out)
@@ -54,9 +56,9 @@ def interrupt(out: Path, at_step: int, sig: int, resume: bool) -> subprocess.Com
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-def finished(out: Path, resume: bool) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "anyformer", *ARGS, "--out", str(out), *(["--resume"] if resume else [])]
-    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+def finished(out: Path, resume: bool, args: list[str] = ARGS, **extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "anyformer", *args, "--out", str(out), *(["--resume"] if resume else [])]
+    return subprocess.run(cmd, cwd=REPO, env=env(**extra), capture_output=True, text=True, timeout=600)
 
 
 def strip(out: Path) -> list[dict]:
@@ -106,3 +108,30 @@ def test_killed_at_random_steps_then_resumed_equals_an_uninterrupted_run(tmp_pat
     assert sb["resumed"] is True
     assert checkpoint_steps(out) == [39, 40]  # the last two kept
     assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".")], "temp files left"
+
+
+@pytest.mark.slow
+def test_killed_under_a_non_stock_plan_then_resumed_equals_an_uninterrupted_run(tmp_path):
+    """The kernels users get where the plan measured them faster (oneDNN linears, the native attention
+    and GELU), forced for both runs: SIGKILL at a step, then --resume, ends where the uninterrupted run
+    ends, bit for bit. Heads of 16, the native attention's size."""
+    from anyformer import plan
+    from anyformer.plan import native
+    if plan.onednn_linear_op() is None or native.why_unavailable() or native._unbuildable():
+        pytest.skip("the oneDNN linear or the native kernels cannot run here")
+    args = [a if a != "heads=4" else "heads=3" for a in ARGS]
+    forced = dict(ANYFORMER_PLAN="stock,linear=onednn,attention=native,gelu=native",
+                  ANYFORMER_CACHE=str(tmp_path / "cache"))
+    ref, out = tmp_path / "ref", tmp_path / "cut"
+    r = finished(ref, False, args, **forced)
+    assert r.returncode == 0, r.stderr
+    r = interrupt(out, 17, signal.SIGKILL, False, args, **forced)
+    assert r.returncode == -signal.SIGKILL and not (out / "summary.json").exists(), r.stderr
+    r = finished(out, True, args, **forced)
+    assert r.returncode == 0, r.stderr
+    answers = json.loads((out / "plan.json").read_text())["answers"]
+    ran = {(key.split()[0], choice) for key, choice in answers.items()}
+    assert {("linear", "onednn"), ("attention", "native"), ("gelu", "native")} <= ran, answers  # they did run
+    a, b = load_file(ref / "model.safetensors"), load_file(out / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert strip(ref) == strip(out)

@@ -59,3 +59,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def skip_unless_runnable(*forced: str) -> None:
+    """Skip the calling test where this machine cannot run a private kernel it forces (e.g.
+    "linear=onednn", "attention=native"): no oneDNN linear in the torch build, or no native kernels."""
+    from anyformer import plan
+    from anyformer.plan import native
+    if any("onednn" in f or "mixed" in f for f in forced) and plan.onednn_linear_op() is None:
+        pytest.skip(f"{', '.join(forced)}: no oneDNN linear in this torch build")
+    why = native.why_unavailable() or native._unbuildable()
+    if any("native" in f for f in forced) and why:
+        pytest.skip(f"{', '.join(forced)}: no native kernels here ({why})")

@@ -81,7 +81,8 @@ class PatchEmbedding(nn.Module):
 class ClassToken(nn.Module):
     """Prepends a learned class token (and optional register tokens) to the sequence.
 
-    The class token starts independent of the input and gathers it by attending (Turner, 2023; Dosovitskiy et al., 2021).
+    The class token starts independent of the input and gathers it by attending (Turner, 2023;
+    Dosovitskiy et al., 2021).
     Registers are extra learned tokens that give attention somewhere to park (Darcet et al.).
     """
 

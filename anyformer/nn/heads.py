@@ -16,8 +16,8 @@ POOLS = ("cls", "mean")
 class ClassifierHead(nn.Module):
     """(B, N, D) tokens -> (B, classes) logits, pooling the class token or the mean of the rest.
 
-    `hidden` adds a pre-logits layer with an activation: tanh for pre-training as in ViT-B (Dosovitskiy et al., 2021),
-    GELU for the final MLP of Turner's (2023) MNIST ViT.
+    `hidden` adds a pre-logits layer with an activation: tanh for pre-training as in ViT-B
+    (Dosovitskiy et al., 2021), GELU for the final MLP of Turner's (2023) MNIST ViT.
     """
 
     def __init__(self, width: int, num_classes: int, *, pool: str = "cls", hidden: int | None = None,
@@ -72,7 +72,8 @@ register_planned(LMHead, PlannedLMHead)
 
 
 class PatchOutput(nn.Module):
-    """(B, N, D) patch tokens -> (B, C, H, W) image: each token becomes its p x p x C patch (the patch output head of Peebles and Xie, 2023)."""
+    """(B, N, D) patch tokens -> (B, C, H, W) image: each token becomes its p x p x C patch (the patch
+    output head of Peebles and Xie, 2023)."""
 
     def __init__(self, width: int, patch_size: int | tuple[int, int], out_chans: int) -> None:
         super().__init__()

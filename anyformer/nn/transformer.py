@@ -190,7 +190,8 @@ class Transformer(nn.Module):
         static cache mode, x standing at that position (MultiHeadAttention.forward). `keep=n`:
         return only the first n tokens (e.g. 1: the class token). The last block then computes its
         attention queries, MLP and the final norm for those n alone: the same values, for half (MLP
-        as wide as the tokens) to three quarters (MLP 4x) of a block's work less. `cond` (B, D): the condition of adaLN blocks."""
+        as wide as the tokens) to three quarters (MLP 4x) of a block's work less. `cond` (B, D): the
+        condition of adaLN blocks."""
         if return_attention is not False and return_attention is not None:
             return self.forward_with_attention(x, return_attention, causal=causal, mask=mask, context=context,
                                                context_mask=context_mask, cache=cache, position=position,

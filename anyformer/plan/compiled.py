@@ -146,8 +146,8 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
 
 def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None, unit: str,
             runs: tuple[Callable[[], tuple], Callable[[], tuple]], first_call: dict[str, float],
-            device: torch.device, tolerance: float, what: str, *, repay: float = REPAY, first_compile_s: float = FIRST_COMPILE_S,
-            compiles_like: Mapping[str, Any] | None = None, rng: bool = True,
+            device: torch.device, tolerance: float, what: str, *, repay: float = REPAY,
+            first_compile_s: float = FIRST_COMPILE_S, compiles_like: Mapping[str, Any] | None = None, rng: bool = True,
             seconds: float | None = None) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
     (if the `count` calls to come could repay `repay` compiles), with the numerics checked. Under a

@@ -35,8 +35,7 @@ def info(ctx: Context) -> dict[str, Any]:
 def warm_up(ctx: Context) -> None:
     """A two-token continuation of a one-token prompt: the prompt's and the step's kernels are
     planned now, not inside the first user's request."""
-    for _ in ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), 2,
-                              temperature=0):
+    for _ in ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), 2, temperature=0):
         pass
 
 

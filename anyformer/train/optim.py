@@ -28,7 +28,8 @@ def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False)
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     groups = param_groups(model, cfg.weight_decay, cfg.decay_all)
-    # Decoupled weight decay in both cases: Keras's Adam(weight_decay=...), which Turner's (2023) MNIST ViT uses, decouples it too.
+    # Decoupled weight decay in both cases: Keras's Adam(weight_decay=...), which Turner's (2023) MNIST ViT
+    # uses, decouples it too.
     # Fused (one pass over every parameter) or foreach (torch's default): the plan's measured choice
     # for these tensors on this device; fused was 2-4x faster on a 2-core EPYC, where it was tried.
     impl = adamw_impl(groups, device=device)

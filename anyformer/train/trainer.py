@@ -150,8 +150,9 @@ class Trainer:
 
     def tune(self) -> dict[str, Any]:
         """The plan this run would train with, made now without training a step: its precision,
-        optimiser and per-shape kernels, and the training step's linears and compile (measured on
-        a forward and backward of stand-ins shaped like its first batch). Nothing is written; `train --plan FILE` replays it."""
+        optimiser and per-shape kernels, and the training step's linears and compile (measured on a
+        forward and backward of stand-ins shaped like its first batch). Nothing is written; `train
+        --plan FILE` replays it."""
         if self.budget is not None:  # a compile is judged against the budget the run would have
             self.budget.start(self.step, self.elapsed)
         with self._plan_scope():
@@ -353,14 +354,15 @@ class Trainer:
         """What a planning pass runs: stand-ins (`synthetic_like`) of the shapes of this rank's first
         gradient-accumulation chunk of step `step`'s batch."""
         batch, _ = self.task.batch(step, self.dist.rank, self.dist.world)
-        return synthetic_like([t[0] for t in (torch.tensor_split(t, self.cfg.grad_accum) for t in batch)], self.cfg.seed)
+        first = [torch.tensor_split(t, self.cfg.grad_accum)[0] for t in batch]
+        return synthetic_like(first, self.cfg.seed)
 
     def _plan_on_rank0(self) -> None:
         """Under torchrun: rank 0 takes one training forward and backward of stand-ins shaped like its
         share of the first batch (before the model is wrapped: no collectives; gradients discarded,
         RNG untouched) and asks for AdamW's kernel, so that the plan measures the step's choices
-        once, while the other ranks wait. They then read its answers from the plan file instead of timing the same cores
-        under each other's load (and perhaps choosing differently)."""
+        once, while the other ranks wait. They then read its answers from the plan file instead of
+        timing the same cores under each other's load (and perhaps choosing differently)."""
         if self.dist.is_main:
             chunk = self._planning_chunk(0)
             if len(chunk[0]):

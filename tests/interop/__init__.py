@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-import pytest
 import torch
 from torch import Tensor, nn
+
+from tests.conftest import skip_unless_runnable
 
 # Allowed max |ours - ref|, as a fraction of the reference tensor's scale (max |ref|, at least 1).
 # fp32 rounding from another summation order (anyformer's linears run on oneDNN, the references'
@@ -66,14 +67,6 @@ def state_dicts_equal(a: dict[str, Tensor], b: dict[str, Tensor]) -> bool:
 PRIVATE_KERNELS = ["linear=onednn", "attention=native", "gelu=native"]
 
 
-def _why_not(forced: str) -> str | None:
-    from anyformer import plan
-    from anyformer.plan import native
-    if "onednn" in forced:
-        return None if plan.onednn_linear_op() is not None else "no oneDNN linear in this torch build"
-    return native.why_unavailable() or native._unbuildable()
-
-
 @contextlib.contextmanager
 def private_kernel(model: nn.Module, forced: str) -> Iterator[None]:
     """Inside: `forced` (e.g. "attention=native") in force over PyTorch's kernels and `model`'s linear
@@ -82,9 +75,7 @@ def private_kernel(model: nn.Module, forced: str) -> Iterator[None]:
     from anyformer.nn import planned_kernels
     from anyformer.plan import forcing
     from anyformer.plan.planner import planner
-    why = _why_not(forced)
-    if why is not None:
-        pytest.skip(f"{forced} cannot run here: {why}")
+    skip_unless_runnable(forced)
     with forcing(f"stock,{forced}"), planner().recording() as answers, planned_kernels(model):
         yield
     choice = forced.split("=")[1]

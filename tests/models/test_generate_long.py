@@ -6,6 +6,7 @@ import torch
 
 import anyformer as af
 from anyformer.models.gpt import window_keep
+from tests.conftest import skip_unless_runnable
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +84,7 @@ def test_generation_with_each_private_kernel_equals_the_uncached_model(gpt, forc
     """The kernels users get, forced in turn (the suite otherwise runs stock): cached and sliding
     generation past the context still equals the uncached reference."""
     from anyformer import plan
-    from anyformer.plan import native
-    if "onednn" in forced and plan.onednn_linear_op() is None:
-        pytest.skip("no oneDNN linear in this torch build")
-    if "native" in forced and (native.why_unavailable() or native._unbuildable()):
-        pytest.skip(f"no native kernels here: {native.why_unavailable() or native._unbuildable()}")
+    skip_unless_runnable(forced)
     prompt = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(6))
     with plan.forcing(f"stock,{forced}"), torch.no_grad():
         out = gpt.generate(prompt, 40, temperature=0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA, skip_unless_runnable
 
 # Dropout and augmentation on, so that the data order and every random stream must be restored too;
 # the model and precision are named, so that a change to the default recipe does not change this test.
@@ -115,13 +115,10 @@ def test_killed_under_a_non_stock_plan_then_resumed_equals_an_uninterrupted_run(
     """The kernels users get where the plan measured them faster (oneDNN linears, the native attention
     and GELU), forced for both runs: SIGKILL at a step, then --resume, ends where the uninterrupted run
     ends, bit for bit. Heads of 16, the native attention's size."""
-    from anyformer import plan
-    from anyformer.plan import native
-    if plan.onednn_linear_op() is None or native.why_unavailable() or native._unbuildable():
-        pytest.skip("the oneDNN linear or the native kernels cannot run here")
+    kernels = ("linear=onednn", "attention=native", "gelu=native")
+    skip_unless_runnable(*kernels)
+    forced = dict(ANYFORMER_PLAN=",".join(("stock", *kernels)), ANYFORMER_CACHE=str(tmp_path / "cache"))
     args = [a if a != "heads=4" else "heads=3" for a in ARGS]
-    forced = dict(ANYFORMER_PLAN="stock,linear=onednn,attention=native,gelu=native",
-                  ANYFORMER_CACHE=str(tmp_path / "cache"))
     ref, out = tmp_path / "ref", tmp_path / "cut"
     r = finished(ref, False, args, **forced)
     assert r.returncode == 0, r.stderr

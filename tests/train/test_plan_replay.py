@@ -8,6 +8,8 @@ from anyformer import plan
 from anyformer.train import Interrupted
 from anyformer.train.checkpoint import list_checkpoints, load_checkpoint
 
+from tests.conftest import skip_unless_runnable
+
 from .conftest import assert_same_weights, interrupt_at, make_trainer, tiny_config
 
 NON_STOCK = "linear=onednn,attention=native,gelu=native,compile=eager"
@@ -120,16 +122,6 @@ def test_tune_plans_before_training_and_train_replays_its_file(tmp_path, plannin
     assert {k: used[k] for k in tuned["answers"]} == tuned["answers"]
 
 
-def _runnable(forced: str) -> str | None:
-    """Why `forced` cannot run on this machine (None: it can)."""
-    from anyformer.plan import native
-    if "onednn" in forced or "mixed" in forced:
-        return None if plan.onednn_linear_op() is not None else "no oneDNN linear in this torch build"
-    if "native" in forced:
-        return native.why_unavailable() or native._unbuildable()
-    return None
-
-
 # Every private kernel the plan may choose, forced in turn: the suite otherwise runs stock, and the
 # kernels users get must resume as exactly as stock does (dropout and augmentation on).
 FORCED = ["linear=onednn", "linear=mixed", "attention=native", "gelu=native", "linears=onednn"]
@@ -138,9 +130,7 @@ FORCED = ["linear=onednn", "linear=mixed", "attention=native", "gelu=native", "l
 @pytest.mark.slow
 @pytest.mark.parametrize("forced", FORCED)
 def test_resume_is_bit_exact_with_each_private_kernel(forced, tmp_path, mnist_slice, monkeypatch):
-    why = _runnable(forced)
-    if why is not None:
-        pytest.skip(f"{forced} cannot run here: {why}")
+    skip_unless_runnable(forced)
     monkeypatch.setenv("ANYFORMER_PLAN", f"stock,{forced}")
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
     plan.reset()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -22,8 +22,9 @@ from ..data import ImageDataset, ImagePreprocess, load_image_dataset
 from ..models import ViT, load, read_config
 from ..nn import plan_kernels
 from ..shapes import pair
+from .precision import autocast
 
-__all__ = ["Judge", "frechet_distance"]
+__all__ = ["Judge", "frechet_distance", "guidance_sweep"]
 
 
 # ---------------------------------------------------------------------- the statistic
@@ -180,6 +181,24 @@ class Judge:
         if images.shape[0] < 2:
             raise ValueError(f"expected at least 2 images to fit a covariance, got {images.shape[0]}")
         return int(images.shape[0])
+
+
+def guidance_sweep(generator: torch.nn.Module, info: dict[str, Any], judge_run: str | os.PathLike[str], *,
+                   scales: Sequence[float], per_class: int, steps: int, seed: int = 0,
+                   amp: str = "none") -> Iterator[dict[str, Any]]:
+    """Score a class-conditional generator at each guidance scale: `per_class` samples of every class,
+    drawn with `steps` Heun steps under the run's precision `amp`, judged by the classifier run
+    `judge_run`. `info` is the generator run's data section. Yields one row of scores per scale, as
+    each is ready (the sampling dominates: a row can take minutes)."""
+    if per_class < 1:  # before the judge computes its test-set features
+        raise ValueError(f"--per-class must be >= 1, got {per_class}")
+    judge = Judge.load(judge_run, channels=info["channels"], image_size=tuple(info["image_size"]),
+                       classes=info["classes"])
+    labels = torch.arange(generator.config.num_classes).repeat_interleave(per_class)
+    for w in scales:
+        with autocast(amp, torch.device("cpu")):  # the run's precision: bf16 halves this on CPUs that have it
+            images = generator.sample(labels, steps=steps, cfg=w, seed=seed)
+        yield {"cfg": w, "steps": steps, **judge.score(images, labels)}
 
 
 def _classifier_info(run: Path) -> dict[str, Any]:

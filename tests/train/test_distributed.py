@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from anyformer.cli import _parser
+from anyformer.cli import parser as _parser
+from anyformer.cli.train import settings
 from anyformer.train import recipe_config
 from tests.conftest import REPO, SHARED_DATA
 
@@ -97,8 +98,7 @@ def one_process(tmp_path_factory, mnist_slice):
     """The same settings in one process, run here (what `anyformer train` does) to save a start-up."""
     out = tmp_path_factory.mktemp("dist") / "one"
     args = _parser().parse_args([*ARGS, "--out", str(out)])
-    values = {k: v for k, v in vars(args).items() if k not in ("command", "recipe")}
-    cfg = recipe_config(None, **{**values, "model_overrides": dict(args.model_overrides)})
+    cfg = recipe_config(None, **settings(args))
     make_trainer(cfg, mnist_slice).run()
     return out
 

@@ -1,7 +1,7 @@
 """--time-budget: the run's steps are fitted to its measured speed, never past what --epochs asks."""
 import pytest
 
-from anyformer.cli import _duration
+from anyformer.cli.args import duration as _duration
 from anyformer.train import TrainConfig
 from anyformer.train import timebudget
 from anyformer.train.timebudget import TimeBudget

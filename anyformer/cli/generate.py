@@ -1,0 +1,39 @@
+"""`anyformer generate`: a prompt continued by a trained language model, streamed as it is decoded."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .runs import run_info
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    ge = sub.add_parser("generate", help="continue a prompt with a trained language model")
+    ge.add_argument("dir")
+    ge.add_argument("--prompt", required=True)
+    ge.add_argument("--max-new-tokens", type=int, default=200)
+    ge.add_argument("--temperature", type=float, default=0.8)
+    ge.add_argument("--top-k", type=int, default=None)
+    ge.add_argument("--top-p", type=float, default=None)
+    ge.add_argument("--seed", type=int, default=None)
+    ge.set_defaults(handler=generate)
+
+
+def generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..data.text import tokenizer_from_info
+    model, meta = run_info(args.dir)
+    if model.family != "gpt":
+        raise ValueError(f"{args.dir} holds a {model.family} model; `generate` needs a language model run")
+    tok = tokenizer_from_info(meta.get("data", {}))
+    ids = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
+    gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    sys.stdout.write(args.prompt)
+    decoder = tok.decoder()  # holds back a character split across BPE tokens until it is whole
+    for nxt in model.stream(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, generator=gen):
+        sys.stdout.write(decoder.feed(nxt[0].tolist()))
+        sys.stdout.flush()
+    sys.stdout.write(decoder.flush() + "\n")
+    return 0

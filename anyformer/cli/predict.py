@@ -1,0 +1,45 @@
+"""`anyformer predict`: image files classified by a trained image model, one line each."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .args import one_line
+from .runs import image_preprocess, run_info
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    pr = sub.add_parser("predict", help="classify image files with a trained image model")
+    pr.add_argument("dir")
+    pr.add_argument("images", nargs="+")
+    pr.add_argument("--top", type=int, default=3)
+    pr.add_argument("--raw", action="store_true",
+                    help="skip framing the picture like the training images (plain resize, as before)")
+    pr.set_defaults(handler=predict)
+
+
+def predict(args: argparse.Namespace) -> int:
+    import torch
+    model, meta = run_info(args.dir)
+    if model.family != "vit":
+        raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
+    info = meta.get("data", {})
+    pre = image_preprocess(args.dir, info)
+    unread = 0
+    for path in args.images:  # every file is answered; one that cannot be read is named, and the rest go on
+        try:
+            x, warning = pre.load_checked(path, raw=args.raw)
+        except (ValueError, OSError) as e:
+            print(f"anyformer: error: {path}: {one_line(e)}", file=sys.stderr)
+            unread += 1
+            continue
+        with torch.no_grad():
+            probs = model(pre(x)[None]).softmax(-1)[0]
+        top = probs.topk(min(args.top, probs.numel()))
+        shown = ", ".join(f"{info['classes'][i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
+        print(f"{path}: {shown}")
+        if warning:  # beside the answer, on stderr, so that stdout stays one line per picture
+            print(f"anyformer: warning: {path}: {warning}", file=sys.stderr)
+    if unread and len(args.images) > 1:
+        print(f"anyformer: {unread} of {len(args.images)} files could not be read", file=sys.stderr)
+    return 2 if unread else 0

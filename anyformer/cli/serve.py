@@ -1,0 +1,31 @@
+"""`anyformer serve`: a web page and a JSON API for a run (docs/serve.md)."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("serve", help="a web page and a JSON API for a run (docs/serve.md)")
+    s.add_argument("dir")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-body-bytes", type=int, default=5 * 1024 * 1024, help="largest request body")
+    s.add_argument("--max-pixels", type=int, default=40_000_000, help="largest image, width x height")
+    s.add_argument("--max-prompt-chars", type=int, default=4000)
+    s.add_argument("--max-new-tokens", type=int, default=1000, help="most tokens one generation may ask for")
+    s.add_argument("--concurrency", type=int, default=2, help="model calls running at once")
+    s.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
+    s.set_defaults(handler=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        from ..serve import Limits, serve as run_server
+    except ImportError as e:
+        raise ImportError(f"`anyformer serve` needs the serve extra ({e.name} is missing): "
+                          f"pip install 'anyformer[serve]'") from None
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_pixels=args.max_pixels,
+                    max_prompt_chars=args.max_prompt_chars, max_new_tokens=args.max_new_tokens,
+                    concurrency=args.concurrency)
+    run_server(args.dir, host=args.host, port=args.port, limits=limits)
+    return 0

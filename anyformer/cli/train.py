@@ -1,0 +1,134 @@
+"""`anyformer train`, `tune` and `recipes`: a recipe's settings from the command line."""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .args import duration, key_value
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("train", help="train a recipe (default: mnist) and write a run directory")
+    add_train_arguments(t)
+    t.set_defaults(handler=train)
+    tu = sub.add_parser("tune", help="plan a recipe's training before training it: measure, print and save the "
+                                     "choices (replay them with train --plan FILE)")
+    add_train_arguments(tu)
+    tu.add_argument("--save", metavar="FILE", help="write the plan here (a plan.json for train --plan FILE)")
+    tu.set_defaults(handler=tune)
+    sub.add_parser("recipes", help="list the training recipes").set_defaults(handler=recipes)
+
+
+def add_train_arguments(t: argparse.ArgumentParser) -> None:
+    """`train`'s options, which `tune` shares: it plans the run that train would run with them."""
+    t.add_argument("recipe", nargs="?", default=None, help="a recipe name (see `anyformer recipes`)")
+    t.add_argument("--model", help="model preset, e.g. vit-mnist, vit-s/16, shakespeare-char")
+    t.add_argument("--set", dest="model_overrides", type=key_value, action="append", metavar="KEY=VALUE",
+                   help="override a model config field, e.g. --set depth=4 (repeatable)")
+    t.add_argument("--data", help="dataset name (mnist, fashion-mnist, cifar10) or a path")
+    t.add_argument("--out", help="run directory (default runs/RECIPE)")
+    g = t.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=float)
+    g.add_argument("--max-steps", type=int)
+    t.add_argument("--batch-size", type=int, help="the global batch size")
+    t.add_argument("--grad-accum", type=int, help="split each batch into this many accumulated chunks")
+    t.add_argument("--lr", type=float)
+    t.add_argument("--weight-decay", type=float)
+    t.add_argument("--warmup-steps", type=int)
+    t.add_argument("--schedule", choices=["cosine", "constant"])
+    t.add_argument("--label-smoothing", type=float)
+    t.add_argument("--grad-clip", type=float)
+    t.add_argument("--augment", choices=["none", "digits", "crop_flip"])
+    t.add_argument("--eval-every", type=int, help="steps between evaluations (default: each epoch)")
+    t.add_argument("--limit-train", type=int, help="train on the first N examples only")
+    t.add_argument("--limit-eval", type=int, help="evaluate on the first N examples only")
+    t.add_argument("--seq-len", type=int, help="language models: tokens per training sequence")
+    t.add_argument("--tokenizer", help="language models: char, gpt2, or a tokenizer file")
+    t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
+    t.add_argument("--init-from", metavar="DIR",
+                   help="start from a run's weights (a ViT from an MAE run's encoder or a ViT run's trunk)")
+    t.add_argument("--label-fraction", type=float, metavar="F",
+                   help="train on a seeded, class-balanced fraction of the labels (0.01: 600 MNIST images)")
+    t.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    t.add_argument("--amp", choices=["none", "bf16", "fp16", "auto"],
+                   help="mixed precision; auto = bf16 where the speed plan measured it faster here")
+    t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the training step, or not (default: the speed plan times both here)")
+    t.add_argument("--plan", metavar="auto|stock|PATH",
+                   help="the speed plan: auto (measured here, before the first step; a resumed run replays its own), "
+                        "stock (PyTorch's default kernels), or a run's plan.json to replay")
+    t.add_argument("--time-budget", type=duration, metavar="TIME",
+                   help="end the run within this wall time (e.g. 540, 9m, 1h30m; none: no budget): its steps "
+                        "are fitted to the speed measured as it trains, never more than --epochs asks for")
+    t.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    t.add_argument("--deterministic", action="store_true", default=None,
+                   help="deterministic kernels only: on a GPU the same seed then gives the same bits (slower)")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (besides each evaluation)")
+    t.add_argument("--keep-checkpoints", type=int)
+    t.add_argument("--resume", action="store_true", default=None,
+                   help="continue from the run's last checkpoint, with the settings the run recorded")
+    t.add_argument("--overwrite", action="store_true", default=None,
+                   help="replace the run that --out holds (without it, train refuses a directory that holds one)")
+    t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    t.add_argument("--fsdp", action="store_true", default=None,
+                   help="under torchrun, shard the model across processes (FSDP2) instead of copying it (DDP)")
+    t.add_argument("--log", choices=["jsonl", "tensorboard"],
+                   help="tensorboard: also write the metrics to RUN/tensorboard/ (needs the tensorboard package)")
+    t.add_argument("--ema", type=float, help="keep an exponential moving average of the weights (e.g. 0.999)")
+    t.add_argument("--label-dropout", type=float, help="generators: share of labels shown as no class")
+    t.add_argument("--judge", metavar="CLASSIFIER_RUN",
+                   help="generators: a classifier run that scores samples at each evaluation")
+    t.add_argument("--judge-samples", type=int, help="generators: images the judge scores per evaluation")
+
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed options as `recipe_config`'s keyword arguments (None: the recipe's own value)."""
+    values = {k: v for k, v in vars(args).items() if k not in ("command", "handler", "recipe", "save")}
+    values["model_overrides"] = dict(args.model_overrides or [])
+    return values
+
+
+def train(args: argparse.Namespace) -> int:
+    from ..train import Trainer, TrainConfig, recipe_config
+    from ..train.resume import resumed_settings
+    values = settings(args)
+    # --resume continues the run with the settings it recorded; a flag given may not contradict them.
+    asked = {k: v for k, v in values.items() if v is not None and v != {}}
+    if args.recipe is not None:
+        asked["recipe"] = args.recipe
+    recorded = resumed_settings(args.out or f"runs/{args.recipe or 'mnist'}", asked) if args.resume else None
+    cfg = TrainConfig.from_dict(recorded) if recorded is not None else recipe_config(args.recipe, **values)
+    trainer = Trainer(cfg)
+    summary = trainer.run()
+    if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run
+        print(trainer.task.final_line(summary))
+        print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
+    return 0
+
+
+def tune(args: argparse.Namespace) -> int:
+    """Plan a run before training it, like FFTW's wisdom: the choices, why, and a file to replay."""
+    from ..train import Trainer, recipe_config
+    from ..train.runplan import write_plan
+    values = settings(args)
+    with tempfile.TemporaryDirectory(prefix="anyformer-tune-") as scratch:
+        values["out"] = str(Path(scratch) / "run")  # a run directory is needed, and nothing is written there
+        plan = Trainer(recipe_config(args.recipe, **values)).tune()
+    print(f"plan: compile {plan['compile']}, linears {plan['linears'] or '-'}; {len(plan['answers'])} kernel choices:")
+    for key, choice in sorted(plan["answers"].items()):
+        print(f"  {choice:<9} {key}")
+    if args.save:
+        print(f"saved to {write_plan(args.save, plan)}: train with --plan {args.save} to replay it")
+    return 0
+
+
+def recipes(args: argparse.Namespace) -> int:
+    from ..train import RECIPES
+    width = max(map(len, RECIPES))
+    for name, r in RECIPES.items():
+        print(f"{name:<{width}}  {r['model']:<16} {r['data']:<14} {r['about']}")
+    return 0

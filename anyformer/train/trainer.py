@@ -12,34 +12,31 @@ flag, so all ranks see the same numbers and stop after the same step.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import math
 import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..models import REGISTRY, Model
-from ..nn import set_training_kernel
-from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner
-from ..plan.host import cpu_info
+from ..plan import planner
+from . import checkpointing, progress
 from .build import build_model, pick_device
-from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import CKPT_DIR
 from .config import TrainConfig
 from .distributed import Distributed
 from .ema import EMA
-from .optim import lr_at, make_optimizer, param_groups
+from .optim import lr_at, make_optimizer
 from .perf import peak_flops
-from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, resolve_amp, settle_amp
+from .planning import StepPlan, plan_on_rank0, stand_ins
+from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, settle_amp
 from .protocol import Task
 from .resume import check_fresh_out, check_resume, recorded_settings
-from .runplan import PLAN_FILE, empty_plan, read_plan, synthetic_like, write_plan
+from .runplan import PLAN_FILE, write_plan
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
 from .timebudget import TimeBudget
@@ -47,7 +44,7 @@ from .tasks import make_task, task_pictures
 
 __all__ = ["Trainer", "TrainingError", "Interrupted", "build_model", "pick_device"]
 
-SYNC_SECONDS = 0.5      # tqdm's refresh interval: a bar redrawn no faster shows nothing newer
+SYNC_SECONDS = progress.SYNC_SECONDS
 MAX_SYNC_STEPS = 1000   # however fast the steps, the steps awaiting a read stay few
 
 
@@ -74,9 +71,8 @@ class Trainer:
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // self.dist.local_world))
         # The plan in force: replayed from the run (--resume) or another (--plan PATH), else made now;
         # every decision from here on is taken inside `_plan_scope`, which records and pins it.
-        self.plan = self._recorded_plan()
-        self.replaying = bool(self.plan["answers"] or self.plan["compile"])
-        with self._plan_scope():
+        self.step_plan = StepPlan(cfg, self.run_dir, self.device, announce=self.dist.is_main)
+        with self.step_plan.scope():
             self._build(task)
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
@@ -91,11 +87,11 @@ class Trainer:
         self.last_eval: dict[str, Any] | None = None
         self.last_loss: float | None = None
         self.signals = StopSignals()
-        self._pending: list[tuple[int, int, list[str], Tensor]] = []  # (step, global batch, stat names, sums)
+        self.pending: list[tuple[int, int, list[str], Tensor]] = []  # (step, global batch, stat names, sums)
         self._stop_agreed = False
         self._next_sync = 0
         self._synced = (0, 0.0)  # (step, time) of the last sync
-        self._saved_step: int | None = None
+        self.saved_step: int | None = None
         self._cpu_copy: Model | None = None
         self._peak_flops: tuple[float, str] | None = None
 
@@ -117,37 +113,12 @@ class Trainer:
         amp = settle_amp(cfg.amp, self.device, **size) if self.dist.is_main else None
         if self.dist.enabled:
             settle_amp(cfg.amp, self.device, **size, decided=self.dist.broadcast(amp))
-            self._plan_on_rank0()
+            plan_on_rank0(self.model, self.task, self.dist, self.cfg)
         self.forward_model: nn.Module = self.dist.wrap(self.model)
         # After wrapping: FSDP replaces the parameters with sharded ones, which the optimiser must hold.
         self.optimizer = make_optimizer(self.model, cfg, self.device)
-        # The training step's module under torch.compile, where `_plan_compile` chose it, for chunks of
-        # the shape it was planned for; other shapes (an epoch's short last batch) run eagerly.
-        self.compiled: nn.Module | None = None
-        self._compiled_shape: tuple[int, ...] | None = None
-        self.compile_choice = "eager"
-        self.linears_choice: str | None = None  # the model-wide linear kernel `_plan_compile` settles (fp32 CPU)
 
     # ---------------------------------------------------------------- the plan
-    def _recorded_plan(self) -> dict[str, Any]:
-        """The plan to replay: --plan PATH's, else on --resume the run's own plan.json, else none."""
-        cfg = self.cfg
-        if cfg.plan not in ("auto", "stock"):
-            return read_plan(cfg.plan)
-        if cfg.resume and (self.run_dir / PLAN_FILE).is_file():
-            return read_plan(self.run_dir)
-        return empty_plan()
-
-    @contextlib.contextmanager
-    def _plan_scope(self) -> Iterator[None]:
-        """Decisions inside are recorded in `self.plan` and pinned (a run never changes its plan
-        midway); `--plan stock` forces every one to stock."""
-        with contextlib.ExitStack() as stack:
-            if self.cfg.plan == "stock":
-                stack.enter_context(planner().forcing("stock"))
-            self.plan["answers"] = stack.enter_context(planner().recording(self.plan["answers"]))
-            yield
-
     def tune(self) -> dict[str, Any]:
         """The plan this run would train with, made now without training a step: its precision,
         optimiser and per-shape kernels, and the training step's linears and compile (measured on a
@@ -155,93 +126,33 @@ class Trainer:
         --plan FILE` replays it."""
         if self.budget is not None:  # a compile is judged against the budget the run would have
             self.budget.start(self.step, self.elapsed)
-        with self._plan_scope():
-            self._plan_compile()
-        return self._plan_state()
+        with self.step_plan.scope():
+            self._settle_step_plan()
+        return self.step_plan.state()
 
-    def _write_plan(self) -> None:
-        self.files.on_main("write the plan", self.run_dir / PLAN_FILE, lambda: write_plan(self.run_dir, self._plan_state()))
+    def write_plan(self) -> None:
+        self.files.on_main("write the plan", self.run_dir / PLAN_FILE,
+                           lambda: write_plan(self.run_dir, self.step_plan.state()))
 
-    def _plan_state(self) -> dict[str, Any]:
-        """The plan in force now, as plan.json and the checkpoints keep it."""
-        return {**self.plan, "answers": dict(self.plan["answers"]), "compile": self.compile_choice,
-                "linears": self.linears_choice}
+    def _settle_step_plan(self) -> None:
+        """The step-wide choices (linears, compile) before the step they serve (StepPlan.settle)."""
+        if self.step >= self.total_steps or (self.dist.enabled and not self.cfg.compile):
+            return  # under torchrun ranks would time each other's load: only --compile compiles
+        chunk = stand_ins(self.task, self.step, self.dist, self.cfg)
+        if not len(chunk[0]):
+            return
 
-    # ---------------------------------------------------------------- resume and checkpoints
-    def _resume(self) -> bool:
-        ckpts = list_checkpoints(self.run_dir)
-        if not ckpts:
-            if self.dist.is_main:
-                print(f"--resume: no checkpoint in {self.run_dir}/{CKPT_DIR}, starting from step 0")
-            return False
-        path = ckpts[-1]
-        state = load_checkpoint(path)
-        if state.get("model_config") != self.model.config.__dict__:
-            raise CheckpointError(f"checkpoint {path} belongs to another model "
-                                  f"({state.get('model_config')}), not to {self.cfg.model} "
-                                  f"({self.model.config.__dict__})")
-        try:  # every rank reads the same file; nothing on disk changes until it has all been read
-            rngs = state["rng"]
-            mine = rngs[self.dist.rank] if len(rngs) == self.dist.world else rngs[0]
-            # load_state_dict takes the saved run's fused/foreach flags, but the optimiser's loss-scaling
-            # support was set when it was built: keep the implementation this run's plan chose.
-            impl = [(g.get("fused"), g.get("foreach")) for g in self.optimizer.param_groups]
-            self.dist.load_state(self.model, self.optimizer, state["model"], state["optimizer"])
-            for group, (fused, foreach) in zip(self.optimizer.param_groups, impl):
-                group["fused"], group["foreach"] = fused, foreach
-            torch.set_rng_state(mine["cpu"])
-            if "cuda" in mine and self.device.type == "cuda":
-                torch.cuda.set_rng_state(mine["cuda"], self.device)
-            if self.ema is not None:
-                if "ema" not in state:
-                    raise KeyError("it holds no EMA weights, and this run keeps an EMA (--ema)")
-                self.ema.load_state_dict(state["ema"])
-            if self.scaler is not None and "scaler" in state:
-                self.scaler.load_state_dict(state["scaler"])
-            self.step, self.sums = int(state["step"]), dict(state["sums"])
-            self.metrics_lines, self.elapsed = int(state["metrics_lines"]), float(state["elapsed"])
-            self.last_line = dict(state["last_line"])
-            if self.budget is not None:  # the steps a time budget fitted; this process re-fits what is left
-                self.total_steps = int(state.get("total_steps", self.total_steps))
-        except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-            raise CheckpointError(f"checkpoint {path} does not fit this run: {str(e).splitlines()[0][:300]} "
-                                  f"(delete it to resume from an earlier one)") from None
-        self._saved_step = self.step
-        self.files.keep_metrics(self.metrics_lines)  # lines written after the checkpoint will be written again
-        if self.dist.is_main:
-            print(f"resumed from {path} at step {self.step}/{self.total_steps}")
-        return True
+        def step_loss(m: nn.Module) -> Tensor:
+            with autocast(self.cfg.amp, self.device):
+                return self.task.loss(m, chunk)[0]
 
-    def _checkpoint(self) -> Path | None:
-        if self._pending:  # the sums it saves, and a loss found non-finite before it is written
-            self._sync()
-        if self._saved_step == self.step:  # e.g. a signal right after an evaluation's checkpoint
-            return list_checkpoints(self.run_dir)[-1] if self.dist.is_main else None
-        model_state, optim_state = self.dist.state(self.model, self.optimizer)
-        rng = {"cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        rngs = self.dist.gather(rng)  # each rank's own, so dropout continues exactly on every rank
-        state = {"step": self.step, "model": model_state, "optimizer": optim_state,
-                 "model_config": dict(self.model.config.__dict__), "sums": self.sums, "rng": rngs,
-                 "metrics_lines": self.metrics_lines, "elapsed": self.elapsed, "last_line": self.last_line,
-                 "total_steps": self.total_steps, "plan": self._plan_state()}
-        if self.scaler is not None:
-            state["scaler"] = self.scaler.state_dict()
-        if self.ema is not None:
-            state["ema"] = self.ema.state_dict()
-        path = self.run_dir / CKPT_DIR / f"step-{self.step:09d}.pt"
-        self.files.on_main("write the checkpoint", path,
-                           lambda: save_checkpoint(self.run_dir, self.step, state, keep=self.cfg.keep_checkpoints))
-        self._write_plan()
-        self._saved_step = self.step
-        return path if self.dist.is_main else None
+        seconds = None if self.budget is None else self.budget.left()
+        self.step_plan.settle(self.model, self.forward_model, step_loss, chunk[0],
+                              steps_left=self.total_steps - self.step, seconds_left=seconds)
 
     # ---------------------------------------------------------------- the loop
-    def train_step(self, module: nn.Module | None = None) -> None:
-        """One optimiser step on the step's global batch; its loss and stats wait on the device.
-        `module`: run the step's chunks with it instead of the compiled or plain model (the compile
-        plan times both this way), where the chunk has the shape the compiled module was planned for."""
+    def train_step(self) -> None:
+        """One optimiser step on the step's global batch; its loss and stats wait on the device."""
         cfg, step, world = self.cfg, self.step, self.dist.world
         lr = lr_at(step, self.total_steps, cfg)
         for group in self.optimizer.param_groups:
@@ -254,10 +165,8 @@ class Trainer:
         stats: dict[str, Tensor] = {}
         for i, chunk in enumerate(zip(*(torch.tensor_split(t, cfg.grad_accum) for t in batch))):
             real = len(chunk[0])
-            model = self.forward_model
-            use = module if module is not None else self.compiled
-            if use is not None and real and tuple(chunk[0].shape) == self._compiled_shape:
-                model = use
+            compiled = self.step_plan.module_for(chunk[0])
+            model = self.forward_model if compiled is None else compiled
             with self.dist.grad_sync(self.forward_model, i == cfg.grad_accum - 1), autocast(cfg.amp, self.device):
                 loss, chunk_stats = self.task.loss(model, chunk if real else spare)
                 # Weight by this chunk's share of the global batch; DDP and FSDP average over ranks.
@@ -267,7 +176,7 @@ class Trainer:
             for k, v in chunk_stats.items():
                 stats[k] = stats.get(k, 0) + torch.as_tensor(v, dtype=torch.float64, device=self.device) * bool(real)
         keys = sorted(stats)
-        self._pending.append((step, n_global, keys, torch.stack([loss_sum, *(stats[k] for k in keys)])))
+        self.pending.append((step, n_global, keys, torch.stack([loss_sum, *(stats[k] for k in keys)])))
         if self.scaler is not None and cfg.grad_clip:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
         if cfg.grad_clip:
@@ -285,7 +194,7 @@ class Trainer:
         self.sums["items"] = self.sums.get("items", 0) + n_global * self.task.items_per_example
         self.step += 1
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Read the pending steps' sums into `self.sums` in step order (one copy to the host; under
         torchrun one all-reduce, which also carries the stop flags and rank 0's next sync step)."""
         now = time.perf_counter()
@@ -293,9 +202,9 @@ class Trainer:
         wait = min(MAX_SYNC_STEPS, max(1, int(SYNC_SECONDS * steps / max(seconds, 1e-9))))
         flags = torch.tensor([float(self.signals.received is not None), wait if self.dist.is_main else 0],
                              dtype=torch.float64, device=self.device)
-        values = self.dist.sum(torch.cat([*(sums for *_, sums in self._pending), flags])).tolist()
+        values = self.dist.sum(torch.cat([*(sums for *_, sums in self.pending), flags])).tolist()
         at = 0
-        for step, n_global, keys, _ in self._pending:
+        for step, n_global, keys, _ in self.pending:
             loss = values[at] / n_global
             if not math.isfinite(loss):
                 raise TrainingError(f"the loss became {loss} at step {step + 1}; stopping. The last good checkpoint "
@@ -304,7 +213,7 @@ class Trainer:
                 self.sums[k] = self.sums.get(k, 0) + v
             self.sums["loss"] = self.sums.get("loss", 0.0) + loss
             self.last_loss, at = loss, at + 1 + len(keys)
-        self._pending.clear()
+        self.pending.clear()
         self._stop_agreed, self._next_sync = values[at] > 0, self.step + int(values[at + 1])
         self._synced = (self.step, now)
 
@@ -318,8 +227,8 @@ class Trainer:
 
     def evaluate(self) -> dict[str, Any]:
         """Score the model, append the metrics line, and start the next period's sums (after a sync)."""
-        if self._pending:
-            raise RuntimeError("evaluate() needs the steps' sums read first (_sync)")
+        if self.pending:
+            raise RuntimeError("evaluate() needs the steps' sums read first (sync)")
         result = self._evaluate_task()
         sums, unit = self.sums, self.task.unit
         line = {"step": self.step, "epoch": round(self.step / self.task.steps_per_epoch, 4),
@@ -337,7 +246,7 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         try:
-            with self._plan_scope():
+            with self.step_plan.scope():
                 summary = self._run()
         except Interrupted:
             # A stop is agreed at a sync: every rank raises it after the same step, so they can leave
@@ -349,83 +258,6 @@ class Trainer:
             raise
         self.dist.close(wait=True)
         return summary
-
-    def _planning_chunk(self, step: int) -> tuple[Tensor, ...]:
-        """What a planning pass runs: stand-ins (`synthetic_like`) of the shapes of this rank's first
-        gradient-accumulation chunk of step `step`'s batch."""
-        batch, _ = self.task.batch(step, self.dist.rank, self.dist.world)
-        first = [torch.tensor_split(t, self.cfg.grad_accum)[0] for t in batch]
-        return synthetic_like(first, self.cfg.seed)
-
-    def _plan_on_rank0(self) -> None:
-        """Under torchrun: rank 0 takes one training forward and backward of stand-ins shaped like its
-        share of the first batch (before the model is wrapped: no collectives; gradients discarded,
-        RNG untouched) and asks for AdamW's kernel, so that the plan measures the step's choices
-        once, while the other ranks wait. They then read its answers from the plan file instead of
-        timing the same cores under each other's load (and perhaps choosing differently)."""
-        if self.dist.is_main:
-            chunk = self._planning_chunk(0)
-            if len(chunk[0]):
-                with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                    with autocast(self.cfg.amp, self.device):
-                        loss = self.task.loss(self.model, chunk)[0]
-                    loss.backward()
-                self.model.zero_grad(set_to_none=True)
-            adamw_impl(param_groups(self.model, self.cfg.weight_decay, self.cfg.decay_all), device=self.device)
-        self.dist.barrier()
-        if not self.dist.is_main:
-            planner().reset()  # read the plan file again: rank 0's measurements are in it
-
-    def _plan_compile(self) -> None:
-        """Eager or torch.compile for the training step: forced by --compile / --no-compile, else
-        measured by the speed plan on this step's model, batch shape and precision, the compile
-        time counted against the steps left (anyformer.plan.compiled). Before that, for an fp32 CPU
-        step that runs eagerly, the kernel of all its linear layers together (anyformer.plan.linears)."""
-        cfg = self.cfg
-        if self.step >= self.total_steps or (self.dist.enabled and not cfg.compile):
-            return  # under torchrun ranks would time each other's load: only --compile compiles
-        chunk = self._planning_chunk(self.step)
-        if not len(chunk[0]):
-            return
-        amp = resolve_amp(cfg.amp, self.device)
-
-        def step_loss(m: nn.Module) -> Tensor:
-            with autocast(cfg.amp, self.device):
-                return self.task.loss(m, chunk)[0]
-
-        self._compiled_shape = tuple(chunk[0].shape)
-        config = json.dumps(self.model.config.__dict__, sort_keys=True, default=str)
-        fields = {"model": f"{type(self.model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
-                  "task": cfg.task, "batch": "x".join(map(str, chunk[0].shape)), "amp": amp,
-                  "device": self.device.type}
-        # A recorded plan's choices are replayed as they were; otherwise measured on the step's own
-        # forward and backward (never on the run's steps: a step taken under a candidate kernel would
-        # make the weights depend on what the cache held).
-        wants = cfg.compile if cfg.compile is not None else {"compiled": True, "eager": False}.get(self.plan["compile"])
-        compiles = wants or choices.forced_choice(planner().forced()[0], "compile") == "compiled"
-        if amp == "none" and self.device.type == "cpu" and not compiles:  # a compiled graph's products are F.linear's
-            if self.plan["linears"] is not None:
-                self.linears_choice, why = self.plan["linears"], "replayed from the recorded plan"
-                set_training_kernel(self.model, None if self.linears_choice == "planned" else self.linears_choice)
-            else:
-                chosen_linears = linears_for_training(
-                    self.forward_model, lambda kernel: set_training_kernel(self.model, kernel), step_loss,
-                    fields=fields, steps=self.total_steps - self.step, device=self.device)
-                self.linears_choice, why = chosen_linears.choice, chosen_linears.why
-            if self.dist.is_main:
-                print(f"linears: {self.linears_choice} ({why})")
-        if wants is not False:
-            with planner().forcing(compile="compiled") if wants else contextlib.nullcontext():
-                chosen = compile_for_training(self.forward_model, step_loss, fields=fields,
-                                              steps=self.total_steps - self.step,
-                                              tolerance=1e-3 if amp == "none" else 5e-2, device=self.device,
-                                              seconds=None if self.budget is None else self.budget.left())
-            self.compile_choice = chosen.choice
-            if chosen.choice == "compiled":
-                self.compiled = chosen.module
-            if self.dist.is_main:
-                replayed = " (replayed from the recorded plan)" if cfg.compile is None and self.plan["compile"] else ""
-                print(f"compile: {chosen.choice} ({chosen.why}){replayed}")
 
     def _fit_budget(self, bar) -> None:
         """--time-budget: set the run's steps so that it ends within the budget, from the time per step
@@ -454,21 +286,20 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.files.prepare(cfg.resume)
-        resumed = cfg.resume and self._resume()
+        resumed = cfg.resume and checkpointing.restore(self)
         if self.budget is not None:
             self.budget.start(self.step, self.elapsed)
         if self.dist.is_main:
-            print(self._intro())
+            print(progress.intro(self))
         self._save_model()
-        if self.replaying and self.dist.is_main:
-            source = self.cfg.plan if self.cfg.plan not in ("auto", "stock") else self.run_dir / PLAN_FILE
-            print(f"plan: replaying {len(self.plan['answers'])} recorded choices from {source}")
-        self._plan_compile()
-        self._write_plan()
+        if self.step_plan.replaying and self.dist.is_main:
+            print(f"plan: replaying {len(self.step_plan.plan['answers'])} recorded choices from {self.step_plan.source}")
+        self._settle_step_plan()
+        self.write_plan()
         if self.budget is not None:
             self.budget.steady(self.step, self.elapsed)
         fpi = self.task.flops_per_item(self.model)
-        bar = _progress(self.total_steps, self.step, cfg.progress and self.dist.is_main)
+        bar = progress.progress_bar(self.total_steps, self.step, cfg.progress and self.dist.is_main)
         line = self.last_line
         self._synced, self._next_sync = (self.step, time.perf_counter()), self.step + 1
         try:
@@ -477,11 +308,11 @@ class Trainer:
                     t0, planned = time.perf_counter(), planner().planning_s
                     self.train_step()
                     evaluating = self.step % self.eval_every == 0 or self.step == self.total_steps
-                    checkpointing = not evaluating and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
-                    reading = evaluating or checkpointing or self.step >= self._next_sync or (
+                    saving = not evaluating and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+                    reading = evaluating or saving or self.step >= self._next_sync or (
                         not self.dist.enabled and self.signals.received is not None)
                     if reading:
-                        self._sync()
+                        self.sync()
                     # With the sync (on a GPU, the wait for the queued steps); without the speed plan's
                     # first-time measurements of new shapes (reported apart as plan_seconds).
                     dt = time.perf_counter() - t0 - (planner().planning_s - planned)
@@ -491,33 +322,33 @@ class Trainer:
                     if bar is not None:
                         bar.update(1)
                         if reading:
-                            bar.set_postfix(self._bar_fields(rate, fpi), refresh=False)
+                            bar.set_postfix(progress.bar_fields(self, rate, fpi), refresh=False)
                     if evaluating:
                         t_eval = time.perf_counter()
                         line = self.evaluate()
                         line["flops_per_s"] = rate * fpi
                         self.last_line = line
                         if self.dist.is_main:
-                            (bar.write if bar is not None else print)(self._eval_message(line))
+                            (bar.write if bar is not None else print)(progress.eval_message(self, line))
                         self._save_model()
                         if getattr(self.task, "draw_each_evaluation", False):  # optional: see protocol.py
                             self._draw(self.run_dir)
-                        self._checkpoint()
+                        checkpointing.save(self)
                         if self.budget is not None:
                             self.budget.evaluated(time.perf_counter() - t_eval)
-                    elif checkpointing:
-                        self._checkpoint()
+                    elif saving:
+                        checkpointing.save(self)
                     if self.budget is not None and (evaluating or self.budget.due(self.step)):
                         self._fit_budget(bar)
                     if self._should_stop():
-                        raise Interrupted(self.signals.received or signal.SIGTERM, self.step, self._checkpoint())
+                        raise Interrupted(self.signals.received or signal.SIGTERM, self.step, checkpointing.save(self))
         finally:
             if bar is not None:
                 bar.close()
         if self.last_eval is None:  # resumed after the final checkpoint: the pictures still need the results
             self.last_eval = self._evaluate_task()
-        summary = self._summary(line, resumed)
-        self._write_plan()  # with the answers the last evaluation's shapes added
+        summary = progress.summary(self, line, resumed)
+        self.write_plan()  # with the answers the last evaluation's shapes added
         self.files.finish(summary, self._draw_on_main)
         return summary
 
@@ -549,7 +380,7 @@ class Trainer:
         self.files.on_main("write the model", self.run_dir / "model.safetensors",
                            lambda: model.save(self.run_dir, extra=extra))
 
-    def _peak(self) -> float:
+    def peak(self) -> float:
         """The peak MFU divides by (anyformer.train.perf): a known GPU's data sheet, or the measured
         matmul rate, measured when first needed (a second or so on a CPU), so that a run stopped
         early never pays for it."""
@@ -558,55 +389,7 @@ class Trainer:
                 self._peak_flops = peak_flops(self.device, self.cfg.amp)
         return self._peak_flops[0]
 
-    def _bar_fields(self, rate: float, fpi: float) -> dict[str, str]:
-        loss = {} if self.last_loss is None else {"loss": f"{self.last_loss:.4f}"}
-        return {**loss, f"{self.task.unit[:3]}/s": f"{rate:.0f}", "mfu": f"{100 * rate * fpi / self._peak():.0f}%",
-                **self.task.progress_fields(self.sums)}
-
-    def _intro(self) -> str:
-        """The run's first line: what is trained, on which data, where, in what precision, how long."""
-        cfg, info = self.cfg, self.task.run_info()
-        if "train_tokens_used" in info:
-            data = f"{cfg.data}: {info['train_tokens_used']:,} training tokens"
-        else:
-            data = f"{cfg.data}: {info.get('train_examples', 0):,} training examples"
-        steps = f"{self.total_steps:,} steps ({self.total_steps / self.task.steps_per_epoch:.2f} epochs)"
-        budget = f", at most {cfg.time_budget:.0f} s" if cfg.time_budget else ""
-        world = f" x {self.dist.world} processes" if self.dist.world > 1 else ""
-        where = f"{_device_name(self.device)}{world}"
-        precision = {"none": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[resolve_amp(cfg.amp, self.device)]
-        return (f"train {cfg.model} ({self.model.num_params():,} parameters) on {data} | {where} | {precision} | "
-                f"{steps}{budget} -> {self.run_dir}")
-
-    def _eval_message(self, line: dict[str, Any]) -> str:
-        parts = [f"step {line['step']}", f"epoch {line['epoch']:.2f}", f"train loss {line['train_loss']:.4f}",
-                 self.task.eval_text(line), f"{line['time']:.0f}s"]
-        return " | ".join(p for p in parts if p)
-
-    def _summary(self, line: dict[str, Any], resumed: bool) -> dict[str, Any]:
-        peak, unit = self._peak(), f"{self.task.unit}_per_s"
-        s = {"recipe": self.cfg.recipe, "model": self.cfg.model, "steps": self.step,
-             "epochs": round(self.step / self.task.steps_per_epoch, 3), "train_seconds": round(self.elapsed, 2),
-             "params": self.model.num_params(), "device": str(self.device),
-             "device_name": _device_name(self.device), "world_size": self.dist.world,
-             "amp": resolve_amp(self.cfg.amp, self.device), unit: round(line.get(unit, 0.0), 1),
-             "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops": peak,
-             "peak_flops_source": self._peak_flops[1], "resumed": resumed,
-             "plan_seconds": round(planner().planning_s, 2), "compile": self.compile_choice,
-             "linears": self.linears_choice, "plan": self.cfg.plan, "plan_choices": len(self.plan["answers"]),
-             "time_budget": self.cfg.time_budget}
-        return {**s, **self.task.summary_fields(line, self.files.read_metrics())}
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{cpu_info()['model']} ({torch.get_num_threads()} threads)"
-
-
-def _progress(total: int, start: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-    return tqdm(total=total, initial=start, unit="step", dynamic_ncols=True, mininterval=SYNC_SECONDS,
-                desc="train", leave=True)
+    def peak_source(self) -> str:
+        """Where `peak()` came from: the data sheet named, or the measurement."""
+        self.peak()
+        return self._peak_flops[1]

@@ -46,7 +46,7 @@ def test_a_training_step_never_reads_a_value_back_to_the_host(tmp_path, mnist_sl
     with plan.forcing("stock,adamw=fused"):  # chosen when the optimiser is made
         trainer = make_trainer(tiny_config(tmp_path, max_steps=20, eval_every=10, grad_clip=1.0,
                                            augment="digits", grad_accum=2), mnist_slice)
-    reads, real_step, real_sync = HostReads(monkeypatch), trainer.train_step, trainer._sync
+    reads, real_step, real_sync = HostReads(monkeypatch), trainer.train_step, trainer.sync
     synced_at = []
 
     def step():
@@ -59,7 +59,7 @@ def test_a_training_step_never_reads_a_value_back_to_the_host(tmp_path, mnist_sl
     def sync():
         synced_at.append(trainer.step)
         real_sync()
-    trainer.train_step, trainer._sync = step, sync
+    trainer.train_step, trainer.sync = step, sync
     trainer.run()
     assert synced_at == [1, 10, 20]
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -72,12 +72,12 @@ def test_syncs_follow_the_clock(tmp_path, mnist_slice, monkeypatch):
     """With SYNC_SECONDS = 0 every step is read (the progress bar stays current)."""
     monkeypatch.setattr(trainer_module, "SYNC_SECONDS", 0.0)
     trainer = make_trainer(tiny_config(tmp_path, max_steps=6, eval_every=6), mnist_slice)
-    real_sync, synced_at = trainer._sync, []
+    real_sync, synced_at = trainer.sync, []
 
     def sync():
         synced_at.append(trainer.step)
         real_sync()
-    trainer._sync = sync
+    trainer.sync = sync
     trainer.run()
     assert synced_at == [1, 2, 3, 4, 5, 6]
 

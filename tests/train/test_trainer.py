@@ -33,7 +33,7 @@ def test_a_forced_compile_trains_compiled_across_an_epoch_end(tmp_path, mnist_sl
     cfg = tiny_config(tmp_path, max_steps=66, eval_every=66, compile=True)
     trainer = make_trainer(cfg, mnist_slice)
     summary = trainer.run()
-    assert summary["compile"] == "compiled" and trainer.compiled is not None
+    assert summary["compile"] == "compiled" and trainer.step_plan.compiled is not None
     assert "compile: compiled (compile=compiled is forced)" in capsys.readouterr().out
     assert summary["test_accuracy"] > 0.3
 

@@ -1,0 +1,138 @@
+"""The speed plan of one run's training step: what it replays, what it settles before the first
+step, and what it records (plan.json and every checkpoint, through `runplan`).
+
+Before the first step the trainer asks `StepPlan.settle` for two step-wide choices, each measured
+on stand-ins of the step's shapes (never on the run's steps: a step taken under a candidate would
+make the weights depend on what the cache held) or replayed from a recorded plan: the kernel of
+all linear layers together (an fp32 CPU step that runs eagerly) and eager or torch.compile. Every
+per-shape answer the planner gives inside `scope()` is recorded and pinned."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from ..nn import set_training_kernel
+from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner
+from .config import TrainConfig
+from .distributed import Distributed
+from .optim import param_groups
+from .precision import autocast, resolve_amp
+from .protocol import Task
+from .runplan import PLAN_FILE, empty_plan, read_plan, synthetic_like
+
+__all__ = ["StepPlan", "plan_on_rank0", "stand_ins"]
+
+
+class StepPlan:
+    """The plan in force for a run: `plan` (the planner's answers, and the recorded step-wide
+    choices), `compile_choice` and `linears_choice` (what `settle` chose), and `compiled`, the
+    training step's module under torch.compile for chunks of `compiled_shape`, where chosen."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, device: torch.device, announce: bool) -> None:
+        self.cfg, self.device, self.announce = cfg, device, announce
+        # Replayed from --plan PATH, else on --resume from the run's own plan.json, else made now.
+        if cfg.plan not in ("auto", "stock"):
+            self.plan, self.source = read_plan(cfg.plan), str(cfg.plan)
+        elif cfg.resume and (run_dir / PLAN_FILE).is_file():
+            self.plan, self.source = read_plan(run_dir), str(run_dir / PLAN_FILE)
+        else:
+            self.plan, self.source = empty_plan(), None
+        self.replaying = bool(self.plan["answers"] or self.plan["compile"])
+        self.compile_choice = "eager"
+        self.linears_choice: str | None = None
+        self.compiled: nn.Module | None = None
+        self.compiled_shape: tuple[int, ...] | None = None
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Decisions inside are recorded in `plan` and pinned (a run never changes its plan midway);
+        `--plan stock` forces every one to stock."""
+        with contextlib.ExitStack() as stack:
+            if self.cfg.plan == "stock":
+                stack.enter_context(planner().forcing("stock"))
+            self.plan["answers"] = stack.enter_context(planner().recording(self.plan["answers"]))
+            yield
+
+    def state(self) -> dict[str, Any]:
+        """The plan in force now, as plan.json and the checkpoints keep it."""
+        return {**self.plan, "answers": dict(self.plan["answers"]), "compile": self.compile_choice,
+                "linears": self.linears_choice}
+
+    def module_for(self, chunk: Tensor) -> nn.Module | None:
+        """The compiled step's module for a chunk of the shape it was planned for; None: run eagerly
+        (an epoch's short last batch, rather than compiling a second graph)."""
+        return self.compiled if len(chunk) and tuple(chunk.shape) == self.compiled_shape else None
+
+    def settle(self, model: nn.Module, forward_model: nn.Module, step_loss: Callable[[nn.Module], Tensor],
+               chunk: Tensor, steps_left: int, seconds_left: float | None) -> None:
+        """Eager or torch.compile for the training step: forced by --compile / --no-compile, else
+        replayed, else measured by the speed plan on this step's model, chunk shape and precision,
+        the compile time counted against the steps (and seconds) left (anyformer.plan.compiled).
+        Before that, for an fp32 CPU step that runs eagerly, the kernel of all its linear layers
+        together (anyformer.plan.linears). `step_loss(m)` is one forward of stand-ins through `m`."""
+        cfg, device = self.cfg, self.device
+        amp = resolve_amp(cfg.amp, device)
+        self.compiled_shape = tuple(chunk.shape)
+        config = json.dumps(model.config.__dict__, sort_keys=True, default=str)
+        fields = {"model": f"{type(model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
+                  "task": cfg.task, "batch": "x".join(map(str, chunk.shape)), "amp": amp, "device": device.type}
+        wants = cfg.compile if cfg.compile is not None else {"compiled": True, "eager": False}.get(self.plan["compile"])
+        compiles = wants or choices.forced_choice(planner().forced()[0], "compile") == "compiled"
+        if amp == "none" and device.type == "cpu" and not compiles:  # a compiled graph's products are F.linear's
+            if self.plan["linears"] is not None:
+                self.linears_choice, why = self.plan["linears"], "replayed from the recorded plan"
+                set_training_kernel(model, None if self.linears_choice == "planned" else self.linears_choice)
+            else:
+                chosen = linears_for_training(forward_model, lambda kernel: set_training_kernel(model, kernel),
+                                              step_loss, fields=fields, steps=steps_left, device=device)
+                self.linears_choice, why = chosen.choice, chosen.why
+            self._say(f"linears: {self.linears_choice} ({why})")
+        if wants is not False:
+            with planner().forcing(compile="compiled") if wants else contextlib.nullcontext():
+                chosen = compile_for_training(forward_model, step_loss, fields=fields, steps=steps_left,
+                                              tolerance=1e-3 if amp == "none" else 5e-2, device=device,
+                                              seconds=seconds_left)
+            self.compile_choice = chosen.choice
+            if chosen.choice == "compiled":
+                self.compiled = chosen.module
+            replayed = " (replayed from the recorded plan)" if cfg.compile is None and self.plan["compile"] else ""
+            self._say(f"compile: {chosen.choice} ({chosen.why}){replayed}")
+
+    def _say(self, line: str) -> None:
+        if self.announce:  # under torchrun, rank 0 speaks for the run
+            print(line)
+
+
+def stand_ins(task: Task, step: int, dist: Distributed, cfg: TrainConfig) -> tuple[Tensor, ...]:
+    """What a planning pass runs: stand-ins (`synthetic_like`) of the shapes of this rank's first
+    gradient-accumulation chunk of step `step`'s batch."""
+    batch, _ = task.batch(step, dist.rank, dist.world)
+    first = [torch.tensor_split(t, cfg.grad_accum)[0] for t in batch]
+    return synthetic_like(first, cfg.seed)
+
+
+def plan_on_rank0(model: nn.Module, task: Task, dist: Distributed, cfg: TrainConfig) -> None:
+    """Under torchrun: rank 0 takes one training forward and backward of stand-ins shaped like its
+    share of the first batch (before the model is wrapped: no collectives; gradients discarded, RNG
+    untouched) and asks for AdamW's kernel, so that the plan measures the step's choices once, while
+    the other ranks wait. They then read its answers from the plan file instead of timing the same
+    cores under each other's load (and perhaps choosing differently)."""
+    device = dist.device
+    if dist.is_main:
+        chunk = stand_ins(task, 0, dist, cfg)
+        if len(chunk[0]):
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                with autocast(cfg.amp, device):
+                    loss = task.loss(model, chunk)[0]
+                loss.backward()
+            model.zero_grad(set_to_none=True)
+        adamw_impl(param_groups(model, cfg.weight_decay, cfg.decay_all), device=device)
+    dist.barrier()
+    if not dist.is_main:
+        planner().reset()  # read the plan file again: rank 0's measurements are in it

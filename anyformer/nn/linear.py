@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..plan import linear_kernel, onednn_linear, onednn_linear_op
-from ..plan.choose import LINEAR
+from ..plan.decisions import LINEAR
 
 _ONEDNN = onednn_linear_op() is not None
 M = TypeVar("M", bound=nn.Module)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from .choices import ENV_PLAN, Decision, decision, decisions, register
-from .choose import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, linear_kernel
+from .decisions import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, linear_kernel
 from .compiled import CompilePlan, compile_for_decode, compile_for_inference, compile_for_training
 from .kernels import onednn_linear, onednn_linear_op
 from .linears import linears_for_training

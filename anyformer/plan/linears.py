@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from . import choices
 from .choices import Decision, register
-from .choose import LINEAR
+from .decisions import LINEAR
 from .compiled import BUDGET_S, _candidate, _quiet_rng, _quietly, _times
 from .kernels import onednn_linear_op
 from .planner import planner

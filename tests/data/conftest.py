@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import torch
 
 
 def _home_cache_left(home: Path) -> list[str]:
@@ -47,3 +48,10 @@ def _test_home(_package_home: None, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     home = _isolate(monkeypatch, tmp_path)
     yield
     _check(home, request.node.nodeid)
+
+
+def check_well_formed(ds, n: int, chw: tuple[int, int, int]) -> None:
+    """An ImageDataset of n images of shape chw: uint8 pixels, int64 labels."""
+    assert len(ds) == n
+    assert ds.images.dtype == torch.uint8 and tuple(ds.images.shape) == (n, *chw)
+    assert ds.labels.dtype == torch.int64 and tuple(ds.labels.shape) == (n,)

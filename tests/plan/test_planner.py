@@ -261,7 +261,7 @@ def test_real_timing_end_to_end(toy, planner_with, plan_cache):
 
 
 def test_max_error_is_relative_to_the_reference_scale():
-    from anyformer.plan.planner import max_error
+    from anyformer.plan import max_error
     ref = torch.tensor([10.0, -20.0, 5.0])
     assert max_error(ref + torch.tensor([0.0, 0.2, 0.0]), ref) == pytest.approx(0.01, rel=1e-5)
     assert max_error((ref, [ref]), (ref, [ref])) == 0.0

@@ -15,7 +15,7 @@ _EXPORTS = {
     "DiT": "models", "MAE": "models", "GPT": "models", "TextEncoder": "models", "ViT": "models", "load": "models", "PRESETS": "models",
     "MLP": "nn", "ClassifierHead": "nn", "ClassToken": "nn", "LinearEmbedding": "nn", "LMHead": "nn",
     "MultiHeadAttention": "nn", "PatchEmbedding": "nn", "PatchOutput": "nn", "TokenEmbedding": "nn",
-    "Transformer": "nn", "TransformerBlock": "nn", "train": "train", "open_run": "runs", "Run": "runs",
+    "Transformer": "nn", "TransformerBlock": "nn", "open_run": "runs", "Run": "runs",
 }
 __all__ = [*_EXPORTS, "__version__"]
 
@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from .nn import (MLP, ClassifierHead, ClassToken, LinearEmbedding, LMHead, MultiHeadAttention,
                      PatchEmbedding, PatchOutput, TokenEmbedding, Transformer, TransformerBlock)
     from .runs import Run, open_run
-    from .train import train
 
 
-# The subpackages, reachable as attributes (`af.nn.plan_kernels`) without importing each one first.
-_SUBPACKAGES = ("nn", "models", "data", "viz", "plan", "interop", "serve", "runs")
+# The subpackages, reachable as attributes (`af.nn.plan_kernels`, `af.train.train("mnist")`) without
+# importing each one first. `af.train` is the package, whatever was imported before: a name of the
+# package that shadowed the subpackage would turn into it once anything imported anyformer.train.
+_SUBPACKAGES = ("nn", "models", "data", "train", "viz", "plan", "interop", "serve", "runs")
 
 
 def __getattr__(name: str) -> Any:

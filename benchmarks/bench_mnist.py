@@ -2,7 +2,7 @@
 and record wall time, test accuracy and images/s in benchmarks/results/<processor>/mnist.md.
 
     python benchmarks/bench_mnist.py                  # the default `mnist` recipe
-    python benchmarks/bench_mnist.py mnist-seed       # seed 000's recipe (about an hour on 2 cores)
+    python benchmarks/bench_mnist.py mnist-seed       # Turner (2023)'s recipe (about an hour on 2 cores)
     python benchmarks/bench_mnist.py mnist -- --threads 1   # extra arguments go to `anyformer train`
 
 Wall time is measured from process start to exit, so it includes importing torch, loading the data,

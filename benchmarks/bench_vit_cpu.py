@@ -1,7 +1,7 @@
 """anyformer's ViT against timm and Hugging Face ViT on the CPU, same shapes, same weights.
 
 Two models:
-- `mnist`: seed 000's MNIST ViT (28x28x1, patch 4, width 128, depth 8, 8 heads, MLP 128, LayerNorm
+- `mnist`: Turner's MNIST ViT (28x28x1, patch 4, width 128, depth 8, 8 heads, MLP 128, LayerNorm
   eps 1e-3, no final norm, a GELU pre-logits layer of 128 on the class token), batch 128. timm and
   HF are built with the same blocks; their final norm is replaced by an identity and their head
   by the same two-layer head, so all three compute the same function (checked before timing).
@@ -53,7 +53,7 @@ from anyformer.interop._torchvision_compat import ensure_torchvision_importable 
 ensure_torchvision_importable()
 
 MODELS = {
-    "mnist": dict(preset="vit-mnist", batch=128, title="Seed 000's MNIST ViT, batch 128"),
+    "mnist": dict(preset="vit-mnist", batch=128, title="Turner's MNIST ViT, batch 128"),
     "ti16": dict(preset="vit-ti/16", batch=32, title="ViT-Ti/16 at 224, batch 32"),
 }
 PEERS = ("timm", "HF ViT sdpa", "HF ViT eager")
@@ -68,7 +68,7 @@ NOTES = """\
   000's MNIST ViT gain least from oneDNN at 2 threads (in training the weight gradient needs a
   transposed copy of an activation that eats most of its gain), so the plan usually keeps F.linear
   for them; ViT-Ti (width 192, MLP 768) gains more.
-- seed 000's MNIST ViT reads the class token, so anyformer's last block computes its query,
+- Turner's MNIST ViT reads the class token, so anyformer's last block computes its query,
   attention output, MLP and norm for that token alone (`Transformer(keep=1)`, benchmarks/README.md):
   same logits, about half a block less work; the peers compute the whole block. GFLOP/s counts the
   full model's FLOPs for every contestant, an equivalent rate for anyformer.
@@ -140,7 +140,7 @@ def _same_head(vit: af.ViT) -> nn.Module:
 
 
 def _standard(vit: af.ViT) -> af.ViT:
-    """The same ViT without seed 000's extras (pre-logits, no final norm), which interop exports;
+    """The same ViT without Turner's extras (pre-logits, no final norm), which interop exports;
     the extras are then grafted onto the peer by hand."""
     from anyformer.models.base import config_from_dict
     from anyformer.models.vit import ViTConfig

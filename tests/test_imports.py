@@ -124,7 +124,7 @@ def test_the_train_floor_is_a_tree_even_counting_imports_inside_functions():
 
 
 def test_the_train_floor_imports_only_its_floor_and_those_below():
-    """DESIGN.md: train may import models and data (and the shared files/shapes helpers and the speed plan), not the
+    """The layering (docs/layout.md): train may import models and data (and the shared files/shapes helpers and the speed plan), not the
     command line, viz or interop at import time."""
     allowed = ("anyformer.train", "anyformer.models", "anyformer.data", "anyformer.files", "anyformer.shapes",
                "anyformer.plan", "anyformer.nn")

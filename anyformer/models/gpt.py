@@ -1,4 +1,4 @@
-"""GPT: token lookup + positions -> causal backbone -> LM head (seed 002's text model)."""
+"""GPT: token lookup + positions -> causal backbone -> LM head (GPT-2's layout: Radford et al. 2019)."""
 from __future__ import annotations
 
 import math

@@ -18,7 +18,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "vit-b/32": ("vit", dict(_VIT_224, patch_size=32, width=768, depth=12, heads=12, mlp_hidden=3072)),
     "vit-l/16": ("vit", dict(_VIT_224, patch_size=16, width=1024, depth=24, heads=16, mlp_hidden=4096)),
     "vit-h/14": ("vit", dict(_VIT_224, patch_size=14, width=1280, depth=32, heads=16, mlp_hidden=5120)),
-    # Seed 000's tiny ViT, as written: patch 4, width 128, 8 blocks of 8 heads, MLP hidden 128,
+    # The tiny ViT of Turner's 'An Introduction to Transformers' (2023), as written: patch 4, width 128, 8 blocks of 8 heads, MLP hidden 128,
     # no final norm, a one-hidden-layer GELU MLP on the class token, Keras' LayerNorm epsilon.
     "vit-mnist": ("vit", dict(image_size=28, in_chans=1, num_classes=10, patch_size=4, width=128, depth=8,
                               heads=8, mlp_hidden=128, head_hidden=128, head_activation="gelu",

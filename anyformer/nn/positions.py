@@ -1,4 +1,4 @@
-"""Position information. Self-attention is permutation equivariant (seed 000), so order must
+"""Position information. Self-attention is permutation equivariant (Turner 2023), so order must
 be put in: added learned vectors, concatenated learned vectors, fixed sinusoids in 1-D or 2-D,
 or rotations of queries and keys inside attention (rotary)."""
 from __future__ import annotations
@@ -49,7 +49,7 @@ class LearnedPosition(nn.Module):
 
 
 class ConcatPosition(nn.Module):
-    """A learned vector per position, concatenated to the token: [x_n; p_n] (seed 000).
+    """A learned vector per position, concatenated to the token: [x_n; p_n] (Turner 2023).
     The token width grows by `pos_width`."""
 
     def __init__(self, length: int, pos_width: int, std: float = 0.02) -> None:

@@ -1,6 +1,6 @@
 """The backbone: a stack of identical blocks, each attention then MLP, with residuals and LayerNorm.
 
-Pre-norm (seeds 000, 001, 002; GPT-2, ViT):   x = x + MHA(LN(x));  x = x + MLP(LN(x))
+Pre-norm (Turner 2023; GPT-2, ViT):   x = x + MHA(LN(x));  x = x + MLP(LN(x))
 Post-norm (BERT):                              x = LN(x + MHA(x));  x = LN(x + MLP(x))
 adaLN-Zero (DiT), conditioned on c (B, D):     x = x + g1 MHA(LN(x)(1 + s1) + b1);  x = x + g2 MLP(LN(x)(1 + s2) + b2)
                                                (b, s, g) from a zero-initialised linear map of c

@@ -1,4 +1,4 @@
-"""Attention: the seeds' maths as properties, and the two paths held equal."""
+"""Attention: Turner (2023)'s maths as properties, and the two paths held equal."""
 import pytest
 import torch
 

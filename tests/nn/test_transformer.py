@@ -1,4 +1,4 @@
-"""The backbone and its parts as the seeds define them."""
+"""The backbone and its parts as Turner (2023) defines them."""
 import pytest
 import torch
 

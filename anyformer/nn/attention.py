@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..plan import attention_kernel, choices, native, planner
-from ..plan.kernels import attention_explicit, causal_mask
 from .dropout import Dropout
+from .functional import attention_explicit, causal_mask
 from .linear import plain_eager
 from .positions import RotaryEmbedding
 

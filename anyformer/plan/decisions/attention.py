@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from .. import native
 from .. import planner as _planner
 from ..choices import Decision, register
-from ..kernels import attention_explicit, causal_mask
 from .common import (_CALL_FLOPS, _FINE_LEN, _MAX_BATCH, _MAX_LEN, _bucket, _dtype, _length_bucket,
                      _may_build, _positive, _randn, _with_grads)
 
@@ -103,6 +102,8 @@ def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype
         def qkv() -> list[torch.Tensor]:
             return [q0.transpose(1, 2), k0.narrow(2, 0, nk), v0.narrow(2, 0, nk)]
     dy = _randn(g, b, nq, h * d, dtype=dtype)
+    # The maths is nn's; the plan only times it (imported here, when measuring: nn sits above the plan).
+    from ...nn.functional import attention_explicit, causal_mask
     # As nn/attention.py runs it: one query after a cache sees every key, so it gets no mask.
     allowed = causal_mask(nq, nk, torch.device("cpu")) if causal and nq > 1 else None
     if masked and nk > 1:  # pad the last eighth of the keys; every query keeps key 0

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import math
-import threading
-import warnings
-import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -13,25 +10,9 @@ from torch import Tensor, nn
 
 from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer, planned_kernels
 from ..nn.dropout import Dropout
-from ..plan import choices, compile_for_decode, planner
 from .base import Model, check_seq_len, check_sizes, matmul_weights
-from .gpt_decode import (Step, cache_length, compute_dtype, decode_tolerance, eager_step, fresh_decode_step,
-                         plan_fields, static_decode_unsupported, static_step)
-
-# Per model, kept beside it rather than on it (a deep copy of the model must not carry steps bound to
-# the original), by (batch, cache size): the compiled decode functions (None: eager, settled), the
-# one-token steps asked for, and a lock. The values must not hold the model, or it is never freed.
-_DECODE_STEPS: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
-_DECODE_TALLY: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
-_DECODE_LOCKS: "weakref.WeakKeyDictionary[GPT, threading.Lock]" = weakref.WeakKeyDictionary()
-# Per model, by (batch, cache size) whose compiled step is settled: a cache kept for the next request,
-# so that the buffers a CUDA graph was recorded with keep their addresses (another cache would have
-# it recorded again, a graph more each request). Memory: one cache per size the compiled step serves.
-_STATIC_CACHES: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
-# The tally's own lock, held for an addition only: a stream closed on a server's event loop must not
-# wait for another request's compile (which holds the model's lock above). Re-entrant: a stream left
-# to the garbage collector may close (and count) inside another's addition, on the same thread.
-_TALLY_LOCK = threading.RLock()
+from . import decode_plan
+from .gpt_decode import cache_length, static_decode_unsupported
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -178,14 +159,14 @@ class GPT(Model):
                 static = static_decode_unsupported(self) is None
                 size = cache_length(self, total) if static else total
                 with torch.inference_mode():
-                    cache = self._take_cache(idx.shape[0], size, static) if use_cache else None
+                    cache = decode_plan.take_cache(self, idx.shape[0], size, static) if use_cache else None
                 step_in = idx  # with the cache, then each new token alone; without it, the whole window
                 step = None    # the one-token step after the prompt: eager, or compiled where the plan chose it
                 recent = idx   # the last `context` tokens, for a window that slides
                 for i in range(max_new_tokens):
                     with torch.inference_mode():
                         if step is None and use_cache and i == 1:
-                            step = self._decode_step(step_in, cache, max_new_tokens - 1)
+                            step = decode_plan.decode_step(self, step_in, cache, max_new_tokens - 1)
                         if use_cache and cache[0].length + step_in.shape[1] > cache[0].max_len:
                             logits = self._slide(cache, recent[:, -keep:])  # the window is full
                         elif step is not None:
@@ -200,9 +181,9 @@ class GPT(Model):
         finally:
             self.train(was_training)
             if static and cache is not None and computed > 1:  # one-token steps taken, however it ended
-                self._count_decode_steps((idx.shape[0], cache[0].max_len), computed - 1)
+                decode_plan.count_steps(self, (idx.shape[0], cache[0].max_len), computed - 1)
             if static and cache is not None:
-                self._keep_cache(cache)
+                decode_plan.keep_cache(self, cache)
 
     def _slide(self, cache: list[KVCache], window: Tensor) -> Tensor:
         """Refill the full cache with `window` (B, W), the most recent tokens, at positions 0..W-1:
@@ -211,95 +192,11 @@ class GPT(Model):
             c.reset()
         return self(window, cache=cache, last_only=True)[:, -1]
 
-    def _take_cache(self, batch: int, size: int, static: bool) -> list[KVCache]:
-        """An empty cache for `batch` prompts and `size` positions: the one kept from an earlier request
-        where the compiled step serves this size (`_STATIC_CACHES`), else a new one. Call in inference mode."""
-        kept = _STATIC_CACHES.get(self, {}).pop((batch, size), None) if static else None
-        if kept is None:
-            return self.new_cache(batch, size)
-        for c in kept:
-            c.reset()
-        return kept
-
-    def _keep_cache(self, cache: list[KVCache]) -> None:
-        """Keep `cache` for the next request of its size, if the compiled step serves that size and
-        none is kept yet (concurrent requests take new ones)."""
-        key = (cache[0].k.shape[0], cache[0].max_len)
-        if _DECODE_STEPS.get(self, {}).get(key) is not None:
-            _STATIC_CACHES.setdefault(self, {}).setdefault(key, cache)
-
-    def _count_decode_steps(self, key: tuple[int, int], steps: int) -> None:
-        """Add `steps` one-token steps taken to the tally of a batch and cache size whose step is not
-        settled yet: what a compile would have been paid back over (the ski-rental rule)."""
-        if key in _DECODE_STEPS.get(self, {}):
-            return
-        with _TALLY_LOCK:
-            tally = _DECODE_TALLY.setdefault(self, {})
-            tally[key] = tally.get(key, 0) + steps
-
     def compiled_decode(self, batch: int, total: int) -> bool:
         """Whether `generate` (and `stream`) now takes its one-token steps for `batch` prompts and
         `total` tokens in all through the compiled static graph: the speed plan chose it in this
         process (it does once the steps taken have cost about a compile, and it measured faster)."""
-        return _DECODE_STEPS.get(self, {}).get((batch, cache_length(self, total))) is not None
-
-    def _decode_step(self, ids: Tensor, cache: list[KVCache], steps: int) -> Step:
-        """The step for `steps` one-token calls from here: this model's eager forward, or its static
-        graph compiled (gpt_decode.py) where the speed plan measured that faster and the steps this
-        model has taken in this process (counted as they are taken: a request that stops early
-        counts what it ran) and those asked now repay the compile. Settled once per batch and cache
-        size (asked again while the plan waits for the steps to repay a compile); the cache is left
-        as it came."""
-        eager = eager_step(self)
-        if static_decode_unsupported(self) is not None or choices.forced_choice(
-                planner().forced()[0], "compile") == "eager":
-            return eager
-        key = (ids.shape[0], cache[0].max_len)
-        with _DECODE_LOCKS.setdefault(self, threading.Lock()):  # one plan and compile per key, however many callers
-            memo = _DECODE_STEPS.setdefault(self, {})
-            if key not in memo:
-                with _TALLY_LOCK:
-                    taken = _DECODE_TALLY.get(self, {}).get(key, 0)
-                compiled = self._plan_decode(eager, ids, cache, taken + steps)
-                if compiled is not False:  # settled: compiled, or None for eager; False: not yet
-                    memo[key] = compiled
-            compiled = memo.get(key)
-        return eager if compiled is None else static_step(self, compiled)
-
-    def _plan_decode(self, eager: Step, ids: Tensor, cache: list[KVCache],
-                     tally: int) -> Callable[..., Tensor] | None | bool:
-        """The compiled decode function for this batch and cache size, None where eager is settled
-        (measured or recorded faster, or the compile failed), False while not yet decided."""
-        pos = cache[0].length
-
-        def at_pos() -> None:  # every candidate call computes the same position
-            for c in cache:
-                c.length = pos
-
-        def run_eager() -> Tensor:
-            at_pos()
-            return eager(ids, cache)
-
-        def run_with(compiled) -> Tensor:
-            at_pos()
-            return static_step(self, compiled)(ids, cache)
-
-        fields = plan_fields(self, ids.shape[0], cache[0].max_len)
-        chosen = compile_for_decode(fresh_decode_step(), run_with, run_eager, device=ids.device, tokens=tally,
-                                    fields=fields, tolerance=decode_tolerance(compute_dtype(self, ids.device)))
-        try:
-            if chosen.choice != "compiled":
-                record = planner().entry("compile", {**fields, "pass": "decode"})
-                return None if record is not None and record.get("choice") == "eager" else False
-            try:  # compiled from a record of another process: the first call compiles, here and now
-                run_with(chosen.module)
-            except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler in this process: stay eager, and say so
-                warnings.warn(f"the compiled decode step failed ({type(e).__name__}: {e}); generating eagerly",
-                              RuntimeWarning, stacklevel=4)
-                return None
-            return chosen.module
-        finally:
-            at_pos()
+        return decode_plan.compiled_decode(self, batch, total)
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the

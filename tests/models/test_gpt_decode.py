@@ -10,6 +10,7 @@ import torch
 
 from anyformer.models.gpt import GPT, GPTConfig
 from anyformer import plan
+from anyformer.models import decode_plan
 from anyformer.models import gpt as gpt_module
 from anyformer.models.gpt_decode import (cache_length, decode_step, decode_tolerance, plan_fields,
                                          static_decode_unsupported, static_step)
@@ -79,9 +80,9 @@ def test_generate_with_the_compiled_step_gives_the_eager_tokens(position, batch)
     assert torch.equal(gpt.generate(prompt, 20, temperature=0, use_cache=False), eager)
     with plan.forcing(compile="compiled"):
         first = gpt.generate(prompt, 20, temperature=0)
-        kept = gpt_module._STATIC_CACHES[gpt][(batch, 64)]
+        kept = decode_plan._STATIC_CACHES[gpt][(batch, 64)]
         again = gpt.generate(prompt, 20, temperature=0)  # the same graph, and the cache kept from the first
-    assert gpt_module._STATIC_CACHES[gpt][(batch, 64)] is kept
+    assert decode_plan._STATIC_CACHES[gpt][(batch, 64)] is kept
     assert gpt.compiled_decode(batch, 27) and not gpt.compiled_decode(batch + 1, 27)
     assert torch.equal(first, eager) and torch.equal(again, eager)
     with plan.forcing(compile="eager"):  # forcing wins over the compiled step already made
@@ -107,7 +108,7 @@ def test_on_cuda_the_compiled_step_runs_as_a_cuda_graph_with_the_uncached_logits
             cached = gpt.generate(prompt, 20, temperature=0)
             again = gpt.generate(prompt, 20, temperature=0)
         assert gpt.compiled_decode(2, 27)
-        step = static_step(gpt, gpt_module._DECODE_STEPS[gpt][(2, 64)])
+        step = static_step(gpt, decode_plan._DECODE_STEPS[gpt][(2, 64)])
         with torch.inference_mode():
             cache = gpt.new_cache(2, 64)  # another cache: the graph is recorded again for its addresses
             gpt(uncached[:, :7], cache=cache)
@@ -152,7 +153,7 @@ def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypa
     with plan.using(plan.Planner(timer=lambda runs, budget_s: _favour("compiled", runs))):
         gpt.generate(prompt, 8, temperature=0)
         assert compiles == [] and not gpt.compiled_decode(1, 13)
-        assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 7}  # 7 one-token steps in a request
+        assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 7}  # 7 one-token steps in a request
         gpt.generate(prompt, 8, temperature=0)
         assert compiles == [{"dynamic": False, "fullgraph": True}] and gpt.compiled_decode(1, 13)
         record = plan.planner().entry("compile", {**plan_fields(gpt, 1, 64), "pass": "decode"})
@@ -160,7 +161,7 @@ def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypa
         assert plan_fields(gpt, 1, 64)["model"] == "gpt-d2-w32-h4-m128-v50-learned-gelu_tanh"
         gpt.generate(prompt, 8, temperature=0)
         assert len(compiles) == 1  # settled: the step is kept, not planned again
-    assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 7}  # counted while unsettled: the second request's were compiled
+    assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 7}  # counted while unsettled: the second request's were compiled
 
 
 def test_a_request_that_stops_early_counts_the_steps_it_took(monkeypatch, tmp_path):
@@ -176,9 +177,9 @@ def test_a_request_that_stops_early_counts_the_steps_it_took(monkeypatch, tmp_pa
         for _ in range(3):
             next(tokens)
         tokens.close()
-        assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 2}
+        assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 2}
         gpt.generate(prompt, 5, temperature=0)
-    assert gpt_module._DECODE_TALLY[gpt] == {(1, 64): 6}
+    assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 6}
 
 
 @pytest.mark.slow
@@ -196,7 +197,8 @@ def test_a_model_with_a_compiled_step_can_still_be_freed():
 def test_where_the_static_step_does_not_apply_generate_runs_eager(monkeypatch):
     gpt = tiny_gpt()
     assert static_decode_unsupported(gpt) is None and static_decode_unsupported(gpt.to(torch.bfloat16)) is None
-    monkeypatch.setattr(gpt_module, "static_decode_unsupported", lambda model: "not here")
+    for module in (gpt_module, decode_plan):  # where generation asks, and where the step is chosen
+        monkeypatch.setattr(module, "static_decode_unsupported", lambda model: "not here")
     with plan.forcing(compile="compiled"):
         out = gpt.generate(torch.randint(0, 50, (1, 5)), 4, temperature=0)
     assert out.shape == (1, 9) and not gpt.compiled_decode(1, 9)

@@ -122,9 +122,9 @@ def test_tune_plans_before_training_and_train_replays_its_file(tmp_path, plannin
     assert {k: used[k] for k in tuned["answers"]} == tuned["answers"]
 
 
-# Every private kernel the plan may choose, forced in turn: the suite otherwise runs stock, and the
-# kernels users get must resume as exactly as stock does (dropout and augmentation on).
-FORCED = ["linear=onednn", "linear=mixed", "attention=native", "gelu=native", "linears=onednn"]
+# Every private kernel the plan may choose, and the compiled step, forced in turn: the suite otherwise
+# runs stock, and what users get must resume as exactly as stock does (dropout and augmentation on).
+FORCED = ["linear=onednn", "linear=mixed", "attention=native", "gelu=native", "linears=onednn", "compile=compiled"]
 
 
 @pytest.mark.slow
@@ -150,7 +150,7 @@ def test_resume_is_bit_exact_with_each_private_kernel(forced, tmp_path, mnist_sl
         monkeypatch.undo()
         plan.reset()
     name, choice = forced.split("=")
-    assert choice in set(used["answers"].values()) | {used["linears"]}, used  # the kernel did run
+    assert choice in set(used["answers"].values()) | {used["linears"], used["compile"]}, used  # the kernel did run
     assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
 

@@ -12,6 +12,7 @@ from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbe
 from ..nn.dropout import Dropout
 from .base import Model, check_seq_len, check_sizes, matmul_weights
 from . import decode_plan
+from .sampling import sample
 from .gpt_decode import cache_length, static_decode_unsupported
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
@@ -224,24 +225,3 @@ def window_keep(context: int) -> int:
     """The tokens a full window keeps when it slides: three quarters of the context, so that a refill
     (one forward over them) comes once every quarter context of new tokens."""
     return max(1, context - max(1, context // 4))
-
-
-def sample(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-           generator: torch.Generator | None = None) -> Tensor:
-    """(B, V) logits -> (B, 1) ids: greedy at temperature 0, else top-k / nucleus sampling."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        drop = cum - sorted_logits.softmax(dim=-1) >= top_p  # keep the smallest set reaching top_p
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
-    probs = logits.softmax(dim=-1)
-    # Drawn where the generator lives (the CLI's and the server's are CPU generators, which CUDA's
-    # multinomial refuses), then moved to the logits: the same seed gives the same tokens on any device.
-    device = logits.device if generator is None else generator.device
-    return torch.multinomial(probs.to(device), 1, generator=generator).to(logits.device)

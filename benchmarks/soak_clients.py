@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import io
 import json
 import math
@@ -36,14 +37,23 @@ def png(im: Image.Image) -> bytes:
     return buf.getvalue()
 
 
+@functools.lru_cache(maxsize=None)
 def digit(i: int, size: int = 28) -> bytes:
-    """A stroke like a drawn 1 or 7, different for each i, white on black as MNIST is."""
+    """A stroke like a drawn 1 or 7, one of 16 kinds, white on black as MNIST is. Made once each:
+    drawing a large one takes the client's loop long enough to show up in every latency."""
+    i %= 16
     im = Image.new("L", (size, size))
     s = size / 28
     ImageDraw.Draw(im).line([((10 + i % 8) * s, 4 * s), ((14 - i % 5) * s, 24 * s)], fill=255, width=max(2, int(3 * s)))
     if i % 2:
         ImageDraw.Draw(im).line([(8 * s, 5 * s), ((10 + i % 8) * s, 4 * s)], fill=255, width=max(2, int(3 * s)))
     return png(im)
+
+
+@functools.lru_cache(maxsize=None)
+def bomb() -> bytes:
+    """8,000 x 8,000 of one grey: a few kB on the wire, 64 megapixels once decoded."""
+    return png(Image.new("L", (8000, 8000)))
 
 
 @dataclass
@@ -114,7 +124,7 @@ class Mix:
         """The k-th abusive request (of those sent over httpx): (kind, request)."""
         path = self.light(0)[1]
         if self.family == "vit":
-            over = ("too_many_pixels", ("POST", path, png(Image.new("L", (8000, 8000))), PNG))
+            over = ("too_many_pixels", ("POST", path, bomb(), PNG))
         elif self.family == "gpt":
             over = ("over_budget", ("POST", path, _json({"prompt": "ROMEO:", "max_new_tokens": 1000}), JSON))
         else:
@@ -125,6 +135,11 @@ class Mix:
                    over,
                    ("no_route", ("GET", "/api/nothing", b"", {}))]
         return choices[k % len(choices)]
+
+    def warm(self) -> None:
+        """Every body made once, before the timing starts (they are cached)."""
+        for i in range(16):
+            self.light(i), self.heavy(i), self.abusive(i)
 
     def describe(self) -> str:
         light, heavy = self.light(0), self.heavy(0)

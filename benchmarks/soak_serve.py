@@ -64,14 +64,22 @@ def start_server(run: str, port: int, extra: list[str]) -> tuple[subprocess.Pope
         time.sleep(0.2)
 
 
-async def phase(mix: Mix, seconds: float, light: int, heavy: int, abuse: int) -> Tally:
+async def phase(mix: Mix, seconds: float, light: int, heavy: int, abuse: int,
+                rss: tuple[int, list[float]] | None = None) -> Tally:
+    """The clients for `seconds`; with `rss` (pid, list), the server's RSS is sampled into the list
+    every second, to tell a plateau (the allocator's high-water mark) from a leak."""
     tally = Tally()
     stop = time.monotonic() + seconds
+
+    async def sample_rss() -> None:
+        while rss is not None and time.monotonic() < stop:
+            rss[1].append(rss_mb(rss[0]))
+            await asyncio.sleep(1)
     limits = httpx.Limits(max_connections=light + heavy + abuse + 4)
     async with httpx.AsyncClient(base_url=mix.url, limits=limits, timeout=mix.hang_seconds) as client:
         await asyncio.gather(*[light_client(client, mix, tally, stop) for _ in range(light)],
                              *[heavy_client(client, mix, tally, stop, i) for i in range(heavy)],
-                             *[abuse_client(client, mix, tally, stop, i) for i in range(abuse)])
+                             *[abuse_client(client, mix, tally, stop, i) for i in range(abuse)], sample_rss())
     return tally
 
 
@@ -122,7 +130,9 @@ def main() -> int:
         asyncio.run(phase(mix, 2, a.light, 0, 0))  # first connections, allocator warm-up
         rss_before = rss_mb(server.pid)
         idle = asyncio.run(phase(mix, a.idle_seconds, a.light, 0, 0))
-        loaded = asyncio.run(phase(mix, a.seconds, a.light, a.heavy, a.abuse))
+        mix.warm()  # the clients' bodies made now, not in the middle of the timing
+        rss_during: list[float] = []
+        loaded = asyncio.run(phase(mix, a.seconds, a.light, a.heavy, a.abuse, (server.pid, rss_during)))
         method, path, body, headers = mix.light(0)
         after = httpx.request(method, url + path, content=body, headers=headers, timeout=60)
         health = httpx.get(url + "/healthz", timeout=10)
@@ -150,7 +160,8 @@ def main() -> int:
             ("light p99 loaded / idle", f"{l99 / i99:.2f}x (target: at most 2x)"),
             ("heavy answered 200 (s, p50 / max)", f"{len(loaded.heavy_s)}: {quantile(loaded.heavy_s, 0.5):.2f} / "
                                                   f"{max(loaded.heavy_s, default=0):.2f}"),
-            ("server RSS MB before / after", f"{rss_before:.0f} / {rss_after:.0f}"),
+            ("server RSS MB: idle / load 1st quarter / load end / after",
+             f"{rss_before:.0f} / {rss_during[len(rss_during) // 4]:.0f} / {rss_during[-1]:.0f} / {rss_after:.0f}"),
             ("still serving at the end", f"{still_serving} (light {after.status_code}, healthz {health.status_code})"),
             ("SIGTERM mid-load: answers", f"{dict(term['answers'])} of {a.sigterm_requests} in flight"),
             ("SIGTERM: exit code, seconds", f"{term['exit']}, {term['exit_seconds']}")]

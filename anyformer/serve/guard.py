@@ -23,7 +23,9 @@ from .worker import ON_FINISH
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 REFUSAL = "anyformer.refusal"   # scope key: the reason an ApiError handler gave, for the metrics
 ALWAYS_OPEN = ("/healthz", "/metrics")  # answered while shutting down: operators watch the drain
 
@@ -55,7 +57,7 @@ class GuardMiddleware:
     def __init__(self, app: ASGIApp, guard: Guard) -> None:
         self.app, self.guard = app, guard
 
-    async def __call__(self, scope: Scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         guard, started = self.guard, time.perf_counter()
@@ -111,7 +113,7 @@ class GuardMiddleware:
                                  time.perf_counter() - started, refusal)
 
 
-async def _refuse(send, status: int, message: str, retry: int | None) -> None:
+async def _refuse(send: Send, status: int, message: str, retry: int | None) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if retry is not None:

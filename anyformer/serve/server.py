@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 from types import FrameType
 from typing import Iterator
@@ -17,6 +18,7 @@ from typing import Iterator
 import uvicorn
 
 from .app import create_app
+from .guard import Guard
 from .limits import Limits
 
 log = logging.getLogger("anyformer.serve")
@@ -26,12 +28,12 @@ SHUTDOWN_GRACE_SECONDS = 10  # after a drain's cancellations every request ends 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, which on a signal first drains the app's guard (anyformer/serve/guard.py)."""
 
-    def __init__(self, config: uvicorn.Config, guard) -> None:
+    def __init__(self, config: uvicorn.Config, guard: Guard) -> None:
         super().__init__(config)
         self.guard = guard
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    async def serve(self, sockets=None) -> None:
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         await super().serve(sockets)
 

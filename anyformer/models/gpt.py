@@ -243,13 +243,28 @@ class GPT(Model):
         process (it does once the steps taken have cost about a compile, and it measured faster)."""
         return _DECODE_STEPS.get(self, {}).get((batch, cache_length(self, total))) is not None
 
-    def _decode_step(self, ids: Tensor, cache: list[KVCache], steps: int) -> Step:
+    def settle_decode(self, batch: int, total: int) -> bool:
+        """Decide now, for good in this process, whether the one-token steps of `batch` prompts and
+        `total` tokens in all run compiled: measured (and compiled where faster) as for a process
+        that runs for days, rather than once the steps taken repay a compile. A server calls this
+        before it listens, so that no request ever waits for a compile. True: they run compiled."""
+        if static_decode_unsupported(self) is not None:
+            return False
+        device = next(self.parameters()).device
+        with planned_kernels(self), torch.inference_mode():
+            cache = self.new_cache(batch, cache_length(self, total))
+            ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+            self(ids, cache=cache, last_only=True)  # a one-token prompt: the step computes position 1
+            self._decode_step(ids, cache, None)
+        return self.compiled_decode(batch, total)
+
+    def _decode_step(self, ids: Tensor, cache: list[KVCache], steps: int | None) -> Step:
         """The step for `steps` one-token calls from here: this model's eager forward, or its static
         graph compiled (gpt_decode.py) where the speed plan measured that faster and the steps this
         model has taken in this process (counted as they are taken: a request that stops early
-        counts what it ran) and those asked now repay the compile. Settled once per batch and cache
-        size (asked again while the plan waits for the steps to repay a compile); the cache is left
-        as it came."""
+        counts what it ran) and those asked now repay the compile; `steps=None`: measured now, as
+        for a server (`settle_decode`). Settled once per batch and cache size (asked again while the
+        plan waits for the steps to repay a compile); the cache is left as it came."""
         eager = eager_step(self)
         if static_decode_unsupported(self) is not None or choices.forced_choice(
                 planner().forced()[0], "compile") == "eager":
@@ -260,14 +275,14 @@ class GPT(Model):
             if key not in memo:
                 with _TALLY_LOCK:
                     taken = _DECODE_TALLY.get(self, {}).get(key, 0)
-                compiled = self._plan_decode(eager, ids, cache, taken + steps)
+                compiled = self._plan_decode(eager, ids, cache, None if steps is None else taken + steps)
                 if compiled is not False:  # settled: compiled, or None for eager; False: not yet
                     memo[key] = compiled
             compiled = memo.get(key)
         return eager if compiled is None else static_step(self, compiled)
 
     def _plan_decode(self, eager: Step, ids: Tensor, cache: list[KVCache],
-                     tally: int) -> Callable[..., Tensor] | None | bool:
+                     tally: int | None) -> Callable[..., Tensor] | None | bool:
         """The compiled decode function for this batch and cache size, None where eager is settled
         (measured or recorded faster, or the compile failed), False while not yet decided."""
         pos = cache[0].length

@@ -37,16 +37,17 @@ def info(ctx: Context) -> dict[str, Any]:
 
 def warm_up(ctx: Context) -> None:
     """Everything the first requests would otherwise do inside themselves, done before the server
-    listens: the prompt's and the step's kernels planned, and the one-token step's compile settled
-    for every cache size a request may use (`GPT.stream` decides it at the second token, from the
-    tokens asked: here, the most a request may ask). Then the time of one token, for the budget."""
-    buckets, size = [], 64
-    while size < ctx.model.config.context:
-        buckets.append(size)
+    listens: the prompt's and the step's kernels planned, and whether the one-token step runs
+    compiled settled (and any compile done) for every cache size a request may use, as the plan
+    decides for a process that runs for days (`GPT.settle_decode`); left to the requests, the
+    compile would come inside whichever request's steps first repaid it, stalling the server.
+    Then the time of one token, for the budget."""
+    size = 64
+    while True:  # the cache sizes: powers of two from 64, up to the context (gpt_decode.cache_length)
+        ctx.model.settle_decode(1, min(size, ctx.model.config.context))
+        if size >= ctx.model.config.context:
+            break
         size *= 2
-    for bucket in buckets:  # a request of 1 + (bucket - 1) tokens uses this bucket's cache
-        _first_tokens(ctx, bucket - 1)
-    _first_tokens(ctx, ctx.limits.max_new_tokens)  # the context's own size, the longest ask
     tokens = ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), ctx.limits.max_new_tokens, temperature=0)
     times, last = [], time.perf_counter()
     for _ in zip(range(TIMED_TOKENS), tokens):
@@ -55,13 +56,6 @@ def warm_up(ctx: Context) -> None:
         last = now
     tokens.close()
     ctx.costs["token"] = statistics.median(times[1:])  # the first is the prompt's pass
-
-
-def _first_tokens(ctx: Context, asked: int) -> None:
-    tokens = ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), asked, temperature=0)
-    for _ in zip(range(2), tokens):
-        pass
-    tokens.close()
 
 
 def routes(ctx: Context) -> list[Route]:

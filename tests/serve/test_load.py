@@ -164,3 +164,16 @@ def test_while_draining_every_request_is_answered_503_and_healthz_says_not_ready
     assert r.status_code == 503 and r.headers["retry-after"] == "1" and "shutting down" in r.json()["error"]
     seen = metrics(client)
     assert seen["anyformer_ready"] == 0 and seen['anyformer_refusals_total{reason="shutting_down"}'] == 1
+
+
+@pytest.mark.slow
+def test_the_warm_up_settles_the_decode_step_for_every_cache_size(lm_run, monkeypatch):
+    """Whether a generation's one-token step runs compiled (and the compile itself) is decided before
+    the server listens, for each cache size a request may use (64 and the context, 128, here), so no
+    request ever waits for a compile: left to the requests, one came mid-soak and stalled every
+    request in flight past its deadline."""
+    from anyformer.models.gpt import GPT
+    asked = []
+    monkeypatch.setattr(GPT, "settle_decode", lambda self, batch, total: asked.append((batch, total)) or False)
+    create_app(str(lm_run))
+    assert asked == [(1, 64), (1, 128)]

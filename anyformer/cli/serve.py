@@ -13,7 +13,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-pixels", type=int, default=40_000_000, help="largest image, width x height")
     s.add_argument("--max-prompt-chars", type=int, default=4000)
     s.add_argument("--max-new-tokens", type=int, default=1000, help="most tokens one generation may ask for")
-    s.add_argument("--concurrency", type=int, default=2, help="model calls running at once")
+    s.add_argument("--concurrency", type=int, default=2, help="light model calls running at once")
+    s.add_argument("--queue", type=int, default=16, help="requests waiting per lane; past it, 503 + Retry-After")
+    s.add_argument("--max-work-seconds", type=float, default=5.0,
+                   help="a request's estimated compute (its steps x the step time measured at start)")
+    s.add_argument("--deadline-seconds", type=float, default=30.0, help="past it, 504 and the work stops")
     s.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
     s.set_defaults(handler=serve)
 
@@ -26,6 +30,7 @@ def serve(args: argparse.Namespace) -> int:
                           f"pip install 'anyformer[serve]'") from None
     limits = Limits(max_body_bytes=args.max_body_bytes, max_pixels=args.max_pixels,
                     max_prompt_chars=args.max_prompt_chars, max_new_tokens=args.max_new_tokens,
-                    concurrency=args.concurrency)
+                    concurrency=args.concurrency, queue=args.queue, max_work_seconds=args.max_work_seconds,
+                    deadline_seconds=args.deadline_seconds)
     run_server(args.dir, host=args.host, port=args.port, limits=limits)
     return 0

@@ -10,9 +10,10 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Callable
 
+import torch
 from torch import Tensor
 
-from ..nn import KVCache
+from ..nn import KVCache, planned_kernels
 from ..plan import choices, compile_for_decode, planner
 from .gpt_decode import (Step, cache_length, compute_dtype, decode_tolerance, eager_step, fresh_decode_step,
                          plan_fields, static_decode_unsupported, static_step)
@@ -20,7 +21,7 @@ from .gpt_decode import (Step, cache_length, compute_dtype, decode_tolerance, ea
 if TYPE_CHECKING:
     from .gpt import GPT
 
-__all__ = ["compiled_decode", "count_steps", "decode_step", "keep_cache", "take_cache"]
+__all__ = ["compiled_decode", "count_steps", "decode_step", "keep_cache", "settle", "take_cache"]
 
 # Per model, by (batch, cache size): the compiled decode functions (None: eager, settled), the
 # one-token steps asked for, and a lock. The values must not hold the model, or it is never freed.
@@ -73,13 +74,27 @@ def compiled_decode(model: GPT, batch: int, total: int) -> bool:
     return _DECODE_STEPS.get(model, {}).get((batch, cache_length(model, total))) is not None
 
 
-def decode_step(model: GPT, ids: Tensor, cache: list[KVCache], steps: int) -> Step:
+def settle(model: GPT, batch: int, total: int) -> bool:
+    """GPT.settle_decode: measure now (and compile where faster) the one-token step of `batch`
+    prompts and `total` tokens, with no compile-time accounting; True where it runs compiled."""
+    if static_decode_unsupported(model) is not None:
+        return False
+    device = next(model.parameters()).device
+    with planned_kernels(model), torch.inference_mode():
+        cache = model.new_cache(batch, cache_length(model, total))
+        ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        model(ids, cache=cache, last_only=True)  # a one-token prompt: the step computes position 1
+        decode_step(model, ids, cache, None)
+    return compiled_decode(model, batch, total)
+
+
+def decode_step(model: GPT, ids: Tensor, cache: list[KVCache], steps: int | None) -> Step:
     """The step for `steps` one-token calls from here: this model's eager forward, or its static
     graph compiled (gpt_decode.py) where the speed plan measured that faster and the steps this
     model has taken in this process (counted as they are taken: a request that stops early
-    counts what it ran) and those asked now repay the compile. Settled once per batch and cache
-    size (asked again while the plan waits for the steps to repay a compile); the cache is left
-    as it came."""
+    counts what it ran) and those asked now repay the compile; `steps=None`: measured now, as for
+    a server (`settle`). Settled once per batch and cache size (asked again while the plan waits
+    for the steps to repay a compile); the cache is left as it came."""
     eager = eager_step(model)
     if static_decode_unsupported(model) is not None or choices.forced_choice(
             planner().forced()[0], "compile") == "eager":
@@ -90,7 +105,7 @@ def decode_step(model: GPT, ids: Tensor, cache: list[KVCache], steps: int) -> St
         if key not in memo:
             with _TALLY_LOCK:
                 taken = _DECODE_TALLY.get(model, {}).get(key, 0)
-            compiled = _plan_decode(model, eager, ids, cache, taken + steps)
+            compiled = _plan_decode(model, eager, ids, cache, None if steps is None else taken + steps)
             if compiled is not False:  # settled: compiled, or None for eager; False: not yet
                 memo[key] = compiled
         compiled = memo.get(key)
@@ -98,7 +113,7 @@ def decode_step(model: GPT, ids: Tensor, cache: list[KVCache], steps: int) -> St
 
 
 def _plan_decode(model: GPT, eager: Step, ids: Tensor, cache: list[KVCache],
-             tally: int) -> Callable[..., Tensor] | None | bool:
+                 tally: int | None) -> Callable[..., Tensor] | None | bool:
     """The compiled decode function for this batch and cache size, None where eager is settled
     (measured or recorded faster, or the compile failed), False while not yet decided."""
     pos = cache[0].length

@@ -11,7 +11,7 @@ guidance uses v = v_null + w (v_y - v_null), both velocities from one batch.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import torch
 from torch import Tensor
@@ -85,6 +85,14 @@ def integrate(model: VelocityModel, noise: Tensor, y: Tensor, steps: int, cfg: f
     Heun: an Euler guess, then the average of the velocities at both ends (two passes a step), except
     on the last step, which ends at t = 0: logit-normal training rarely shows the model t near 0, so
     that step stays Euler (as EDM's sampler does at sigma = 0)."""
+    for x in integrate_steps(model, noise, y, steps, cfg, method):
+        pass
+    return x
+
+
+def integrate_steps(model: VelocityModel, noise: Tensor, y: Tensor, steps: int, cfg: float,
+                    method: str) -> Iterator[Tensor]:
+    """`integrate` one step at a time: yields x after each of the `steps` steps (the last is the result)."""
     x = noise
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64).tolist()
     for t, t_next in zip(times[:-1], times[1:]):
@@ -94,13 +102,24 @@ def integrate(model: VelocityModel, noise: Tensor, y: Tensor, steps: int, cfg: f
         if method == "heun" and t_next > 0:
             guess = x + dt * 0.5 * (v + guided_velocity(model, guess, t_next, y, cfg))
         x = guess
-    return x
+        yield x
 
 
 def sample(model: VelocityModel, labels: Tensor, *, steps: int = 50, cfg: float = 1.0, seed: int | None = None,
            method: str = "heun") -> Tensor:
     """Images (N, C, H, W) uint8 of the classes `labels` (N,). The same seed gives the same images:
     the noise is drawn on the CPU from its own generator, whatever the device."""
+    for out in sample_steps(model, labels, steps=steps, cfg=cfg, seed=seed, method=method):
+        pass
+    return out
+
+
+def sample_steps(model: VelocityModel, labels: Tensor, *, steps: int = 50, cfg: float = 1.0,
+                 seed: int | None = None, method: str = "heun") -> Iterator[Tensor | None]:
+    """`sample` one ODE step at a time, for a caller that may stop between steps (a server whose
+    client left): yields None after each step of each chunk, then the images, the same bits as
+    `sample`'s. Each step runs in inference mode on its own, not across a yield, so the steps may
+    be taken on different threads (inference mode is per thread)."""
     _check_options(steps, cfg, method)
     labels = check_labels(labels, model.null_class)
     c, h, w = model.image_shape()
@@ -113,11 +132,19 @@ def sample(model: VelocityModel, labels: Tensor, *, steps: int = 50, cfg: float 
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    out = []
     try:
-        with torch.inference_mode():
-            out = [to_uint8(integrate(model, noise[i:i + CHUNK].to(device), labels[i:i + CHUNK].to(device),
-                                      steps, float(cfg), method)).cpu()
-                   for i in range(0, len(labels), CHUNK)]
+        for i in range(0, len(labels), CHUNK):
+            chunk = integrate_steps(model, noise[i:i + CHUNK].to(device), labels[i:i + CHUNK].to(device),
+                                    steps, float(cfg), method)
+            while True:
+                with torch.inference_mode():
+                    x = next(chunk, None)
+                if x is None:
+                    break
+                last = x
+                yield None
+            out.append(to_uint8(last).cpu())
     finally:
         model.train(was_training)
-    return torch.cat(out) if out else torch.empty(0, c, h, w, dtype=torch.uint8)
+    yield torch.cat(out) if out else torch.empty(0, c, h, w, dtype=torch.uint8)

@@ -199,6 +199,13 @@ class GPT(Model):
         process (it does once the steps taken have cost about a compile, and it measured faster)."""
         return decode_plan.compiled_decode(self, batch, total)
 
+    def settle_decode(self, batch: int, total: int) -> bool:
+        """Decide now, for good in this process, whether the one-token steps of `batch` prompts and
+        `total` tokens in all run compiled: measured (and compiled where faster) as for a process
+        that runs for days, rather than once the steps taken repay a compile. A server calls this
+        before it listens, so that no request ever waits for a compile. True: they run compiled."""
+        return decode_plan.settle(self, batch, total)
+
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the
         context), counted as nanoGPT does (Kaplan et al.; PaLM's appendix B): per token, 2 per

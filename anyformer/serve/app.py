@@ -1,7 +1,9 @@
-"""The ASGI app for one run: the page at /, its scripts under /static, /api/info, and the
-section's API (/api/predict, /api/generate or /api/sample)."""
+"""The ASGI app for one run: the page at /, its scripts under /static, /api/info, /healthz,
+/metrics, and the section's API (/api/predict, /api/generate or /api/sample), every request inside
+the guard (guard.py: deadline, shutdown, metrics)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -11,16 +13,18 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.middleware import Middleware
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..models import load, read_config
 from ..nn import plan_kernels
 from .context import Context
+from .guard import REFUSAL, Guard, GuardMiddleware
 from .limits import ApiError, Limits
 from .sections import section_for
-from .worker import ModelWorker
+from .worker import ClientGone, ModelWorker
 
 STATIC = Path(str(resources.files(__package__) / "static"))
 # Scripts only from this server, pictures also as data URLs (the heat maps); nothing else runs.
@@ -36,14 +40,15 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
     meta = read_config(run_dir)
     model = plan_kernels(load(run_dir).eval())  # the server's passes on the plan's kernels
     section = section_for(model.family)
-    ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits, worker=ModelWorker(limits.concurrency))
-    # Warm-up before the server exists: the speed plan measures now, and no request waits for it.
+    ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits,
+                  worker=ModelWorker(limits.concurrency, limits.queue))
+    # Warm-up before the server exists: the speed plan measures (and any compile happens) now, no
+    # request waits for it, and the section times its unit of work for the cost budget.
     started = time.perf_counter()
     section.warm_up(ctx)
     health = {"ready": True, "family": model.family, "warm_up_seconds": round(time.perf_counter() - started, 3)}
     run_info = {"run": Path(run_dir).resolve().name, "family": model.family, **section.info(ctx),
-                "limits": {"max_body_bytes": limits.max_body_bytes, "max_pixels": limits.max_pixels,
-                           "max_prompt_chars": limits.max_prompt_chars, "max_new_tokens": limits.max_new_tokens}}
+                "limits": dataclasses.asdict(limits), "measured_seconds": {k: round(v, 6) for k, v in ctx.costs.items()}}
     page = _page(run_info, section.FRAGMENT, section.__name__.rsplit(".", 1)[-1])
 
     async def index(request: Request) -> HTMLResponse:
@@ -53,11 +58,22 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
         return JSONResponse(run_info)
 
     async def healthz(request: Request) -> JSONResponse:
+        if guard.draining:
+            return JSONResponse({**health, "ready": False, "shutting_down": True}, status_code=503)
         return JSONResponse(health)
+
+    async def metrics(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(guard.metrics.render(ctx.worker.depth(), ready=not guard.draining),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
+        request.scope[REFUSAL] = exc.reason
         return exc.response()
+
+    async def client_gone(request: Request, exc: Exception) -> Response:
+        # Nobody reads this answer; its status tells the log and /metrics the work was stopped.
+        return Response(status_code=499)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         # Routing's own refusals (404 no such route, 405 wrong method) answer as every refusal does.
@@ -74,11 +90,13 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
         log.exception("error serving %s %s", request.method, request.url.path)
         return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
 
-    routes = [Route("/", index), Route("/api/info", api_info), Route("/healthz", healthz), *section.routes(ctx),
-              Mount("/static", StaticFiles(directory=STATIC), name="static")]
-    app = Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
-                                                       Exception: server_error})
-    app.state.context = ctx
+    routes = [Route("/", index), Route("/api/info", api_info), Route("/healthz", healthz), Route("/metrics", metrics),
+              *section.routes(ctx), Mount("/static", StaticFiles(directory=STATIC), name="static")]
+    guard = Guard(limits.deadline_seconds, {r.path for r in routes if isinstance(r, Route)})
+    app = Starlette(routes=routes, middleware=[Middleware(GuardMiddleware, guard=guard)],
+                    exception_handlers={ApiError: api_error, ClientGone: client_gone, HTTPException: http_error,
+                                        Exception: server_error})
+    app.state.context, app.state.guard = ctx, guard
     return app
 
 

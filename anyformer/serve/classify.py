@@ -23,6 +23,7 @@ from .limits import ApiError, media_type, read_body
 FAMILY = "vit"
 FRAGMENT = "classify.html"
 TOP = 3
+HEAVY_PIXELS = 1_000_000  # an upload of more pixels than this is decoded in the heavy lane
 OVERLAY_SIZE = 112  # pixels across the heat map sent back: small, but big enough to see a digit
 
 
@@ -59,8 +60,10 @@ def routes(ctx: Context) -> list[Route]:
 
     async def predict(request: Request) -> JSONResponse:
         data = await _image_bytes(request, ctx)
-        check_header(data, ctx.limits.max_pixels)
-        return JSONResponse(await ctx.worker.call(predict_bytes, data))
+        width, height = check_header(data, ctx.limits.max_pixels)
+        # Decoding and resizing a large picture takes far longer than the model's pass: its own lane.
+        lane = "heavy" if width * height > HEAVY_PIXELS else "light"
+        return JSONResponse(await ctx.worker.run(request, lane, predict_bytes, data))
 
     return [Route("/api/predict", predict, methods=["POST"])]
 
@@ -85,6 +88,9 @@ async def _image_bytes(request: Request, ctx: Context) -> bytes:
             form = await MultiPartParser(request.headers, once(), max_files=1, max_fields=8,
                                          max_part_size=ctx.limits.max_body_bytes).parse()
         except MultiPartException as e:
+            if "Too many files" in str(e):
+                raise ApiError(413, "the multipart form holds more than one file; the limit is one image "
+                                    "per upload") from None
             raise ApiError(400, f"cannot read the multipart form: {e}") from None
         files = [v for _, v in form.multi_items() if not isinstance(v, str)]
         if not files:

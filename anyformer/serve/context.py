@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .limits import Limits
+from .limits import ApiError, Limits
 from .worker import ModelWorker
+
+LIGHT_SECONDS = 0.25  # work up to this runs in the light lane; more, in the heavy one
 
 
 @dataclasses.dataclass
@@ -15,6 +17,17 @@ class Context:
     meta: dict[str, Any]       # the run's config.json
     limits: Limits
     worker: ModelWorker
+    # Seconds of one unit of work (a token, an image pass), measured by the section's warm-up on
+    # this machine: what the cost budget (`limits.max_work_seconds`) is checked against.
+    costs: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def check_cost(self, seconds: float, what: str, fix: str) -> str:
+        """The lane a request of `seconds` estimated compute runs in, or 422 naming the budget when it
+        is over it. `what`: how the estimate was made; `fix`: what to ask instead."""
+        if seconds > self.limits.max_work_seconds:
+            raise ApiError(422, f"the request would take about {seconds:.1f} s of compute ({what}); the limit is "
+                                f"{self.limits.max_work_seconds:g} s (--max-work-seconds): {fix}", reason="cost")
+        return "light" if seconds <= LIGHT_SECONDS else "heavy"
 
     @property
     def data(self) -> dict[str, Any]:

@@ -10,6 +10,8 @@ a bad request gets its 4xx, never a stream that breaks off.
 from __future__ import annotations
 
 import json
+import statistics
+import time
 from typing import Any, Iterator
 
 import torch
@@ -24,6 +26,7 @@ from .limits import ApiError, field, media_type, read_body
 FAMILY = "gpt"
 FRAGMENT = "generate.html"
 MAX_TEMPERATURE = 10.0
+TIMED_TOKENS = 9  # the prompt's pass, then eight one-token steps timed for the budget
 
 
 def info(ctx: Context) -> dict[str, Any]:
@@ -33,10 +36,26 @@ def info(ctx: Context) -> dict[str, Any]:
 
 
 def warm_up(ctx: Context) -> None:
-    """A two-token continuation of a one-token prompt: the prompt's and the step's kernels are
-    planned now, not inside the first user's request."""
-    for _ in ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), 2, temperature=0):
-        pass
+    """Everything the first requests would otherwise do inside themselves, done before the server
+    listens: the prompt's and the step's kernels planned, and whether the one-token step runs
+    compiled settled (and any compile done) for every cache size a request may use, as the plan
+    decides for a process that runs for days (`GPT.settle_decode`); left to the requests, the
+    compile would come inside whichever request's steps first repaid it, stalling the server.
+    Then the time of one token, for the budget."""
+    size = 64
+    while True:  # the cache sizes: powers of two from 64, up to the context (gpt_decode.cache_length)
+        ctx.model.settle_decode(1, min(size, ctx.model.config.context))
+        if size >= ctx.model.config.context:
+            break
+        size *= 2
+    tokens = ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), ctx.limits.max_new_tokens, temperature=0)
+    times, last = [], time.perf_counter()
+    for _ in zip(range(TIMED_TOKENS), tokens):
+        now = time.perf_counter()
+        times.append(now - last)
+        last = now
+    tokens.close()
+    ctx.costs["token"] = statistics.median(times[1:])  # the first is the prompt's pass
 
 
 def routes(ctx: Context) -> list[Route]:
@@ -65,11 +84,17 @@ def routes(ctx: Context) -> list[Route]:
             raise ApiError(422, f"the prompt cannot be encoded: {e}") from None
         if not ids:
             raise ApiError(422, "the prompt must hold at least one token")
-        it = ctx.worker.iterate(pieces(ids, req))
+        n = req["max_new_tokens"]
+        # The prompt is one pass (about a token's time); past the context, a refill every quarter of it.
+        per_token = ctx.costs["token"] * (1 + 1 / max(1, ctx.model.config.context // 4))
+        most = max(1, int((ctx.limits.max_work_seconds - ctx.costs["token"]) / per_token))
+        lane = ctx.check_cost(ctx.costs["token"] + n * per_token, f"{n} tokens at {1000 * ctx.costs['token']:.1f} ms "
+                              f"each, measured at start", f"ask for at most {most} max_new_tokens")
         if req["stream"]:
-            return StreamingResponse(it, media_type="text/plain; charset=utf-8",
+            return StreamingResponse(ctx.worker.stream(request, lane, pieces(ids, req)),
+                                     media_type="text/plain; charset=utf-8",
                                      headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-        text = "".join([p async for p in it])
+        text = "".join(await ctx.worker.collect(request, lane, pieces(ids, req)))
         return JSONResponse({"prompt": req["prompt"], "text": text, "tokens": req["max_new_tokens"]})
 
     return [Route("/api/generate", generate, methods=["POST"])]

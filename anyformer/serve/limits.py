@@ -3,7 +3,9 @@
 Every limit is a number a user can change (`anyformer serve --help`); the defaults keep one
 request from taking the machine: a body of 5 MB holds any reasonable photo, 40 megapixels any
 phone camera's picture, while a decompression bomb (a tiny PNG that inflates to gigapixels) is
-refused from its header before a single pixel is decoded.
+refused from its header before a single pixel is decoded. Cost is bounded as well as size: a
+request's compute (samples x steps, new tokens), estimated from the model's own step time measured
+at start-up, must fit `max_work_seconds`; waiting is bounded by `queue` and `deadline_seconds`.
 """
 from __future__ import annotations
 
@@ -20,24 +22,36 @@ class Limits:
     max_pixels: int = 40_000_000            # width x height of an uploaded image, read from its header
     max_prompt_chars: int = 4000            # a prompt, before tokenising
     max_new_tokens: int = 1000              # tokens one generation may ask for (the context may allow fewer)
-    concurrency: int = 2                    # model calls running at once; the rest wait their turn
+    concurrency: int = 2                    # light model calls running at once (heavy work has its own lane)
+    queue: int = 16                         # requests waiting per lane; past it, 503 with Retry-After
+    max_work_seconds: float = 5.0           # a request's estimated compute (steps x measured step time)
+    deadline_seconds: float = 30.0          # from the request's first byte to its last: then 504 (or 408)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"serve limit {f.name} must be a positive int, got {value!r}")
+            kinds = (int, float) if f.type == "float" else (int,)
+            if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+                kind = "number" if f.type == "float" else "int"
+                raise ValueError(f"serve limit {f.name} must be a positive {kind}, got {value!r}")
 
 
 class ApiError(Exception):
     """A request the server will not serve: answered as {"error": message} with a 4xx status."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.headers = status, message, headers
+        # The label /metrics counts this refusal under (anyformer_refusals_total{reason=...}).
+        self.reason = reason or REASONS.get(status, str(status))
 
     def response(self) -> JSONResponse:
-        return JSONResponse({"error": self.message}, status_code=self.status)
+        return JSONResponse({"error": self.message}, status_code=self.status, headers=self.headers)
+
+
+REASONS = {400: "malformed", 404: "no_route", 405: "method", 408: "slow_body", 413: "too_large",
+           415: "media_type", 422: "invalid", 499: "client_gone", 503: "busy", 504: "deadline"}
 
 
 def media_type(request: Request) -> str:

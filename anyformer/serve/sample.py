@@ -2,12 +2,15 @@
 
 Written against the generator interface `model.sample(labels: LongTensor, *, steps=50, cfg=1.0,
 seed=None) -> uint8 (N, C, H, W)`. No generator run exists on this branch, so this section is
-untested here; it is the example of what a section is: FAMILY, FRAGMENT, info(), routes().
 JSON in: {class: index or name, n, steps, cfg, seed}; out: {class, images: [PNG data URLs]}.
+Sampling runs one ODE step per call (`flow.sample_steps`), so a request stopped by its deadline,
+its client leaving or the server shutting down stops at the next step.
 """
 from __future__ import annotations
 
 import json
+import statistics
+import time
 from typing import Any
 
 import torch
@@ -15,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..models import flow
 from .context import Context
 from .images import png_data_url
 from .limits import ApiError, field, media_type, read_body
@@ -22,6 +26,7 @@ from .limits import ApiError, field, media_type, read_body
 FAMILY = "dit"
 FRAGMENT = "sample.html"
 MAX_SAMPLES, MAX_STEPS, MAX_CFG = 16, 1000, 20.0
+BATCH, TIMED_RUNS = 32, 5  # a pass is timed at one image and at BATCH, each the median of TIMED_RUNS
 
 
 def info(ctx: Context) -> dict[str, Any]:
@@ -29,15 +34,35 @@ def info(ctx: Context) -> dict[str, Any]:
 
 
 def warm_up(ctx: Context) -> None:
-    """One image in one step: the sampler's kernels are planned now, not inside the first request."""
-    ctx.model.sample(torch.zeros(1, dtype=torch.long), steps=1, cfg=1.0, seed=0)
+    """The sampler's kernels planned now for every batch a request may run (n images, 2n with
+    guidance), not inside the first request of a size; then one pass timed for one image and for a
+    batch of BATCH, for the budget: a pass costs about a + b x images."""
+    for n in range(1, 2 * MAX_SAMPLES + 1):
+        ctx.model.sample(torch.zeros(n, dtype=torch.long), steps=1, cfg=1.0, seed=0, method="euler")
+    times = {}
+    for n in (1, BATCH):
+        ctx.model.sample(torch.zeros(n, dtype=torch.long), steps=1, cfg=1.0, seed=0, method="euler")
+        runs = []
+        for _ in range(TIMED_RUNS):
+            started = time.perf_counter()
+            ctx.model.sample(torch.zeros(n, dtype=torch.long), steps=1, cfg=1.0, seed=0, method="euler")
+            runs.append(time.perf_counter() - started)
+        times[n] = statistics.median(runs)  # a busy machine's odd slow run does not set the budget
+    per_image = max(0.0, (times[BATCH] - times[1]) / (BATCH - 1))
+    ctx.costs["pass"], ctx.costs["pass_image"] = max(0.0, times[1] - per_image), per_image
+
+
+def work_seconds(ctx: Context, n: int, steps: int, cfg: float) -> float:
+    """Estimated compute of n samples in `steps` Heun steps: 2 passes a step (the last 1), of 2n
+    images with guidance (cfg != 1), else n."""
+    images = n * (1 if cfg == 1 else 2)
+    return (2 * steps - 1) * (ctx.costs["pass"] + ctx.costs["pass_image"] * images)
 
 
 def routes(ctx: Context) -> list[Route]:
     classes = _classes(ctx)
 
-    def run(label: int, n: int, steps: int, cfg: float, seed: int | None) -> list[str]:
-        images = ctx.model.sample(torch.full((n,), label, dtype=torch.long), steps=steps, cfg=cfg, seed=seed)
+    def encode(images: torch.Tensor) -> list[str]:
         out = images.permute(0, 2, 3, 1).cpu().numpy()
         return [png_data_url(im[..., 0] if im.shape[-1] == 1 else im) for im in out]
 
@@ -58,8 +83,15 @@ def routes(ctx: Context) -> list[Route]:
         steps = field(values, "steps", int, 50, 1, MAX_STEPS)
         cfg = float(field(values, "cfg", (int, float), 1.0, 0, MAX_CFG))
         seed = field(values, "seed", int, None, 0, 2**63 - 1)
-        images = await ctx.worker.call(run, label, n, steps, cfg, seed)
-        return JSONResponse({"class": classes[label], "images": images})
+        per_step = 2 * work_seconds(ctx, n, 1, cfg)  # a Heun step is two passes (the last one)
+        lane = ctx.check_cost(work_seconds(ctx, n, steps, cfg), f"{n} samples x {steps} steps x "
+                              f"{'2 passes (guidance)' if cfg != 1 else '1 pass'} x 2 (Heun), measured at start",
+                              f"ask for at most {max(1, int(ctx.limits.max_work_seconds / per_step))} steps "
+                              f"of {n} samples, or fewer samples")
+        labels = torch.full((n,), label, dtype=torch.long)
+        *_, images = await ctx.worker.collect(request, lane, flow.sample_steps(ctx.model, labels, steps=steps,
+                                                                             cfg=cfg, seed=seed))
+        return JSONResponse({"class": classes[label], "images": await ctx.worker.call(encode, images, lane=lane)})
 
     return [Route("/api/sample", sample, methods=["POST"])]
 

@@ -1,18 +1,71 @@
-"""`anyformer serve`: the app on uvicorn, bound to this machine only unless told otherwise."""
+"""`anyformer serve`: the app on uvicorn, bound to this machine only unless told otherwise.
+
+On SIGTERM (or Ctrl-C) the server drains: it stops accepting connections, every request in flight
+is cancelled at its next step and answered 503 with Retry-After (a stream is ended cleanly), new
+requests on open connections get the same, and the process exits 0 once all are answered.
+"""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
+import socket
+import threading
+from types import FrameType
+from typing import Iterator
+
+import uvicorn
 
 from .app import create_app
+from .guard import Guard
 from .limits import Limits
 
 log = logging.getLogger("anyformer.serve")
+SHUTDOWN_GRACE_SECONDS = 10  # after a drain's cancellations every request ends within a step or two
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, which on a signal first drains the app's guard (anyformer/serve/guard.py)."""
+
+    def __init__(self, config: uvicorn.Config, guard: Guard) -> None:
+        super().__init__(config)
+        self.guard = guard
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # A signal handler runs between two bytecodes of whatever the loop was doing: cancel the
+        # requests' scopes from the loop itself, at its next turn.
+        if self.loop is not None and not self.guard.draining:
+            log.info("signal %s: draining the requests in flight", signal.Signals(sig).name)
+            self.loop.call_soon_threadsafe(self.guard.drain)
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn's own re-raises the signal once shut down, so a SIGTERM'd server would die of it
+        # (exit 143) after draining; a drained server has done what SIGTERM asks and exits 0.
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
 
 def serve(run_dir: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None) -> None:
-    import uvicorn
     app = create_app(run_dir, limits)
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s: anyone who can reach this address can use the model", host)
     print(f"serving {run_dir} at http://{host if ':' not in host else f'[{host}]'}:{port}/", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=host, port=port, log_level="info",
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+    DrainingServer(config, app.state.guard).run()

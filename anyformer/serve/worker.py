@@ -1,26 +1,67 @@
-"""Model work off the event loop, a bounded number of calls at a time.
+"""Model work off the event loop, in two bounded lanes, each request cancellable between steps.
 
 A forward pass blocks for milliseconds to seconds; run on the event loop it would stall every
 other connection. Each call goes to a worker thread (torch releases the GIL inside its kernels,
-so threads do run in parallel), and a capacity limiter lets at most `concurrency` of them run at
-once, the rest queueing in arrival order. Generation takes the limiter one token at a time, not
-for the whole text, so a long generation and a burst of predictions interleave instead of one
-waiting for the other to finish.
+so threads do run in parallel), under a capacity limiter.
+
+Two lanes, so that light requests are not starved by heavy ones: "light" (a prediction, a short
+generation) runs `concurrency` calls at once; "heavy" (sampling, a long generation, a large
+upload) runs one, in its own thread at a lower CPU priority. Each lane admits at most its running calls plus `queue` waiting requests; past
+that a request is refused at once with 503 and Retry-After, not queued without end. Heavy work is
+a sequence of short steps (one token, one ODE step), each a separate call, so it can be stopped
+between steps: by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or
+by the client going away (watched here while the answer is computed).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, TypeVar
+import asyncio
+import math
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
+from starlette.requests import Request
+
+from .limits import ApiError
 
 T = TypeVar("T")
 _DONE = object()
+LANES = ("light", "heavy")
+HEAVY_NICE = 5  # the heavy lane's threads: about a third of a light thread's share of a busy core
+ON_FINISH = "anyformer.on_finish"  # scope key: functions the request guard calls when a request ends
 
 
-class ModelWorker:
-    def __init__(self, concurrency: int) -> None:
-        self.concurrency = concurrency
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready: its work was stopped."""
+
+
+def _lower_priority() -> None:
+    """Runs first in each heavy-lane thread: a lower CPU priority for this thread alone (Linux's
+    nice is per thread), so that on a busy machine the scheduler runs light calls first. Raising
+    one's own nice needs no privilege; where it fails, the lanes still bound the heavy work."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HEAVY_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
+class Lane:
+    """One lane: `concurrency` calls at once, `queue` more requests waiting, the rest refused.
+    A background lane runs its calls in its own threads at a lower CPU priority."""
+
+    def __init__(self, name: str, concurrency: int, queue: int, background: bool = False) -> None:
+        self.name, self.concurrency, self.queue = name, concurrency, queue
+        self._threads = (ThreadPoolExecutor(concurrency, thread_name_prefix=f"anyformer-{name}",
+                                            initializer=_lower_priority) if background else None)
+        self.admitted = 0          # requests in the lane: waiting for a call or running one
+        self.running = 0           # calls running now
+        self.seconds = 0.1         # a moving average of a request's time in the lane, for Retry-After
         self._limiter: anyio.CapacityLimiter | None = None  # made inside the event loop that uses it
 
     @property
@@ -29,16 +70,139 @@ class ModelWorker:
             self._limiter = anyio.CapacityLimiter(self.concurrency)
         return self._limiter
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+    @property
+    def waiting(self) -> int:
+        return self.admitted - self.running
 
-    async def iterate(self, items: Iterator[T]):
-        """An async iterator over a blocking one, each `next` a separate bounded call. Closing it
-        (a client that went away) closes `items` too, so a generation stops at the next token."""
+    def admit(self) -> Callable[[], None]:
+        """Room in the lane for one request, or 503 at once when its queue is full; returns the
+        function that lets it go (safe to call more than once)."""
+        if self.admitted >= self.concurrency + self.queue:
+            retry = max(1, math.ceil(self.seconds * (self.waiting + 1) / self.concurrency))
+            raise ApiError(503, f"the server is busy: {self.waiting} requests wait for the {self.name} lane "
+                                f"(the queue holds {self.queue}, --queue); retry in {retry} s",
+                           reason=f"queue_full_{self.name}", headers={"Retry-After": str(retry)})
+        self.admitted += 1
+        started, held = time.perf_counter(), [True]
+
+        def release() -> None:
+            if held.pop() if held else False:
+                self.admitted -= 1
+                self.seconds = 0.8 * self.seconds + 0.2 * (time.perf_counter() - started)
+        return release
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        release = self.admit()
         try:
-            while (item := await self.call(next, items, _DONE)) is not _DONE:
-                yield item
+            yield
         finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
+            release()
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self.limiter:
+            self.running += 1
+            try:
+                # Not abandoned on cancellation: the step in hand finishes (it is short), then the
+                # cancellation lands, so no work goes on in the background after an answer.
+                if self._threads is None:
+                    return await anyio.to_thread.run_sync(fn, *args, limiter=None)
+                with anyio.CancelScope(shield=True):
+                    result = await asyncio.wrap_future(self._threads.submit(fn, *args))
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                return result
+            finally:
+                self.running -= 1
+
+
+class ModelWorker:
+    def __init__(self, concurrency: int, queue: int = 16, heavy_concurrency: int = 1) -> None:
+        self.lanes = {"light": Lane("light", concurrency, queue),
+                      "heavy": Lane("heavy", heavy_concurrency, queue, background=True)}
+
+    async def call(self, fn: Callable[..., T], *args: Any, lane: str = "light") -> T:
+        """One call in `lane`, without admission or watching (warm-up, tests)."""
+        return await self.lanes[lane].call(fn, *args)
+
+    async def run(self, request: Request, lane: str, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) in one call, admitted to `lane`; ClientGone if the client leaves first."""
+        async with self.lanes[lane].slot():
+            return await _watching(request, self.lanes[lane].call(fn, *args))
+
+    async def collect(self, request: Request, lane: str, items: Iterator[T]) -> list[T]:
+        """Every item of a blocking iterator, each `next` a separate call in `lane`: stopped at the
+        next step (and `items` closed) when the client leaves, the deadline passes or the server stops."""
+        async with self.lanes[lane].slot():
+            return await _watching(request, _gather(self.lanes[lane], items))
+
+    def stream(self, request: Request, lane: str, items: Iterator[T]) -> AsyncIterator[T]:
+        """A streamed answer's async iterator over a blocking one, admitted now (503 here, before
+        any byte is sent, when the lane is full). Starlette's StreamingResponse stops it when the
+        client leaves; closing it closes `items`, so a generation stops at the next token."""
+        release = self.lanes[lane].admit()
+        # However the stream ends (even never started: a client gone before the first byte), the
+        # request guard runs this when the request is over.
+        request.scope.setdefault(ON_FINISH, []).append(release)
+
+        async def admitted() -> AsyncIterator[T]:
+            try:
+                async for item in _steps(self.lanes[lane], items):
+                    yield item
+            finally:
+                release()
+        return admitted()
+
+    def depth(self) -> dict[str, dict[str, int]]:
+        return {name: {"waiting": lane.waiting, "running": lane.running} for name, lane in self.lanes.items()}
+
+
+async def _steps(lane: Lane, items: Iterator[T]) -> AsyncIterator[T]:
+    try:
+        while (item := await lane.call(next, items, _DONE)) is not _DONE:
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
+async def _gather(lane: Lane, items: Iterator[T]) -> list[T]:
+    out: list[T] = []
+    steps = _steps(lane, items)
+    try:
+        async for item in steps:
+            out.append(item)
+    finally:
+        await steps.aclose()
+    return out
+
+
+async def _watching(request: Request, work) -> T:
+    """Await `work`, cancelled if the client disconnects first (then ClientGone). The body has been
+    read by now, so the next message the server's receive gives is the disconnect, if any."""
+    result: list[T] = []
+    error: list[Exception] = []
+    gone = False
+
+    async def run(scope: anyio.CancelScope) -> None:
+        try:
+            result.append(await work)
+        except Exception as e:  # noqa: BLE001 - raised as itself below, not wrapped in an ExceptionGroup
+            error.append(e)
+        scope.cancel()
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, tg.cancel_scope)
+        tg.start_soon(watch, tg.cancel_scope)
+    if error:
+        raise error[0]
+    if gone and not result:
+        raise ClientGone("the client closed the connection; its work was stopped")
+    return result[0]

@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="evaluate a run directory on its test set")
     e.add_argument("dir")
     _add_judge_arguments(e)
-    pr = sub.add_parser("predict", help="classify image files with a trained image model")
+    pr = sub.add_parser("predict", help="classify image files (image models) or series files, .csv or .npy (series models)")
     pr.add_argument("dir")
     pr.add_argument("images", nargs="+")
     pr.add_argument("--top", type=int, default=3)
@@ -253,6 +253,9 @@ def _image_preprocess(directory: str, info: dict[str, Any]):
 def cmd_predict(args: argparse.Namespace) -> int:
     import torch
     model, meta = _run_info(args.dir)
+    if model.family == "series":
+        from .cli_series import predict_series
+        return predict_series(args, model, meta)
     if model.family != "vit":
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
@@ -316,6 +319,9 @@ def cmd_attention(args: argparse.Namespace) -> int:
         with torch.no_grad():
             _, attn = model(torch.tensor([ids]), return_attention=args.layers or True)
         viz.plot_token_attention([tok.decode([i]) for i in ids], attn, args.out, layers=args.layers, heads=args.heads)
+    elif model.family == "series":
+        from .cli_series import attention_series
+        attention_series(args, model, meta)
     else:
         raise ValueError(f"`attention` supports image models and language models, not {model.family}")
     print(f"wrote {args.out}")

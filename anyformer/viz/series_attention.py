@@ -42,20 +42,23 @@ def series_attention(model: nn.Module, series: Tensor, lengths: Tensor | None = 
 
 def plot_series_attention(model: nn.Module, series: Tensor, lengths: Tensor | None, out_png: str | os.PathLike, *,
                           classes: Sequence[str] | None = None, truth: Sequence[int] | None = None,
-                          layers: Sequence[int] | None = None, max_channels: int = 12) -> Path:
+                          layers: Sequence[int] | None = None, max_channels: int = 12,
+                          shown: Tensor | None = None) -> Path:
     """One panel per series: its channels as lines over a heatmap of the attention per time step,
-    titled with the predicted class (and the true one when given)."""
+    titled with the predicted class (and the true one when given). `shown`: the values to draw
+    (e.g. the raw series), where `series` is what the model reads (standardised)."""
     probs, heat = series_attention(model, series, lengths, layers)
     B, C, T = series.shape
     fig = new_figure((9, 2.2 * B))
     axes = np.atleast_1d(fig.subplots(B, 1, squeeze=False)[:, 0])
     for b, ax in enumerate(axes):
         n = int(lengths[b]) if lengths is not None else T
-        values = series[b, :, :n].float().numpy()
+        values = (series if shown is None else shown)[b, :, :n].float().numpy()
         lo, hi = float(values.min()), float(values.max())
         pad = 0.05 * (hi - lo or 1.0)
         ax.imshow(heat[b:b + 1, :n], aspect="auto", cmap="Reds", extent=(-0.5, n - 0.5, lo - pad, hi + pad),
-                  vmin=0, vmax=float(heat[b, :n].max()) or 1.0, alpha=0.8, interpolation="nearest")
+                  # From the least to the most attended step: rollout keeps every step's share above zero.
+                  vmin=float(heat[b, :n].min()), vmax=float(heat[b, :n].max()), alpha=0.6, interpolation="nearest")
         for ch in range(min(C, max_channels)):
             ax.plot(np.arange(n), values[ch], lw=1.0)
         k = int(probs[b].argmax())

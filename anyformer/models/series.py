@@ -29,6 +29,7 @@ class SeriesConfig:
     channels: int = 1
     length: int = 128                # the longest series the model takes (shorter ones are padded)
     patch_size: int = 8
+    patch_stride: int | None = None  # steps between patch starts; None: patch_size (patches do not overlap)
     patching: str = "across"         # across: one token per patch of all channels; channel: one per channel
     num_classes: int = 2
     width: int = 64
@@ -46,11 +47,18 @@ class SeriesConfig:
             raise ValueError(f"unknown patching {self.patching!r}; expected one of {PATCHINGS}")
         check_sizes(self, ("channels", "length", "patch_size", "num_classes", "width", "depth", "heads",
                            "mlp_hidden"))
+        if self.patch_stride is not None and not 1 <= self.patch_stride <= self.patch_size:
+            raise ValueError(f"patch_stride must be in [1, patch_size={self.patch_size}] (or null), "
+                             f"got {self.patch_stride!r}")
+
+    @property
+    def stride(self) -> int:
+        return self.patch_stride or self.patch_size
 
     @property
     def patches(self) -> int:
-        """Patches along time: the length rounded up to whole patches."""
-        return math.ceil(self.length / self.patch_size)
+        """Patches along time: starts 0, s, 2s, ... until one reaches the end (the last padded)."""
+        return math.ceil(max(self.length - self.patch_size, 0) / self.stride) + 1
 
     @property
     def num_tokens(self) -> int:
@@ -102,8 +110,8 @@ class SeriesTransformer(Model):
         c, (B, C, T) = self.config, series.shape
         if lengths is not None:  # whatever lies past a series' end is not part of it
             series = series * (torch.arange(T, device=series.device) < lengths.to(series.device)[:, None])[:, None]
-        x = F.pad(series, (0, c.patches * c.patch_size - T))
-        x = x.unflatten(-1, (c.patches, c.patch_size))                   # (B, C, L, p)
+        x = F.pad(series, (0, (c.patches - 1) * c.stride + c.patch_size - T))
+        x = x.unfold(-1, c.patch_size, c.stride)                         # (B, C, L, p)
         if c.patching == "across":
             tok = self.patch_embed(x.permute(0, 2, 1, 3).flatten(2))     # (B, L, D) from (B, L, C p)
         else:
@@ -115,9 +123,9 @@ class SeriesTransformer(Model):
         z = torch.cat([cls, tok], dim=1)
         z = z if self.pos_drop is None else self.pos_drop(z)
         steps = torch.full((B,), T, device=series.device) if lengths is None else lengths.to(series.device).clamp(max=T)
-        if bool((steps > (c.patches - 1) * c.patch_size).all()):
+        if bool((steps > (c.patches - 1) * c.stride).all()):
             return z, None  # no patch is empty: the fused attention path without a mask
-        have = torch.arange(c.patches, device=series.device)[None] * c.patch_size < steps[:, None]  # (B, L)
+        have = torch.arange(c.patches, device=series.device)[None] * c.stride < steps[:, None]  # (B, L)
         have = have if c.patching == "across" else have[:, None].expand(-1, C, -1).flatten(1)
         return z, torch.cat([torch.ones(B, 1, dtype=torch.bool, device=series.device), have], dim=1)
 

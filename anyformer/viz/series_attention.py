@@ -33,7 +33,11 @@ def series_attention(model: nn.Module, series: Tensor, lengths: Tensor | None = 
     B, _, T = series.shape
     cls_row = attention_rollout(attn)[:, 0, 1:]                          # (B, N) from the class token
     per_time = cls_row.reshape(B, -1, c.patches).sum(1) if c.patching == "channel" else cls_row
-    steps = per_time.repeat_interleave(c.patch_size, dim=1)[:, :T] / c.patch_size   # (B, T)
+    # Each patch's weight spread evenly over the steps it covers (overlapping patches add up).
+    cover = torch.zeros(B, (c.patches - 1) * c.stride + c.patch_size)
+    for j in range(c.patches):
+        cover[:, j * c.stride:j * c.stride + c.patch_size] += per_time[:, j:j + 1] / c.patch_size
+    steps = cover[:, :T]                                                  # (B, T)
     if lengths is not None:
         steps = steps * (torch.arange(T)[None] < lengths.cpu()[:, None])
     steps = steps / steps.sum(1, keepdim=True).clamp_min(1e-12)

@@ -67,3 +67,16 @@ def test_train_backward_save_load(tmp_path):
     loaded = af.load(tmp_path / "m")
     x = torch.randn(2, 3, 50)
     assert isinstance(loaded, SeriesTransformer) and torch.equal(loaded(x), m(x))
+
+
+def test_overlapping_patches_count_and_padding():
+    m = SeriesTransformer.preset("series-small", channels=2, length=50, patch_size=8, patch_stride=4,
+                                 num_classes=3, patching="channel").eval()
+    assert m.config.patches == 12  # starts 0, 4, ..., 44: the last reaches past 50 and is zero-padded
+    x = torch.randn(2, 2, 50)
+    lengths = torch.tensor([50, 13])
+    _, mask = m.tokens(x, lengths)
+    assert mask[1, 1:].reshape(2, 12)[0].tolist() == [True] * 4 + [False] * 8  # starts 0, 4, 8, 12 < 13
+    torch.testing.assert_close(m(x, lengths)[1], m(x[1:, :, :13])[0], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"patch_stride must be in \[1, patch_size=8\]"):
+        SeriesConfig(patch_size=8, patch_stride=9)

@@ -17,11 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn import ClassifierHead, ClassToken, LearnedPosition, LinearEmbedding, Transformer, init_weights
+from ..nn import ClassifierHead, ClassToken, LearnedPosition, LinearEmbedding, Transformer, init_weights, sinusoidal_1d
 from ..nn.dropout import Dropout
 from .base import Model, check_sizes, matmul_weights
 
 PATCHINGS = ("across", "channel")
+SERIES_POSITIONS = ("learned", "sinusoidal", "rotary")
 
 
 @dataclass
@@ -32,6 +33,7 @@ class SeriesConfig:
     patch_stride: int | None = None  # steps between patch starts; None: patch_size (patches do not overlap)
     patching: str = "across"         # across: one token per patch of all channels; channel: one per channel
     num_classes: int = 2
+    position: str = "learned"        # learned | sinusoidal (fixed, added) | rotary (relative, in attention)
     width: int = 64
     depth: int = 3
     heads: int = 4
@@ -45,6 +47,11 @@ class SeriesConfig:
     def __post_init__(self) -> None:
         if self.patching not in PATCHINGS:
             raise ValueError(f"unknown patching {self.patching!r}; expected one of {PATCHINGS}")
+        if self.position not in SERIES_POSITIONS:
+            raise ValueError(f"unknown position {self.position!r}; expected one of {SERIES_POSITIONS}")
+        if self.position == "rotary" and self.patching == "channel":
+            raise ValueError("position='rotary' rotates by token order, which per-channel patching does not "
+                             "keep in time; use learned or sinusoidal positions with patching='channel'")
         check_sizes(self, ("channels", "length", "patch_size", "num_classes", "width", "depth", "heads",
                            "mlp_hidden"))
         if self.patch_stride is not None and not 1 <= self.patch_stride <= self.patch_size:
@@ -80,11 +87,17 @@ class SeriesTransformer(Model):
         self.channel_embed = (nn.Parameter(torch.randn(1, c.channels, 1, c.width) * 0.02)
                               if c.patching == "channel" else None)
         self.prefix = ClassToken(c.width)
-        self.pos = LearnedPosition(1 + c.patches, c.width)
+        # Time positions as a (1, 1 + L, D) table: learned, fixed sinusoids, or zeros under rotary
+        # (positions then enter attention as rotations of queries and keys, relative by construction).
+        if c.position == "learned":
+            self.pos = LearnedPosition(1 + c.patches, c.width)
+        else:
+            table = sinusoidal_1d(1 + c.patches, c.width) if c.position == "sinusoidal" else torch.zeros(1 + c.patches, c.width)
+            self.register_buffer("pos_table", table[None], persistent=False)
         self.pos_drop = Dropout(c.dropout) if c.dropout > 0 else None
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm_eps=c.norm_eps,
                                     dropout=c.dropout, attn_dropout=c.attn_dropout, drop_path=c.drop_path,
-                                    impl=c.attn_impl)
+                                    rotary=c.position == "rotary", max_len=1 + c.num_tokens, impl=c.attn_impl)
         self.head = ClassifierHead(c.width, c.num_classes)
         self.patch_embed.apply(init_weights)
         self.head.apply(init_weights)
@@ -117,9 +130,10 @@ class SeriesTransformer(Model):
         else:
             tok = self.patch_embed(x.flatten(1, 2)).unflatten(1, (C, c.patches)) + self.channel_embed
         # Positions by time; the channel tokens of one time share a position.
-        time_pos = self.pos.pos_embed[:, 1:]
+        table = self.pos.pos_embed if self.config.position == "learned" else self.pos_table
+        time_pos = table[:, 1:]
         tok = (tok + time_pos) if c.patching == "across" else (tok + time_pos[:, None]).flatten(1, 2)
-        cls = self.prefix.cls_token.expand(B, -1, -1) + self.pos.pos_embed[:, :1]
+        cls = self.prefix.cls_token.expand(B, -1, -1) + table[:, :1]
         z = torch.cat([cls, tok], dim=1)
         z = z if self.pos_drop is None else self.pos_drop(z)
         steps = torch.full((B,), T, device=series.device) if lengths is None else lengths.to(series.device).clamp(max=T)

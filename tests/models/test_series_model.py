@@ -24,9 +24,11 @@ def test_shapes_and_token_counts(patching, tokens):
     assert len(attn) == m.config.depth and attn[0].shape == (4, 4, 1 + tokens, 1 + tokens)
 
 
-@pytest.mark.parametrize("patching", ["across", "channel"])
-def test_a_padded_series_reads_like_the_same_series_alone(patching):
-    m = model(patching)
+@pytest.mark.parametrize("patching, position", [("across", "learned"), ("channel", "sinusoidal"),
+                                               ("across", "rotary")])
+def test_a_padded_series_reads_like_the_same_series_alone(patching, position):
+    m = SeriesTransformer.preset("series-small", channels=3, length=50, patch_size=8, patching=patching,
+                                 position=position, num_classes=5).eval()
     x = torch.randn(3, 3, 50)
     lengths = torch.tensor([50, 21, 5])
     batched = m(x, lengths)
@@ -57,6 +59,8 @@ def test_wrong_inputs_are_refused_clearly():
         m(torch.randn(2, 3, 60))
     with pytest.raises(ValueError, match="unknown patching 'diagonal'"):
         SeriesConfig(patching="diagonal")
+    with pytest.raises(ValueError, match="position='rotary' rotates by token order"):
+        SeriesConfig(patching="channel", position="rotary")
 
 
 def test_train_backward_save_load(tmp_path):

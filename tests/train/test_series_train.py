@@ -81,3 +81,14 @@ def test_malformed_ts_to_train_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"anyformer: error: {tmp_path / 'P_TRAIN.ts'}:4: 'x' in channel 0 is not a number; "
                    f"expected comma-separated decimal values"]
+
+
+def test_sizes_are_derived_from_the_data_alone():
+    from anyformer.train.series import derive
+    gunpoint = derive(50, 1, 150, "across", batch_cap=64)
+    assert (gunpoint["patch_size"], gunpoint["batch"], gunpoint["width"]) == (3, 13, 64)  # 50 tokens, 4 steps an epoch
+    vowels = derive(270, 12, 26, "channel", batch_cap=64)
+    assert (vowels["patch_size"], vowels["batch"]) == (5, 64)  # 12 channels x 6 patches; the batch capped
+    assert derive(36, 1, 251, "across", batch_cap=64)["batch"] == 9
+    big = derive(8000, 1, 500, "across", batch_cap=64)
+    assert (big["width"], big["depth"], big["batch"]) == (128, 4, 64)

@@ -92,7 +92,7 @@ RECIPES: dict[str, dict[str, Any]] = {
               ".ts file): patches as tokens, sizes derived from the data",
         task="series", model="series-small", data="GunPoint", max_steps=1500, batch_size=64, lr=1e-3,
         weight_decay=0.05, warmup_steps=100, label_smoothing=0.1, augment="series", grad_clip=1.0,
-        eval_every=500, ema=0.995, time_budget=110.0, model_overrides=dict(patching="across")),
+        eval_every=250, ema=0.995, time_budget=100.0, model_overrides=dict(patching="across")),
     # Flow-matching generators (a DiT; see train/flow.py), sized for a 2-core CPU.
     "mnist-gen": dict(
         about="class-conditional MNIST digits by flow matching: a small DiT, EMA weights, bf16 where faster",

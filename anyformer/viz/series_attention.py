@@ -27,7 +27,10 @@ def series_attention(model: nn.Module, series: Tensor, lengths: Tensor | None = 
     over the steps the series has). `layers`: the layers rolled out (default all)."""
     was = model.training
     model.eval()
-    logits, attn = model(series, lengths, return_attention=list(layers) if layers else True)
+    device = next(model.parameters()).device  # a run's model may sit on a GPU; the pictures are drawn on the CPU
+    logits, attn = model(series.to(device), None if lengths is None else lengths.to(device),
+                         return_attention=list(layers) if layers else True)
+    logits, attn = logits.cpu(), [a.cpu() for a in attn]
     model.train(was)
     c = model.config
     B, _, T = series.shape

@@ -39,6 +39,9 @@ def attention(args: argparse.Namespace) -> int:
         with torch.no_grad():
             _, attn = model(torch.tensor([ids]), return_attention=args.layers or True)
         viz.plot_token_attention([tok.decode([i]) for i in ids], attn, args.out, layers=args.layers, heads=args.heads)
+    elif model.family == "series":
+        from .series import attention_series
+        attention_series(args, model, meta)
     else:
         raise ValueError(f"`attention` supports image models and language models, not {model.family}")
     print(f"wrote {args.out}")

@@ -9,7 +9,8 @@ from .runs import image_preprocess, run_info
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    pr = sub.add_parser("predict", help="classify image files with a trained image model")
+    pr = sub.add_parser("predict",
+                        help="classify image files (image models) or series files, .csv or .npy (series models)")
     pr.add_argument("dir")
     pr.add_argument("images", nargs="+")
     pr.add_argument("--top", type=int, default=3)
@@ -21,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def predict(args: argparse.Namespace) -> int:
     import torch
     model, meta = run_info(args.dir)
+    if model.family == "series":
+        from .series import predict_series
+        return predict_series(args, model, meta)
     if model.family != "vit":
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})

@@ -4,9 +4,10 @@ from .dit import DiT, DiTConfig
 from .gpt import GPT, GPTConfig, sample
 from .mae import MAE, MAEConfig
 from .presets import PRESETS, presets_of
+from .series import SeriesConfig, SeriesTransformer
 from .text_encoder import TextEncoder, TextEncoderConfig
 from .vit import ViT, ViTConfig
 
 __all__ = ["REGISTRY", "Model", "load", "read_config", "GPT", "GPTConfig", "sample", "PRESETS",
            "presets_of", "TextEncoder", "TextEncoderConfig", "ViT", "ViTConfig",
-           "DiT", "DiTConfig", "MAE", "MAEConfig"]
+           "DiT", "DiTConfig", "MAE", "MAEConfig", "SeriesConfig", "SeriesTransformer"]

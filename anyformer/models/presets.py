@@ -47,6 +47,10 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # Flow-matching generators (DiT with adaLN-Zero blocks): 28x28 grey digits or clothes, 10 classes.
     "dit-mnist": ("dit", dict(image_size=28, in_chans=1, num_classes=10, patch_size=4, width=192, depth=6,
                               heads=6, mlp_hidden=768)),
+    # Time-series classifiers (`anyformer train series`): the data fixes channels, length and classes; the
+    # recipe derives the patch from the length (anyformer/train/series.py).
+    "series-small": ("series", dict(channels=1, length=128, patch_size=8, num_classes=2, width=64, depth=3,
+                                    heads=4, mlp_hidden=128)),
     # BERT-style encoders (post-norm).
     "bert-base": ("text-encoder", dict(width=768, depth=12, heads=12, mlp_hidden=3072)),
     "minilm-l6": ("text-encoder", dict(width=384, depth=6, heads=12, mlp_hidden=1536)),

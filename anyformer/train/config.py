@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEDULES = ("cosine", "constant")
-AUGMENTS = ("none", "digits", "crop_flip")
+AUGMENTS = ("none", "digits", "crop_flip", "series")
 NORMALIZE = ("dataset", "symmetric")
 AMP = ("none", "bf16", "fp16", "auto")
 LOGS = ("jsonl", "tensorboard")

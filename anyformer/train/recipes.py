@@ -82,6 +82,17 @@ RECIPES: dict[str, dict[str, Any]] = {
         max_steps=1000, batch_size=32, lr=3e-3, min_lr_ratio=0.1, warmup_steps=100, betas=(0.9, 0.99),
         weight_decay=0.1, grad_clip=1.0, eval_every=100, eval_iters=20, amp="auto",
         model_overrides=dict(width=192, depth=4, heads=6, context=128, dropout=0.0)),
+    # Time-series classification on any UCR/UEA archive dataset (`--data GunPoint`, a folder or a .ts file), with no
+    # per-dataset setting: the patch, batch and model size are derived from the training split (train/series.py,
+    # `derive`); a fixed number of updates, so that epochs grow as the training set shrinks (tens of series),
+    # strong regularisation for those small sets (and an EMA of the weights, which is what is scored and saved), and
+    # a time budget that keeps each run within 2 minutes.
+    "series": dict(
+        about="a series transformer on a UCR/UEA archive dataset (--data GunPoint, JapaneseVowels, a folder or a "
+              ".ts file): patches as tokens, sizes derived from the data",
+        task="series", model="series-small", data="GunPoint", max_steps=1500, batch_size=64, lr=1e-3,
+        weight_decay=0.05, warmup_steps=100, label_smoothing=0.1, augment="series", grad_clip=1.0,
+        eval_every=250, ema=0.995, time_budget=100.0, model_overrides=dict(patching="across")),
     # Flow-matching generators (a DiT; see train/flow.py), sized for a 2-core CPU.
     "mnist-gen": dict(
         about="class-conditional MNIST digits by flow matching: a small DiT, EMA weights, bf16 where faster",

@@ -12,6 +12,7 @@ from .flow import FlowMatching
 from .lm import LanguageModelling
 from .mae import MaskedAutoencoding
 from .protocol import Task
+from .series import SeriesClassification
 
 __all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling",
            "FlowMatching", "MaskedAutoencoding"]
@@ -21,6 +22,7 @@ TASKS: dict[str, type[Task]] = {
     "lm": LanguageModelling,
     "flow": FlowMatching,
     "mae": MaskedAutoencoding,
+    "series": SeriesClassification,
 }
 
 

@@ -43,6 +43,8 @@ def _tiny_input(model):
     if model.family == "mae":  # images and the noise that picks the hidden patches: the same loss twice
         h, w = (c.image_size, c.image_size) if isinstance(c.image_size, int) else c.image_size
         return torch.randn(2, c.in_chans, h, w), torch.rand(2, c.num_patches)
+    if model.family == "series":  # two series, the second half as long (padded, masked)
+        return torch.randn(2, c.channels, c.length), torch.tensor([c.length, c.length // 2])
     return (torch.randint(0, c.vocab_size, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2]))
 
 

@@ -1,0 +1,205 @@
+"""Time-series classification data: the archives' splits in memory, found by name or path, and the
+normalisation a run saves so that `eval`, `predict` and `attention` see series exactly as training did.
+
+Named datasets are looked for in `$ANYFORMER_DATA/<name>/`, then in the data folder of an installed
+`aeon` (located through its package metadata, never imported): GunPoint, ItalyPowerDemand, ArrowHead,
+BasicMotions, JapaneseVowels, JapaneseVowels_eq and others ship there as `<name>_TRAIN.ts` and
+`<name>_TEST.ts`. A path is a folder holding such a pair or one of the two files.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .errors import DataError
+from .series_format import RawSeries, read_series_file
+
+__all__ = ["SeriesDataset", "SeriesPreprocess", "find_series_files", "load_series_dataset", "load_series_splits"]
+
+SPLIT_TAGS = {"train": "TRAIN", "test": "TEST"}
+
+
+@dataclass
+class SeriesDataset:
+    """values: float32 (N, C, T), zero past each series' end; lengths: int64 (N,); labels: int64 (N,)."""
+
+    values: Tensor
+    lengths: Tensor
+    labels: Tensor
+    classes: list[str]
+    name: str
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def channels(self) -> int:
+        return int(self.values.shape[1])
+
+    @property
+    def length(self) -> int:
+        return int(self.values.shape[2])
+
+    def head(self, n: int) -> "SeriesDataset":
+        return SeriesDataset(self.values[:n], self.lengths[:n], self.labels[:n], self.classes, self.name)
+
+
+def aeon_data_dir() -> Path | None:
+    """aeon's bundled datasets, found from its metadata so that none of its code runs."""
+    try:
+        dist = importlib.metadata.distribution("aeon")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    d = Path(str(dist.locate_file("aeon/datasets/data")))
+    return d if d.is_dir() else None
+
+
+def _pair_in(folder: Path, problem: str | None) -> dict[str, Path] | None:
+    """{split: file} for `problem` in `folder` (.ts preferred over .tsv); problem None: the folder's only one."""
+    found: dict[str, dict[str, Path]] = {}
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        for split, tag in SPLIT_TAGS.items():
+            for suffix in (".ts", ".tsv"):
+                end = f"_{tag}{suffix}"
+                if p.is_file() and p.name.upper().endswith(end.upper()):
+                    name = p.name[: -len(end)]
+                    found.setdefault(name, {}).setdefault(split, p)
+    if problem is not None:
+        return found.get(problem)
+    complete = {k: v for k, v in found.items() if len(v) == 2}
+    if len(complete) == 1:
+        return next(iter(complete.values()))
+    if folder.name in complete:
+        return complete[folder.name]
+    if complete:
+        raise DataError(f"{folder} holds several problems {sorted(complete)[:8]}; pass one of their _TRAIN files")
+    return None
+
+
+def find_series_files(data: str) -> dict[str, Path]:
+    """The train and test files of `data`: a dataset name, a folder, or one of a pair's files."""
+    path = Path(data).expanduser()
+    if path.is_file():
+        stem, suffix = path.name[: -len(path.suffix)], path.suffix
+        for tag in SPLIT_TAGS.values():
+            if stem.upper().endswith("_" + tag):
+                base = stem[: -len(tag) - 1]
+                pair = {s: path.with_name(f"{base}_{t}{suffix}") for s, t in SPLIT_TAGS.items()}
+                missing = [str(p) for p in pair.values() if not p.is_file()]
+                if missing:
+                    raise DataError(f"{path}: its other split {missing[0]} is missing; expected a _TRAIN/_TEST pair")
+                return pair
+        raise DataError(f"{path}: expected a file named <problem>_TRAIN{suffix} or <problem>_TEST{suffix}")
+    if path.is_dir():
+        pair = _pair_in(path, None)
+        if pair is None or len(pair) < 2:
+            raise DataError(f"{path} holds no <problem>_TRAIN.ts and <problem>_TEST.ts pair (.tsv also read)")
+        return pair
+    looked = []
+    env = os.environ.get("ANYFORMER_DATA")
+    roots = ([("$ANYFORMER_DATA", Path(env).expanduser())] if env else []) + [("aeon", aeon_data_dir())]
+    for label, root in roots:
+        if root is None:
+            looked.append("aeon (not installed: pip install 'anyformer[series]')")
+            continue
+        # aeon keeps variants beside the original: JapaneseVowels/JapaneseVowels_eq_TRAIN.ts.
+        for folder in dict.fromkeys((root / data, root / data.split("_")[0])):
+            pair = _pair_in(folder, data)
+            if pair is not None and len(pair) == 2:
+                return pair
+        looked.append(f"{label} {root}")
+    raise DataError(f"series dataset {data!r} not found: looked in {', '.join(looked)}; expected a name such as "
+                    f"GunPoint, or a folder or file path holding <problem>_TRAIN.ts and <problem>_TEST.ts")
+
+
+def _stack(raw: RawSeries, classes: list[str], where: Path) -> SeriesDataset:
+    lengths = [s.shape[1] for s in raw.series]
+    c = raw.series[0].shape[0]
+    values = np.zeros((len(raw.series), c, max(lengths)), dtype=np.float32)
+    for i, s in enumerate(raw.series):
+        values[i, :, : s.shape[1]] = s
+    index = {name: i for i, name in enumerate(classes)}
+    unknown = sorted({l for l in raw.labels if l not in index})
+    if unknown:
+        raise DataError(f"{where}: class label(s) {unknown[:8]} do not occur in the training split; expected "
+                        f"one of {classes[:12]}")
+    return SeriesDataset(torch.from_numpy(values), torch.tensor(lengths, dtype=torch.int64),
+                         torch.tensor([index[l] for l in raw.labels], dtype=torch.int64), classes, raw.name)
+
+
+def _class_names(raw: RawSeries) -> list[str]:
+    """The header's declared order; else the labels sorted (as numbers where all are numbers)."""
+    if raw.declared:
+        return list(dict.fromkeys(raw.declared))
+    names = sorted(set(raw.labels))
+    try:
+        return sorted(names, key=float)
+    except ValueError:
+        return names
+
+
+def load_series_splits(data: str) -> tuple[SeriesDataset, SeriesDataset]:
+    """(train, test) of `data`, with the classes named as the training file names them."""
+    files = find_series_files(data)
+    train_raw, test_raw = read_series_file(files["train"]), read_series_file(files["test"])
+    classes = _class_names(train_raw)
+    train, test = _stack(train_raw, classes, files["train"]), _stack(test_raw, classes, files["test"])
+    if train.channels != test.channels:
+        raise DataError(f"{files['test']}: {test.channels} channels, but the training split has {train.channels}")
+    return train, test
+
+
+def load_series_dataset(data: str, split: str) -> SeriesDataset:
+    if split not in SPLIT_TAGS:
+        raise ValueError(f"unknown split {split!r}; expected one of {tuple(SPLIT_TAGS)}")
+    return load_series_splits(data)[0 if split == "train" else 1]
+
+
+def valid_mask(lengths: Tensor, length: int) -> Tensor:
+    """(N, T) bool, True at the time steps each series has."""
+    return torch.arange(length, device=lengths.device)[None] < lengths[:, None]
+
+
+@dataclass
+class SeriesPreprocess:
+    """Per-channel standardisation with the training series' statistics (over the steps they have),
+    saved in config.json's data section like the images' mean and std. Padding stays zero."""
+
+    mean: list[float]
+    std: list[float]
+
+    @classmethod
+    def from_dataset(cls, ds: SeriesDataset) -> "SeriesPreprocess":
+        m = valid_mask(ds.lengths, ds.length)[:, None].expand_as(ds.values)
+        v = ds.values.double().masked_fill(~m, 0)
+        n = m.sum((0, 2)).clamp_min(1)
+        mean = v.sum((0, 2)) / n
+        var = ((v - mean[None, :, None]) ** 2).masked_fill(~m, 0).sum((0, 2)) / n
+        # A constant channel keeps unit scale rather than dividing by zero.
+        std = torch.where(var.sqrt() > 1e-8, var.sqrt(), torch.ones_like(var))
+        return cls(mean.float().tolist(), std.float().tolist())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "series-standardise", "mean": self.mean, "std": self.std}
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any]) -> "SeriesPreprocess":
+        pre = info.get("preprocess") or {}
+        if pre.get("kind") != "series-standardise":
+            raise ValueError(f"the run's data section has no series normalisation (got {pre.get('kind')!r}); "
+                             f"expected a run written by `anyformer train series`")
+        return cls(list(pre["mean"]), list(pre["std"]))
+
+    def __call__(self, values: Tensor, lengths: Tensor) -> Tensor:
+        """(B, C, T) raw -> standardised, zero past each series' length."""
+        mean = torch.tensor(self.mean, dtype=values.dtype, device=values.device)[None, :, None]
+        std = torch.tensor(self.std, dtype=values.dtype, device=values.device)[None, :, None]
+        keep = valid_mask(lengths.to(values.device), values.shape[-1])[:, None]
+        return ((values - mean) / std) * keep

@@ -1,0 +1,167 @@
+"""Series Transformer: a time series cut into patches, each patch a token by one linear map, then
+the same backbone and classifier head as the ViT.
+
+across channels:  z0 = [x_class; P E] + E_pos,    P (L, C p): the p steps of every channel at once
+per channel:      z0 = [x_class; P_c E + e_c] + E_pos(time),  P_c (L, p): each channel's own patches,
+                  e_c a learned channel vector, so that C x L tokens share one map E (PatchTST-style)
+Series shorter than the model's length are zero-padded; their padded patches are masked out of
+every attention (a key-padding mask), so a series reads the same whatever it is batched with.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn import ClassifierHead, ClassToken, LearnedPosition, LinearEmbedding, Transformer, init_weights, sinusoidal_1d
+from ..nn.dropout import Dropout
+from .base import Model, check_sizes, matmul_weights
+
+PATCHINGS = ("across", "channel")
+SERIES_POSITIONS = ("learned", "sinusoidal", "rotary")
+
+
+@dataclass
+class SeriesConfig:
+    channels: int = 1
+    length: int = 128                # the longest series the model takes (shorter ones are padded)
+    patch_size: int = 8
+    patch_stride: int | None = None  # steps between patch starts; None: patch_size (patches do not overlap)
+    patching: str = "across"         # across: one token per patch of all channels; channel: one per channel
+    num_classes: int = 2
+    position: str = "learned"        # learned | sinusoidal (fixed, added) | rotary (relative, in attention)
+    width: int = 64
+    depth: int = 3
+    heads: int = 4
+    mlp_hidden: int = 128
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    drop_path: float = 0.1
+    norm_eps: float = 1e-6
+    attn_impl: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.patching not in PATCHINGS:
+            raise ValueError(f"unknown patching {self.patching!r}; expected one of {PATCHINGS}")
+        if self.position not in SERIES_POSITIONS:
+            raise ValueError(f"unknown position {self.position!r}; expected one of {SERIES_POSITIONS}")
+        if self.position == "rotary" and self.patching == "channel":
+            raise ValueError("position='rotary' rotates by token order, which per-channel patching does not "
+                             "keep in time; use learned or sinusoidal positions with patching='channel'")
+        check_sizes(self, ("channels", "length", "patch_size", "num_classes", "width", "depth", "heads",
+                           "mlp_hidden"))
+        if self.patch_stride is not None and not 1 <= self.patch_stride <= self.patch_size:
+            raise ValueError(f"patch_stride must be in [1, patch_size={self.patch_size}] (or null), "
+                             f"got {self.patch_stride!r}")
+
+    @property
+    def stride(self) -> int:
+        return self.patch_stride or self.patch_size
+
+    @property
+    def patches(self) -> int:
+        """Patches along time: starts 0, s, 2s, ... until one reaches the end (the last padded)."""
+        return math.ceil(max(self.length - self.patch_size, 0) / self.stride) + 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self.patches * (self.channels if self.patching == "channel" else 1)
+
+
+class SeriesTransformer(Model):
+    """`model(series, lengths)` -> logits (B, classes); series (B, C, T) floats, T <= config.length,
+    lengths (B,) ints (None: every series is T long)."""
+
+    family = "series"
+    config_class = SeriesConfig
+
+    def __init__(self, config: SeriesConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        per_token = c.patch_size * (1 if c.patching == "channel" else c.channels)
+        self.patch_embed = LinearEmbedding(per_token, c.width)
+        self.channel_embed = (nn.Parameter(torch.randn(1, c.channels, 1, c.width) * 0.02)
+                              if c.patching == "channel" else None)
+        self.prefix = ClassToken(c.width)
+        # Time positions as a (1, 1 + L, D) table: learned, fixed sinusoids, or zeros under rotary
+        # (positions then enter attention as rotations of queries and keys, relative by construction).
+        if c.position == "learned":
+            self.pos = LearnedPosition(1 + c.patches, c.width)
+        else:
+            table = sinusoidal_1d(1 + c.patches, c.width) if c.position == "sinusoidal" else torch.zeros(1 + c.patches, c.width)
+            self.register_buffer("pos_table", table[None], persistent=False)
+        self.pos_drop = Dropout(c.dropout) if c.dropout > 0 else None
+        self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, norm_eps=c.norm_eps,
+                                    dropout=c.dropout, attn_dropout=c.attn_dropout, drop_path=c.drop_path,
+                                    rotary=c.position == "rotary", max_len=1 + c.num_tokens, impl=c.attn_impl)
+        self.head = ClassifierHead(c.width, c.num_classes)
+        self.patch_embed.apply(init_weights)
+        self.head.apply(init_weights)
+        with torch.no_grad():
+            nn.init.normal_(self.prefix.cls_token, std=1e-6)
+
+    def _check(self, series: Tensor, lengths: Tensor | None) -> None:
+        c = self.config
+        if series.dim() != 3 or series.shape[1] != c.channels:
+            raise ValueError(f"expected series of shape (B, {c.channels}, T) (channels fixed at {c.channels}), "
+                             f"got {tuple(series.shape)}")
+        if series.shape[2] > c.length:
+            raise ValueError(f"series of {series.shape[2]} steps is longer than the {c.length} this model takes")
+        if not series.is_floating_point():
+            raise TypeError(f"series must be a floating-point tensor, got dtype {series.dtype}")
+        if lengths is not None and (lengths.dim() != 1 or lengths.shape[0] != series.shape[0]):
+            raise ValueError(f"lengths must have shape ({series.shape[0]},), got {tuple(lengths.shape)}")
+
+    def tokens(self, series: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """Input head: (B, C, T) -> tokens (B, 1 + N, D) with positions, and the key-padding mask
+        (B, 1 + N), True where a token holds data (None when every token does)."""
+        self._check(series, lengths)
+        c, (B, C, T) = self.config, series.shape
+        if lengths is not None:  # whatever lies past a series' end is not part of it
+            series = series * (torch.arange(T, device=series.device) < lengths.to(series.device)[:, None])[:, None]
+        x = F.pad(series, (0, (c.patches - 1) * c.stride + c.patch_size - T))
+        x = x.unfold(-1, c.patch_size, c.stride)                         # (B, C, L, p)
+        if c.patching == "across":
+            tok = self.patch_embed(x.permute(0, 2, 1, 3).flatten(2))     # (B, L, D) from (B, L, C p)
+        else:
+            tok = self.patch_embed(x.flatten(1, 2)).unflatten(1, (C, c.patches)) + self.channel_embed
+        # Positions by time; the channel tokens of one time share a position.
+        table = self.pos.pos_embed if self.config.position == "learned" else self.pos_table
+        time_pos = table[:, 1:]
+        tok = (tok + time_pos) if c.patching == "across" else (tok + time_pos[:, None]).flatten(1, 2)
+        cls = self.prefix.cls_token.expand(B, -1, -1) + table[:, :1]
+        z = torch.cat([cls, tok], dim=1)
+        z = z if self.pos_drop is None else self.pos_drop(z)
+        steps = torch.full((B,), T, device=series.device) if lengths is None else lengths.to(series.device).clamp(max=T)
+        if bool((steps > (c.patches - 1) * c.stride).all()):
+            return z, None  # no patch is empty: the fused attention path without a mask
+        have = torch.arange(c.patches, device=series.device)[None] * c.stride < steps[:, None]  # (B, L)
+        have = have if c.patching == "across" else have[:, None].expand(-1, C, -1).flatten(1)
+        return z, torch.cat([torch.ones(B, 1, dtype=torch.bool, device=series.device), have], dim=1)
+
+    def forward(self, series: Tensor, lengths: Tensor | None = None,
+                return_attention: bool | Sequence[int] = False):
+        """(B, C, T), (B,) -> logits (B, classes); with `return_attention`: (logits, weights)."""
+        if return_attention is not False and return_attention is not None:
+            return self.forward_with_attention(series, lengths, return_attention)
+        z, mask = self.tokens(series, lengths)
+        return self.head(self.backbone(z, mask=mask, keep=1))  # the head reads the class token alone
+
+    def forward_with_attention(self, series: Tensor, lengths: Tensor | None = None,
+                               layers: bool | Sequence[int] = True, *,
+                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(logits, weights), weights (B, heads, 1 + N, 1 + N) per layer asked (class token first)."""
+        z, mask = self.tokens(series, lengths)
+        out, attn = self.backbone.forward_with_attention(z, layers, on_layer=on_layer, mask=mask)
+        return self.head(out), attn
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        """Matmul FLOPs of one full-length series: 2 per weight per token, 4 N^2 D per layer."""
+        c = self.config
+        n = 1 + c.num_tokens if seq_len is None else seq_len
+        return float(2 * n * matmul_weights(self.backbone) + 2 * (n - 1) * matmul_weights(self.patch_embed)
+                     + 4 * c.depth * n * n * c.width + 2 * matmul_weights(self.head))

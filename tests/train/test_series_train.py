@@ -1,0 +1,94 @@
+"""A short `series` run on a real archive dataset (BasicMotions: 6 channels, 4 classes, 40 series
+each side), then `eval`, `predict` and `attention` on it, and bad inputs answered in one line."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from anyformer.cli import main
+from anyformer.data.series import load_series_splits
+from anyformer.train import Trainer, recipe_config
+
+
+@pytest.fixture(scope="module")
+def series_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("series") / "run"
+    cfg = recipe_config("series", data="BasicMotions", max_steps=80, eval_every=80, out=str(out),
+                        progress=False, threads=1, plan="stock")
+    summary = Trainer(cfg).run()
+    return out, summary
+
+
+def test_training_beats_chance_clearly_and_writes_the_run(series_run):
+    out, summary = series_run
+    assert summary["test_accuracy"] >= 0.75, summary  # chance is 0.25 (4 balanced classes)
+    for name in ("config.json", "model.safetensors", "summary.json", "confusion.png", "attention.png"):
+        assert (out / name).is_file(), name
+    data = json.loads((out / "config.json").read_text())["data"]
+    assert data["kind"] == "series" and data["classes"] == ["Standing", "Running", "Walking", "Badminton"]
+    assert data["preprocess"]["kind"] == "series-standardise" and len(data["preprocess"]["mean"]) == 6
+    assert data["derived"]["batch"] == 10  # a quarter of the 40 training series
+
+
+def test_eval_scores_the_run_as_trained(series_run, capsys):
+    out, summary = series_run
+    assert main(["eval", str(out)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["eval_accuracy"] == pytest.approx(summary["test_accuracy"], abs=1e-6)
+
+
+def test_predict_a_csv_and_an_npy_equals_the_model_on_the_test_series(series_run, tmp_path, capsys):
+    out, _ = series_run
+    _, test = load_series_splits("BasicMotions")
+    np.savetxt(tmp_path / "s0.csv", test.values[0].numpy().T, delimiter=",", header="a,b,c,d,e,f", comments="")
+    np.save(tmp_path / "s1.npy", test.values[1].numpy())
+    assert main(["predict", str(out), str(tmp_path / "s0.csv"), str(tmp_path / "s1.npy"), "--top", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    model = __import__("anyformer").load(out)
+    pre = __import__("anyformer.data.series", fromlist=["SeriesPreprocess"]).SeriesPreprocess.from_info(
+        json.loads((out / "config.json").read_text())["data"])
+    with torch.no_grad():
+        expected = model(pre(test.values[:2], test.lengths[:2]), test.lengths[:2]).argmax(-1).tolist()
+    names = ["Standing", "Running", "Walking", "Badminton"]
+    assert [l.split(": ")[1].split()[0] for l in lines] == [names[k] for k in expected]
+
+
+def test_attention_draws_the_series(series_run, tmp_path, capsys):
+    out, _ = series_run
+    _, test = load_series_splits("BasicMotions")
+    np.save(tmp_path / "s.npy", test.values[3].numpy())
+    assert main(["attention", str(out), str(tmp_path / "s.npy"), "--out", str(tmp_path / "a.png")]) == 0
+    assert (tmp_path / "a.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (np.zeros((3, 100)), "has no axis of 6 channels; this model takes 6 channel(s)"),
+    (np.full((6, 100), np.nan), "NaN at channel 0, step 0"),
+])
+def test_bad_series_to_predict_is_one_line(series_run, tmp_path, capsys, content, fragment):
+    out, _ = series_run
+    np.save(tmp_path / "bad.npy", content)
+    assert main(["predict", str(out), str(tmp_path / "bad.npy")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("anyformer: error: ") and fragment in err[0], err
+
+
+def test_malformed_ts_to_train_is_one_line(tmp_path, capsys):
+    (tmp_path / "P_TRAIN.ts").write_text("@classLabel true a b\n@data\n1,2,3:a\n1,2,x:b\n")
+    (tmp_path / "P_TEST.ts").write_text("@classLabel true a b\n@data\n1,2,3:a\n")
+    assert main(["train", "series", "--data", str(tmp_path), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"anyformer: error: {tmp_path / 'P_TRAIN.ts'}:4: 'x' in channel 0 is not a number; "
+                   f"expected comma-separated decimal values"]
+
+
+def test_sizes_are_derived_from_the_data_alone():
+    from anyformer.train.series import derive
+    gunpoint = derive(50, 1, 150, "across", batch_cap=64)
+    assert (gunpoint["patch_size"], gunpoint["batch"], gunpoint["width"]) == (3, 13, 64)  # 50 tokens, 4 steps an epoch
+    vowels = derive(270, 12, 26, "channel", batch_cap=64)
+    assert (vowels["patch_size"], vowels["batch"]) == (5, 64)  # 12 channels x 6 patches; the batch capped
+    assert derive(36, 1, 251, "across", batch_cap=64)["batch"] == 9
+    big = derive(8000, 1, 500, "across", batch_cap=64)
+    assert (big["width"], big["depth"], big["batch"]) == (128, 4, 64)

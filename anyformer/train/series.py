@@ -20,7 +20,7 @@ from ..data.series import SeriesDataset, SeriesPreprocess, load_series_splits
 from ..data.series_augment import augment_series, resample
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig
-from .precision import autocast
+from .scoring import ClassifierReport, score_classifier
 
 TOKEN_BUDGET = 64  # tokens per series the patch is chosen for: attention's cost grows with their square
 
@@ -51,7 +51,7 @@ def fit_length(ds: SeriesDataset, length: int) -> SeriesDataset:
     return SeriesDataset(values, ds.lengths.clamp(max=length), ds.labels, ds.classes, ds.name)
 
 
-class SeriesClassification:
+class SeriesClassification(ClassifierReport):
     """Each step slices a shuffled batch, standardises it and augments it (time warp, crop, scale, jitter)."""
 
     family, unit = "series", "series"
@@ -107,45 +107,17 @@ class SeriesClassification:
         loss = F.cross_entropy(logits.float(), y, label_smoothing=self.cfg.label_smoothing)
         return loss, {"correct": (logits.argmax(-1) == y).sum(), "count": y.numel()}
 
-    def train_metrics(self, sums: dict[str, float]) -> dict[str, float]:
-        return {"train_accuracy": sums["correct"] / max(1, sums["count"])} if "correct" in sums else {}
-
-    def progress_fields(self, sums: dict[str, float]) -> dict[str, str]:
-        return {"acc": f"{sums['correct'] / max(1, sums['count']):.3f}"} if "correct" in sums else {}
-
     def flops_per_item(self, model: nn.Module) -> float:
         return 3.0 * model.forward_flops()
 
     # ---------------------------------------------------------------- evaluation
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, dist: Any) -> dict[str, Any]:
         """Each rank scores its shard of the test split; the sums are added across ranks."""
         model.eval()
-        k = len(self.classes)
-        confusion = torch.zeros(k, k, dtype=torch.long, device=self.device)
-        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        shard = dist.shard(len(self.test))
-        for i in range(shard.start, shard.stop, self.cfg.eval_batch_size):
-            j = min(i + self.cfg.eval_batch_size, shard.stop)
-            x, lengths = self.normalise(self.test, i, j)
-            y = self.test.labels[i:j].to(self.device)
-            with autocast(self.cfg.amp, self.device):
-                logits = model(x, lengths).float()
-            total_loss += F.cross_entropy(logits, y, reduction="sum").double()
-            confusion += torch.bincount(y * k + logits.argmax(-1), minlength=k * k).view(k, k)
+        result = score_classifier(lambda i, j: model(*self.normalise(self.test, i, j)), self.test.labels,
+                                  len(self.classes), dist, self.cfg.eval_batch_size, self.cfg.amp, self.device)
         model.train()
-        confusion, total_loss = dist.sum(confusion).cpu(), float(dist.sum(total_loss))
-        n = int(confusion.sum())
-        return {"eval_loss": total_loss / n, "eval_accuracy": float(confusion.diag().sum()) / n,
-                "confusion": confusion.numpy()}
-
-    def eval_text(self, line: dict[str, Any]) -> str:
-        return f"test loss {line['eval_loss']:.4f}  test acc {line['eval_accuracy']:.4f}"
-
-    def summary_fields(self, line: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
-        if "eval_accuracy" not in line:
-            return {}
-        return {"test_accuracy": line["eval_accuracy"], "test_loss": line["eval_loss"]}
+        return result
 
     def final_line(self, summary: dict[str, Any]) -> str:
         return (f"test accuracy {summary['test_accuracy']:.4f} after {summary['epochs']} epochs "

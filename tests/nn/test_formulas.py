@@ -88,3 +88,25 @@ def test_mlp_dropout_acts_in_training_on_the_hidden_activations_only():
     torch.manual_seed(3)
     assert torch.equal(a, mlp(x)) and not torch.allclose(a, plain, atol=1e-3)
     assert MLP(16, 256, dropout=0.0).drop is None
+
+
+def test_the_sinusoids_are_vaswani_et_al_s():
+    from anyformer.nn.positions import sinusoidal_1d
+    table = sinusoidal_1d(6, 8)
+    pos, i = torch.arange(6.0)[:, None], torch.arange(0, 8, 2)
+    angle = pos / 10000 ** (i / 8)
+    assert torch.allclose(table[:, 0::2], torch.sin(angle), atol=1e-6)
+    assert torch.allclose(table[:, 1::2], torch.cos(angle), atol=1e-6)
+
+
+def test_positions_are_added_and_fixed_tables_stay_out_of_the_weights():
+    from anyformer.nn import LearnedPosition
+    from anyformer.nn.positions import RotaryEmbedding, SinusoidalPosition
+    torch.manual_seed(0)
+    learned = LearnedPosition(512, 64)
+    assert abs(learned.pos_embed.std().item() - 0.02) < 0.002  # drawn with std 0.02, as timm and GPT-2
+    x = torch.randn(2, 10, 64)
+    assert torch.equal(learned(x, offset=3), x + learned.pos_embed[:, 3:13])
+    fixed = SinusoidalPosition(12, 8, prefix=2)
+    assert torch.equal(fixed(torch.zeros(1, 12, 8))[0, :2], torch.zeros(2, 8))  # the class token's zero vector
+    assert list(fixed.state_dict()) == [] and list(RotaryEmbedding(8).state_dict()) == []

@@ -64,9 +64,11 @@ def test_weight_decay_reaches_matrices_only_unless_decay_all():
 
 def test_the_optimiser_takes_the_settings_and_decays_only_its_decayed_group():
     model = Tiny()
-    opt = make_optimizer(model, config(weight_decay=0.5, betas=(0.8, 0.95), decay_all=False), torch.device("cpu"))
+    opt = make_optimizer(model, config(weight_decay=0.5, betas=(0.8, 0.95), lr=0.01), torch.device("cpu"))
     assert [g["weight_decay"] for g in opt.param_groups] == [0.5, 0.0]
-    assert all(g["betas"] == (0.8, 0.95) and g["lr"] == 1e-3 for g in opt.param_groups)
+    assert all(g["betas"] == (0.8, 0.95) and g["lr"] == 0.01 for g in opt.param_groups)
+    every = make_optimizer(Tiny(), config(decay_all=True), torch.device("cpu"))
+    assert [len(g["params"]) for g in every.param_groups] == [6, 0]
     # Decoupled decay: with no gradient signal (zero grads), one step shrinks decayed weights by lr * wd.
     with torch.no_grad():
         model.fc.weight.fill_(1.0)
@@ -74,7 +76,7 @@ def test_the_optimiser_takes_the_settings_and_decays_only_its_decayed_group():
     for p in model.parameters():
         p.grad = torch.zeros_like(p) if p.requires_grad else None
     opt.step()
-    assert torch.allclose(model.fc.weight, torch.full((3, 4), 1 - 1e-3 * 0.5))
+    assert torch.allclose(model.fc.weight, torch.full((3, 4), 1 - 0.01 * 0.5))
     assert torch.equal(model.fc.bias, torch.ones(3))
 
 
@@ -90,5 +92,7 @@ def test_the_average_follows_its_closed_form():
     ema.update(model, 100)  # d = 0.5: half way from the average to the weights
     assert torch.allclose(ema.model.weight, 0.5 * start + 0.5 * model.weight)
     assert ema.model.count.item() == 7  # buffers are copied, not averaged
-    with pytest.raises(ValueError, match=r"ema decay must be in \(0, 1\)"):
-        EMA(model, 1.0)
+    assert not any(p.requires_grad for p in ema.model.parameters())  # a copy the optimiser never sees
+    for decay in (0.0, 1.0):
+        with pytest.raises(ValueError, match=r"ema decay must be in \(0, 1\)"):
+            EMA(model, decay)

@@ -165,10 +165,10 @@ MV_MKL = "matrix-vector products, torch F.linear (MKL)"
 def compiled_step_setup(gpt, prefix: int, total: int):
     """(rewind, step) for the compiled static decode step that `generate` runs for `total`-token
     requests, if its plan has chosen it in this process (the HF comparison runs first); else None."""
-    from anyformer.models import gpt as gpt_module
+    from anyformer.models import decode_plan
     from anyformer.models.gpt_decode import cache_length, static_step
     size = cache_length(gpt, total)
-    compiled = gpt_module._DECODE_STEPS.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
+    compiled = decode_plan._DECODE_STEPS.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
     if compiled is None:
         return None
     step_fn = static_step(gpt, compiled)

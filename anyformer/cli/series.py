@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..data.series import SeriesPreprocess
-from ..data.series_augment import resample
+from ..data.series_augment import resample_to
 from ..data.series_input import read_series_input
 from .args import one_line
 
@@ -22,8 +22,7 @@ def load_series_input(path: str, model: Any, info: dict[str, Any]) -> tuple[torc
     if raw.shape[-1] > c.length:  # as `eval` treats the test split's longer series
         warning = (f"{raw.shape[-1]} steps, longer than the {c.length} the model was trained on: resampled to "
                    f"{c.length}")
-        pos = torch.arange(c.length, dtype=torch.float32)[None] * ((raw.shape[-1] - 1) / max(1, c.length - 1))
-        raw = resample(raw, pos)
+        raw = resample_to(raw, torch.tensor([raw.shape[-1]]), c.length)
     lengths = torch.tensor([raw.shape[-1]])
     return raw, SeriesPreprocess.from_info(info)(raw, lengths), warning
 

@@ -49,6 +49,12 @@ def resample(x: Tensor, positions: Tensor) -> Tensor:
     return x.gather(2, idx(left)) * (1 - w) + x.gather(2, idx(right)) * w
 
 
+def resample_to(x: Tensor, lengths: Tensor, length: int) -> Tensor:
+    """Each series of x (B, C, T), its first lengths[b] steps, stretched or shrunk to `length` steps."""
+    scale = (lengths.to(torch.float32) - 1) / max(1, length - 1)
+    return resample(x, torch.arange(length, dtype=torch.float32)[None] * scale[:, None])
+
+
 def augment_series(x: Tensor, lengths: Tensor, g: torch.Generator, *, jitter: float = 0.02,
                    scale: float = 0.1, warp: float = 0.2, crop: float = 0.2, share: float = 0.5) -> Tensor:
     """Standardised series (B, C, T) -> augmented, the same shape; each change drawn per series."""

@@ -6,8 +6,9 @@ so threads do run in parallel), under a capacity limiter.
 
 Two lanes, so that light requests are not starved by heavy ones: "light" (a prediction, a short
 generation) runs `concurrency` calls at once; "heavy" (sampling, a long generation, a large
-upload) runs one, in its own thread at a lower CPU priority. Each lane admits at most its running calls plus `queue` waiting requests; past
-that a request is refused at once with 503 and Retry-After, not queued without end. Heavy work is
+upload) runs one, in its own thread at a lower CPU priority. Each lane admits at most its running
+calls plus `queue` waiting requests; past that a request is refused at once with 503 and
+Retry-After, not queued without end. Heavy work is
 a sequence of short steps (one token, one ODE step), each a separate call, so it can be stopped
 between steps: by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or
 by the client going away (watched here while the answer is computed).

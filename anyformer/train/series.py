@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.series import SeriesDataset, SeriesPreprocess, load_series_splits
-from ..data.series_augment import augment_series, resample
+from ..data.series_augment import augment_series, resample_to
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig
 from .scoring import ClassifierReport, score_classifier
@@ -45,9 +45,8 @@ def fit_length(ds: SeriesDataset, length: int) -> SeriesDataset:
     if ds.length <= length:
         return ds
     long = ds.lengths > length
-    pos = torch.arange(length, dtype=torch.float32)[None] * ((ds.lengths[long] - 1) / (length - 1))[:, None]
     values = ds.values[:, :, :length].clone()
-    values[long] = resample(ds.values[long], pos)
+    values[long] = resample_to(ds.values[long], ds.lengths[long], length)
     return SeriesDataset(values, ds.lengths.clamp(max=length), ds.labels, ds.classes, ds.name)
 
 

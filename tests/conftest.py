@@ -40,9 +40,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# One CPU thread in the test process: its tensors are tiny, and a second thread only adds wake-ups,
+# which cost tens of ms each when another process holds the cores (pytest-xdist's other worker, a
+# neighbour on a shared host): a thousand-token generation took 3.5 s alone and 90 s beside a busy
+# process. Runs started by tests (the CLI, torchrun) choose their own threads.
+torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # a trainer or a command run in-process may have set its own
     yield
 
 

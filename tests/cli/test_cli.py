@@ -6,11 +6,13 @@ import sys
 import pytest
 from PIL import Image
 
+from tests.cli_runner import run
 from tests.conftest import REPO, SHARED_DATA
 
 
-def run(*args, env_extra=None):
-    env = {**os.environ, "ANYFORMER_DATA": str(SHARED_DATA), **(env_extra or {})}
+def run_process(*args):
+    """`python -m anyformer ARGS` as a separate process: the entry point and the exit code a shell sees."""
+    env = {**os.environ, "ANYFORMER_DATA": str(SHARED_DATA)}
     env.pop("ANYFORMER_DEBUG", None)
     return subprocess.run([sys.executable, "-m", "anyformer", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=600)
@@ -27,7 +29,7 @@ def assert_user_error(result, *fragments):
 
 @pytest.mark.slow
 def test_recipes_lists_the_recipes():
-    out = run("recipes")
+    out = run_process("recipes")
     assert out.returncode == 0
     for name in ("mnist", "mnist-seed", "fashion-mnist", "cifar10"):
         assert name in out.stdout
@@ -35,7 +37,7 @@ def test_recipes_lists_the_recipes():
 
 @pytest.mark.slow
 def test_unknown_recipe():
-    assert_user_error(run("train", "imagenet-22k"), "unknown recipe 'imagenet-22k'", "mnist-seed")
+    assert_user_error(run_process("train", "imagenet-22k"), "unknown recipe 'imagenet-22k'", "mnist-seed")
 
 
 @pytest.mark.slow

@@ -1,7 +1,5 @@
 """`anyformer train` on text and `anyformer generate` on the run it writes, as a user runs them."""
 import json
-import os
-import subprocess
 import sys
 
 import pytest
@@ -11,14 +9,8 @@ import anyformer as af
 from anyformer import cli
 from anyformer.data.text import tokenizer_from_info
 from anyformer.models import read_config
-from tests.conftest import REPO, SHARED_DATA
-
-
-def run(*args, env_extra=None):
-    env = {**os.environ, "ANYFORMER_DATA": str(SHARED_DATA), **(env_extra or {})}
-    env.pop("ANYFORMER_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "anyformer", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=600)
+from tests.cli_runner import run
+from tests.conftest import SHARED_DATA
 
 
 @pytest.fixture(scope="module")

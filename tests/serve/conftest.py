@@ -1,28 +1,23 @@
-"""Runs the serve tests share: a tiny ViT trained on a real MNIST slice and a tiny character model
-trained on a real slice of Tiny Shakespeare, both by the command line, as a user makes them; and
-a real uvicorn server on a free port, in a thread."""
+"""Runs the serve tests share: a tiny ViT trained on a real MNIST slice, a tiny character model
+trained on a real slice of Tiny Shakespeare and a tiny generator, each by the command line (run in
+this process), as a user makes them; and a real uvicorn server on a free port, in a thread."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.cli_runner import run
+from tests.conftest import SHARED_DATA
 
 pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e '.[serve]'")
 
 
 def _train(*args: str, cache) -> None:
-    env = {**os.environ, "ANYFORMER_DATA": str(SHARED_DATA), "ANYFORMER_CACHE": str(cache)}
-    env.pop("ANYFORMER_DEBUG", None)
-    r = subprocess.run([sys.executable, "-m", "anyformer", "train", *args, "--amp", "none", "--threads", "1",
-                        "--no-progress"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    r = run("train", *args, "--amp", "none", "--threads", "1", "--no-progress", env_extra={"ANYFORMER_CACHE": str(cache)})
     assert r.returncode == 0, r.stderr[-2000:]
 
 

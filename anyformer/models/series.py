@@ -84,7 +84,7 @@ class SeriesTransformer(Model):
         self.config = c = config
         per_token = c.patch_size * (1 if c.patching == "channel" else c.channels)
         self.patch_embed = LinearEmbedding(per_token, c.width)
-        self.channel_embed = (nn.Parameter(torch.randn(1, c.channels, 1, c.width) * 0.02)
+        self.channel_embed = (nn.Parameter(torch.randn(1, c.channels, 1, c.width).mul_(0.02))
                               if c.patching == "channel" else None)
         self.prefix = ClassToken(c.width)
         # Time positions as a (1, 1 + L, D) table: learned, fixed sinusoids, or zeros under rotary

@@ -17,7 +17,7 @@ class TokenEmbedding(nn.Module):
     def __init__(self, vocab_size: int, width: int) -> None:
         super().__init__()
         self.vocab_size = vocab_size
-        self.weight = nn.Parameter(torch.randn(vocab_size, width) * 0.02)
+        self.weight = nn.Parameter(torch.randn(vocab_size, width).mul_(0.02))
 
     def forward(self, ids: Tensor) -> Tensor:
         if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):

@@ -52,7 +52,7 @@ class LMHead(nn.Module):
                                  f"{tuple(tie_to.weight.shape)}")
             self.weight = tie_to.weight  # one Parameter, two uses
         else:
-            self.weight = nn.Parameter(torch.randn(vocab_size, width) * 0.02)
+            self.weight = nn.Parameter(torch.randn(vocab_size, width).mul_(0.02))
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:

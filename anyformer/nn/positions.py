@@ -37,7 +37,7 @@ class LearnedPosition(nn.Module):
 
     def __init__(self, length: int, width: int, std: float = 0.02) -> None:
         super().__init__()
-        self.pos_embed = nn.Parameter(torch.randn(1, length, width) * std)
+        self.pos_embed = nn.Parameter(torch.randn(1, length, width).mul_(std))
 
     @property
     def length(self) -> int:
@@ -54,7 +54,7 @@ class ConcatPosition(nn.Module):
 
     def __init__(self, length: int, pos_width: int, std: float = 0.02) -> None:
         super().__init__()
-        self.pos_embed = nn.Parameter(torch.randn(1, length, pos_width) * std)
+        self.pos_embed = nn.Parameter(torch.randn(1, length, pos_width).mul_(std))
 
     @property
     def length(self) -> int:

@@ -2,6 +2,7 @@
 overrides' types checked, and the size checked against memory before any memory is taken."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import types
@@ -40,13 +41,34 @@ def build_model(cfg: TrainConfig, task: Task, device: torch.device | None = None
                              f"{key}={json.dumps(fixed[key])}; leave {key} out")
     kwargs = {**cfg.model_overrides, **fixed}
     # Build once without memory first, so that an absurd size is refused instead of exhausting the machine.
-    with torch.device("meta"):
+    with torch.device("meta"), _shapes_only():
         probe = REGISTRY[family].preset(cfg.model, **kwargs)
     _check_fits(probe, device or torch.device("cpu"), shards)
     model = REGISTRY[family].preset(cfg.model, **kwargs)
     if cfg.init_from is not None:
         init_from(model, cfg.init_from, cfg.model)
     return plan_kernels(model)  # the trainer's linear layers on the plan's kernel (anyformer/nn/linear.py)
+
+
+# torch.nn.init's functions, which the models call as `nn.init.<name>` (so patching the module reaches them).
+_INIT = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
+         "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+@contextlib.contextmanager
+def _shapes_only():
+    """Initialisers that leave their tensor as it is, for a probe that needs only shapes (Hugging
+    Face's `no_init_weights` does the same). On meta tensors, torch runs its Python reference of
+    each initialiser, whose first call imports the compiler: 1.5 s of every run's start on 2 cores.
+    (For the same reason the models scale their random tables in place, `randn(...).mul_(std)`.)"""
+    saved = {name: getattr(nn.init, name) for name in _INIT if hasattr(nn.init, name)}
+    try:
+        for name in saved:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
 
 
 TRUNK = ("patch_embed.", "prefix.", "pos.", "backbone.")  # a ViT's trunk, and an MAE's encoder by the same names

@@ -267,11 +267,8 @@ def test_bad_limits_and_bad_runs_are_refused_before_serving(tmp_path, vit_run):
 
 @pytest.mark.slow
 def test_the_command_refuses_a_missing_run_in_one_line(tmp_path):
-    import subprocess
-    import sys
-    from tests.conftest import REPO
-    r = subprocess.run([sys.executable, "-m", "anyformer", "serve", str(tmp_path / "nothing"), "--port", "1"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    from tests.cli_runner import run
+    r = run("serve", str(tmp_path / "nothing"), "--port", "1")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no model in" in r.stderr, r.stderr
 
 

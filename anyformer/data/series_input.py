@@ -9,14 +9,20 @@ import numpy as np
 
 from .errors import DataError
 
-__all__ = ["read_series_input"]
+__all__ = ["orient_series", "parse_series_csv", "read_series_input"]
 
 MAX_VALUES = 50_000_000  # a single series beyond this is not one a classifier of archive sizes takes
 
 
 def _csv(path: Path) -> np.ndarray:
+    return parse_series_csv(path.read_bytes(), str(path))
+
+
+def parse_series_csv(data: bytes, where: str) -> np.ndarray:
+    """CSV bytes -> (rows, columns) float64; `where` names the source in errors (a path, an upload)."""
+    path = where
     try:
-        lines = [l.strip() for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+        lines = [l.strip() for l in data.decode("utf-8").splitlines() if l.strip()]
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text (byte {e.start}); expected a CSV of numbers") from None
     sep = ";" if lines and ";" in lines[0] and "," not in lines[0] else "\t" if lines and "\t" in lines[0] else ","
@@ -63,6 +69,11 @@ def read_series_input(path: str | Path, channels: int) -> np.ndarray:
         array = _csv(path)
     else:
         raise DataError(f"{path}: unknown series file type {path.suffix!r}; expected .csv or .npy")
+    return orient_series(array, channels, str(path))
+
+
+def orient_series(array: np.ndarray, channels: int, path: str) -> np.ndarray:
+    """(C, T) float32 from an array read from `path`: oriented by the model's channel count, checked."""
     if array.size > MAX_VALUES:
         raise DataError(f"{path}: {array.size:,} values; expected at most {MAX_VALUES:,}")
     array = np.squeeze(array) if array.ndim > 2 else array

@@ -4,6 +4,7 @@ the same backbone and classifier head as the ViT.
 across channels:  z0 = [x_class; P E] + E_pos,    P (L, C p): the p steps of every channel at once
 per channel:      z0 = [x_class; P_c E + e_c] + E_pos(time),  P_c (L, p): each channel's own patches,
                   e_c a learned channel vector, so that C x L tokens share one map E (PatchTST-style)
+difference=True: each channel's first difference x[t] - x[t-1] read beside it, as C more channels.
 Series shorter than the model's length are zero-padded; their padded patches are masked out of
 every attention (a key-padding mask), so a series reads the same whatever it is batched with.
 """

@@ -20,11 +20,10 @@ def _csv(path: Path) -> np.ndarray:
 
 def parse_series_csv(data: bytes, where: str) -> np.ndarray:
     """CSV bytes -> (rows, columns) float64; `where` names the source in errors (a path, an upload)."""
-    path = where
     try:
         lines = [l.strip() for l in data.decode("utf-8").splitlines() if l.strip()]
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); expected a CSV of numbers") from None
+        raise DataError(f"{where}: not UTF-8 text (byte {e.start}); expected a CSV of numbers") from None
     sep = ";" if lines and ";" in lines[0] and "," not in lines[0] else "\t" if lines and "\t" in lines[0] else ","
     rows = []
     for i, line in enumerate(lines):
@@ -35,12 +34,12 @@ def parse_series_csv(data: bytes, where: str) -> np.ndarray:
             if i == 0 and not rows:  # a header line naming the channels
                 continue
             bad = next(f for f in fields if not _is_number(f))
-            raise DataError(f"{path}:{i + 1}: {bad[:40]!r} is not a number; expected comma-separated values, "
+            raise DataError(f"{where}:{i + 1}: {bad[:40]!r} is not a number; expected comma-separated values, "
                             f"one column per channel") from None
         if len(rows[-1]) != len(rows[0]):
-            raise DataError(f"{path}:{i + 1}: {len(rows[-1])} values, expected {len(rows[0])} as on the first row")
+            raise DataError(f"{where}:{i + 1}: {len(rows[-1])} values, expected {len(rows[0])} as on the first row")
     if not rows:
-        raise DataError(f"{path}: no values; expected a CSV with one column per channel, one row per time step")
+        raise DataError(f"{where}: no values; expected a CSV with one column per channel, one row per time step")
     return np.asarray(rows, dtype=np.float64)
 
 

@@ -170,13 +170,18 @@ def valid_mask(lengths: Tensor, length: int) -> Tensor:
 @dataclass
 class SeriesPreprocess:
     """Per-channel standardisation with the training series' statistics (over the steps they have),
-    saved in config.json's data section like the images' mean and std. Padding stays zero."""
+    saved in config.json's data section like the images' mean and std. Padding stays zero.
+
+    `per_series`: then each channel of each series is also standardised by its own mean and standard
+    deviation (z-normalisation, the UCR archive's practice; the instance normalisation of PatchTST,
+    Nie et al. 2023), so a series' offset and scale no longer tell its class."""
 
     mean: list[float]
     std: list[float]
+    per_series: bool = False
 
     @classmethod
-    def from_dataset(cls, ds: SeriesDataset) -> "SeriesPreprocess":
+    def from_dataset(cls, ds: SeriesDataset, per_series: bool = False) -> "SeriesPreprocess":
         m = valid_mask(ds.lengths, ds.length)[:, None].expand_as(ds.values)
         v = ds.values.double().masked_fill(~m, 0)
         n = m.sum((0, 2)).clamp_min(1)
@@ -184,10 +189,10 @@ class SeriesPreprocess:
         var = ((v - mean[None, :, None]) ** 2).masked_fill(~m, 0).sum((0, 2)) / n
         # A constant channel keeps unit scale rather than dividing by zero.
         std = torch.where(var.sqrt() > 1e-8, var.sqrt(), torch.ones_like(var))
-        return cls(mean.float().tolist(), std.float().tolist())
+        return cls(mean.float().tolist(), std.float().tolist(), per_series)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "series-standardise", "mean": self.mean, "std": self.std}
+        return {"kind": "series-standardise", "mean": self.mean, "std": self.std, "per_series": self.per_series}
 
     @classmethod
     def from_info(cls, info: dict[str, Any]) -> "SeriesPreprocess":
@@ -195,11 +200,23 @@ class SeriesPreprocess:
         if pre.get("kind") != "series-standardise":
             raise ValueError(f"the run's data section has no series normalisation (got {pre.get('kind')!r}); "
                              f"expected a run written by `anyformer train series`")
-        return cls(list(pre["mean"]), list(pre["std"]))
+        # Runs saved before per-series normalisation existed were standardised per channel only.
+        return cls(list(pre["mean"]), list(pre["std"]), bool(pre.get("per_series", False)))
 
     def __call__(self, values: Tensor, lengths: Tensor) -> Tensor:
         """(B, C, T) raw -> standardised, zero past each series' length."""
         mean = torch.tensor(self.mean, dtype=values.dtype, device=values.device)[None, :, None]
         std = torch.tensor(self.std, dtype=values.dtype, device=values.device)[None, :, None]
         keep = valid_mask(lengths.to(values.device), values.shape[-1])[:, None]
-        return ((values - mean) / std) * keep
+        out = ((values - mean) / std) * keep
+        return standardise_each(out, lengths) if self.per_series else out
+
+
+def standardise_each(values: Tensor, lengths: Tensor) -> Tensor:
+    """Each channel of each series (B, C, T) to mean 0 and standard deviation 1 over its own steps
+    (a constant one to 0), zero past its length."""
+    keep = valid_mask(lengths.to(values.device), values.shape[-1])[:, None].to(values.dtype)
+    n = lengths.to(values.device).clamp_min(1)[:, None, None].to(values.dtype)
+    mean = (values * keep).sum(-1, keepdim=True) / n
+    sd = ((((values - mean) * keep) ** 2).sum(-1, keepdim=True) / n).sqrt()
+    return (values - mean) / torch.where(sd > 1e-8, sd, torch.ones_like(sd)) * keep

@@ -9,16 +9,21 @@ import numpy as np
 
 from .errors import DataError
 
-__all__ = ["read_series_input"]
+__all__ = ["orient_series", "parse_series_csv", "read_series_input"]
 
 MAX_VALUES = 50_000_000  # a single series beyond this is not one a classifier of archive sizes takes
 
 
 def _csv(path: Path) -> np.ndarray:
+    return parse_series_csv(path.read_bytes(), str(path))
+
+
+def parse_series_csv(data: bytes, where: str) -> np.ndarray:
+    """CSV bytes -> (rows, columns) float64; `where` names the source in errors (a path, an upload)."""
     try:
-        lines = [l.strip() for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+        lines = [l.strip() for l in data.decode("utf-8").splitlines() if l.strip()]
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); expected a CSV of numbers") from None
+        raise DataError(f"{where}: not UTF-8 text (byte {e.start}); expected a CSV of numbers") from None
     sep = ";" if lines and ";" in lines[0] and "," not in lines[0] else "\t" if lines and "\t" in lines[0] else ","
     rows = []
     for i, line in enumerate(lines):
@@ -29,12 +34,12 @@ def _csv(path: Path) -> np.ndarray:
             if i == 0 and not rows:  # a header line naming the channels
                 continue
             bad = next(f for f in fields if not _is_number(f))
-            raise DataError(f"{path}:{i + 1}: {bad[:40]!r} is not a number; expected comma-separated values, "
+            raise DataError(f"{where}:{i + 1}: {bad[:40]!r} is not a number; expected comma-separated values, "
                             f"one column per channel") from None
         if len(rows[-1]) != len(rows[0]):
-            raise DataError(f"{path}:{i + 1}: {len(rows[-1])} values, expected {len(rows[0])} as on the first row")
+            raise DataError(f"{where}:{i + 1}: {len(rows[-1])} values, expected {len(rows[0])} as on the first row")
     if not rows:
-        raise DataError(f"{path}: no values; expected a CSV with one column per channel, one row per time step")
+        raise DataError(f"{where}: no values; expected a CSV with one column per channel, one row per time step")
     return np.asarray(rows, dtype=np.float64)
 
 
@@ -63,6 +68,11 @@ def read_series_input(path: str | Path, channels: int) -> np.ndarray:
         array = _csv(path)
     else:
         raise DataError(f"{path}: unknown series file type {path.suffix!r}; expected .csv or .npy")
+    return orient_series(array, channels, str(path))
+
+
+def orient_series(array: np.ndarray, channels: int, path: str) -> np.ndarray:
+    """(C, T) float32 from an array read from `path`: oriented by the model's channel count, checked."""
     if array.size > MAX_VALUES:
         raise DataError(f"{path}: {array.size:,} values; expected at most {MAX_VALUES:,}")
     array = np.squeeze(array) if array.ndim > 2 else array

@@ -4,6 +4,7 @@ the same backbone and classifier head as the ViT.
 across channels:  z0 = [x_class; P E] + E_pos,    P (L, C p): the p steps of every channel at once
 per channel:      z0 = [x_class; P_c E + e_c] + E_pos(time),  P_c (L, p): each channel's own patches,
                   e_c a learned channel vector, so that C x L tokens share one map E (PatchTST-style)
+difference=True: each channel's first difference x[t] - x[t-1] read beside it, as C more channels.
 Series shorter than the model's length are zero-padded; their padded patches are masked out of
 every attention (a key-padding mask), so a series reads the same whatever it is batched with.
 """
@@ -34,6 +35,7 @@ class SeriesConfig:
     patching: str = "across"         # across: one token per patch of all channels; channel: one per channel
     num_classes: int = 2
     position: str = "learned"        # learned | sinusoidal (fixed, added) | rotary (relative, in attention)
+    difference: bool = False         # also read each channel's first difference, as extra channels
     width: int = 64
     depth: int = 3
     heads: int = 4
@@ -59,6 +61,11 @@ class SeriesConfig:
                              f"got {self.patch_stride!r}")
 
     @property
+    def in_channels(self) -> int:
+        """Channels the input head reads: the series' own, and their first differences when asked."""
+        return self.channels * (2 if self.difference else 1)
+
+    @property
     def stride(self) -> int:
         return self.patch_stride or self.patch_size
 
@@ -82,9 +89,9 @@ class SeriesTransformer(Model):
     def __init__(self, config: SeriesConfig) -> None:
         super().__init__()
         self.config = c = config
-        per_token = c.patch_size * (1 if c.patching == "channel" else c.channels)
+        per_token = c.patch_size * (1 if c.patching == "channel" else c.in_channels)
         self.patch_embed = LinearEmbedding(per_token, c.width)
-        self.channel_embed = (nn.Parameter(torch.randn(1, c.channels, 1, c.width).mul_(0.02))
+        self.channel_embed = (nn.Parameter(torch.randn(1, c.in_channels, 1, c.width).mul_(0.02))
                               if c.patching == "channel" else None)
         self.prefix = ClassToken(c.width)
         # Time positions as a (1, 1 + L, D) table: learned, fixed sinusoids, or zeros under rotary
@@ -123,6 +130,9 @@ class SeriesTransformer(Model):
         c, (B, C, T) = self.config, series.shape
         if lengths is not None:  # whatever lies past a series' end is not part of it
             series = series * (torch.arange(T, device=series.device) < lengths.to(series.device)[:, None])[:, None]
+        if c.difference:
+            series = torch.cat([series, self._difference(series, lengths)], dim=1)
+            C = c.in_channels
         x = F.pad(series, (0, (c.patches - 1) * c.stride + c.patch_size - T))
         x = x.unfold(-1, c.patch_size, c.stride)                         # (B, C, L, p)
         if c.patching == "across":
@@ -142,6 +152,14 @@ class SeriesTransformer(Model):
         have = torch.arange(c.patches, device=series.device)[None] * c.stride < steps[:, None]  # (B, L)
         have = have if c.patching == "across" else have[:, None].expand(-1, C, -1).flatten(1)
         return z, torch.cat([torch.ones(B, 1, dtype=torch.bool, device=series.device), have], dim=1)
+
+    @staticmethod
+    def _difference(series: Tensor, lengths: Tensor | None) -> Tensor:
+        """x[t] - x[t-1] (0 at t = 0), zero from each series' end on: a series' slope, read beside its level."""
+        d = F.pad(series[..., 1:] - series[..., :-1], (1, 0))
+        if lengths is None:
+            return d
+        return d * (torch.arange(series.shape[-1], device=series.device) < lengths.to(series.device)[:, None])[:, None]
 
     def forward(self, series: Tensor, lengths: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -18,7 +17,7 @@ from starlette.routing import Route
 from ..data.preprocess import ImagePreprocess
 from .context import Context
 from .images import check_header, heat_overlay, load_upload, png_data_url
-from .limits import ApiError, media_type, read_body
+from .uploads import upload_bytes
 
 FAMILY = "vit"
 FRAGMENT = "classify.html"
@@ -76,26 +75,5 @@ def _preprocess(ctx: Context) -> ImagePreprocess:
 
 
 async def _image_bytes(request: Request, ctx: Context) -> bytes:
-    kind = media_type(request)
-    if kind.startswith("image/") or kind == "application/octet-stream":
-        return await read_body(request, ctx.limits.max_body_bytes)
-    if kind == "multipart/form-data":
-        body = await read_body(request, ctx.limits.max_body_bytes)
-
-        async def once():
-            yield body
-        try:
-            form = await MultiPartParser(request.headers, once(), max_files=1, max_fields=8,
-                                         max_part_size=ctx.limits.max_body_bytes).parse()
-        except MultiPartException as e:
-            if "Too many files" in str(e):
-                raise ApiError(413, "the multipart form holds more than one file; the limit is one image "
-                                    "per upload") from None
-            raise ApiError(400, f"cannot read the multipart form: {e}") from None
-        files = [v for _, v in form.multi_items() if not isinstance(v, str)]
-        if not files:
-            raise ApiError(400, "the multipart form holds no file; send the image as a file field, "
-                                "e.g. curl -F file=@digit.png")
-        return await files[0].read()
-    raise ApiError(415, f"expected an image (Content-Type image/*, application/octet-stream or "
-                        f"multipart/form-data), got {kind or 'no Content-Type'}")
+    return await upload_bytes(request, ctx.limits.max_body_bytes, ("image/", "application/octet-stream"),
+                              "image", "curl -F file=@digit.png")

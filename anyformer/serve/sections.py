@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import classify, generate, sample
+from . import classify, generate, sample, series
 
-SECTIONS: dict[str, ModuleType] = {m.FAMILY: m for m in (classify, generate, sample)}
+SECTIONS: dict[str, ModuleType] = {m.FAMILY: m for m in (classify, generate, sample, series)}
 
 
 def section_for(family: str) -> ModuleType:

@@ -30,6 +30,9 @@ class ImageClassification(ClassifierReport):
         self.train, self.test = image_splits(cfg, train, test)
         # A finished run is scored with the statistics it was trained with, whatever part of the
         # training split is loaded now (`anyformer eval` loads one example of it).
+        if cfg.normalize == "series":
+            raise ValueError("normalize='series' standardises each time series by itself; images take 'dataset' "
+                             "or 'symmetric'")
         if info is not None:
             self.preprocess = ImagePreprocess.from_info(info)
         elif cfg.normalize == "symmetric":  # pixels scaled to [-1, 1], as Turner's (2023) MNIST ViT trains

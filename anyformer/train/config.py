@@ -8,7 +8,7 @@ from typing import Any
 
 SCHEDULES = ("cosine", "constant")
 AUGMENTS = ("none", "digits", "crop_flip", "series")
-NORMALIZE = ("dataset", "symmetric")
+NORMALIZE = ("dataset", "symmetric", "series")
 AMP = ("none", "bf16", "fp16", "auto")
 LOGS = ("jsonl", "tensorboard")
 
@@ -35,7 +35,8 @@ class TrainConfig:
     label_smoothing: float = 0.0
     grad_clip: float | None = None
     augment: str = "none"
-    normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1]
+    normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1];
+                                             # series (time series only): then each series by its own
     eval_every: int = 0                      # steps between evaluations; 0 = each epoch
     eval_batch_size: int = 1000
     limit_train: int | None = None           # use only the first N training examples (tests, smoke runs)

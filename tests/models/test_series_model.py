@@ -84,3 +84,23 @@ def test_overlapping_patches_count_and_padding():
     torch.testing.assert_close(m(x, lengths)[1], m(x[1:, :, :13])[0], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match=r"patch_stride must be in \[1, patch_size=8\]"):
         SeriesConfig(patch_size=8, patch_stride=9)
+
+
+@pytest.mark.parametrize("patching", ["across", "channel"])
+def test_difference_reads_each_channels_slope_beside_it(patching):
+    m = SeriesTransformer.preset("series-small", channels=2, length=20, patch_size=8, patch_stride=4,
+                                 patching=patching, difference=True, num_classes=3).eval()
+    assert m.config.in_channels == 4
+    assert m.patch_embed.proj.in_features == (8 if patching == "channel" else 32)
+    x = torch.tensor([[[0.0, 1.0, 3.0, 6.0, 0.0], [5.0, 5.0, 4.0, 0.0, 0.0]]])
+    d = SeriesTransformer._difference(x, torch.tensor([4]))
+    # x[t] - x[t - 1], 0 at the first step, and 0 from the series' end on (not a jump down to the padding).
+    assert d.tolist() == [[[0.0, 1.0, 2.0, 3.0, 0.0], [0.0, 0.0, -1.0, -4.0, 0.0]]]
+    # A padded series still reads exactly like the same series alone, and padding garbage does not leak.
+    series, lengths = torch.randn(3, 2, 20), torch.tensor([20, 11, 3])
+    batched = m(series, lengths)
+    for i, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(batched[i], m(series[i:i + 1, :, :n])[0], atol=1e-5, rtol=1e-5)
+    garbage = series.clone()
+    garbage[1, :, 11:] = 1e3
+    torch.testing.assert_close(m(garbage, lengths), batched)

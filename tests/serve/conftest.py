@@ -80,3 +80,13 @@ def live_server(app):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def series_run(tmp_path_factory):
+    """A small series model trained for 60 steps on BasicMotions (6 channels, 4 classes, shipped with aeon)."""
+    pytest.importorskip("aeon", reason="the series extra is not installed: pip install -e '.[series]'")
+    out = tmp_path_factory.mktemp("serve-series") / "run"
+    _train("series", "--data", "BasicMotions", "--max-steps", "60", "--eval-every", "60", "--set", "width=32",
+           "--set", "depth=2", "--set", "mlp_hidden=64", "--out", str(out), cache=out.parent / "cache")
+    return out

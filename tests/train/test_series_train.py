@@ -86,9 +86,24 @@ def test_malformed_ts_to_train_is_one_line(tmp_path, capsys):
 def test_sizes_are_derived_from_the_data_alone():
     from anyformer.train.series import derive
     gunpoint = derive(50, 1, 150, "across", batch_cap=64)
-    assert (gunpoint["patch_size"], gunpoint["batch"], gunpoint["width"]) == (3, 13, 64)  # 50 tokens, 4 steps an epoch
+    # 10-step patches every 5 steps (30 tokens, each overlapping the next by half), 4 updates an epoch.
+    assert (gunpoint["patch_size"], gunpoint["patch_stride"], gunpoint["batch"], gunpoint["width"]) == (10, 5, 13, 64)
+    assert gunpoint["difference"] is True
     vowels = derive(270, 12, 26, "channel", batch_cap=64)
-    assert (vowels["patch_size"], vowels["batch"]) == (5, 64)  # 12 channels x 6 patches; the batch capped
+    assert (vowels["patch_size"], vowels["patch_stride"], vowels["batch"]) == (20, 10, 64)  # the batch capped
+    italy = derive(67, 1, 24, "across", batch_cap=64)
+    assert (italy["patch_size"], italy["patch_stride"]) == (2, 1)  # a short series: a token every step
     assert derive(36, 1, 251, "across", batch_cap=64)["batch"] == 9
     big = derive(8000, 1, 500, "across", batch_cap=64)
     assert (big["width"], big["depth"], big["batch"]) == (128, 4, 64)
+
+
+def test_per_series_normalisation_is_chosen_by_the_config_and_saved_with_the_run():
+    from anyformer.train.series import SeriesClassification
+    cfg = recipe_config("series", data="BasicMotions", normalize="series", threads=1)
+    task = SeriesClassification(cfg, torch.device("cpu"))
+    assert task.run_info()["preprocess"]["per_series"] is True
+    valid = task.values[0, :, : int(task.lengths[0])]
+    torch.testing.assert_close(valid.mean(-1), torch.zeros(6), atol=1e-5, rtol=0)  # each channel of each series
+    plain = SeriesClassification(recipe_config("series", data="BasicMotions", threads=1), torch.device("cpu"))
+    assert plain.run_info()["preprocess"]["per_series"] is False

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.cli_runner import run
 from tests.conftest import REPO, SHARED_DATA, skip_unless_runnable
 
 # Dropout and augmentation on, so that the data order and every random stream must be restored too;
@@ -57,8 +58,9 @@ def interrupt(out: Path, at_step: int, sig: int, resume: bool, args: list[str] =
 
 
 def finished(out: Path, resume: bool, args: list[str] = ARGS, **extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "anyformer", *args, "--out", str(out), *(["--resume"] if resume else [])]
-    return subprocess.run(cmd, cwd=REPO, env=env(**extra), capture_output=True, text=True, timeout=600)
+    """A run to its end: in this process (tests/cli_runner.py), since only the interrupted runs need
+    a process of their own to kill."""
+    return run(*args, "--out", str(out), *(["--resume"] if resume else []), env_extra=extra)
 
 
 def strip(out: Path) -> list[dict]:

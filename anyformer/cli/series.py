@@ -8,23 +8,15 @@ from typing import Any
 
 import torch
 
-from ..data.series import SeriesPreprocess
-from ..data.series_augment import resample_to
+from ..data.series import SeriesPreprocess, fit_to_model
 from ..data.series_input import read_series_input
 from .args import one_line
 
 
 def load_series_input(path: str, model: Any, info: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str | None]:
     """(raw (1, C, T), standardised (1, C, T), warning): read, oriented, and fitted to the model's length."""
-    c = model.config
-    raw = torch.from_numpy(read_series_input(path, c.channels))[None]
-    warning = None
-    if raw.shape[-1] > c.length:  # as `eval` treats the test split's longer series
-        warning = (f"{raw.shape[-1]} steps, longer than the {c.length} the model was trained on: resampled to "
-                   f"{c.length}")
-        raw = resample_to(raw, torch.tensor([raw.shape[-1]]), c.length)
-    lengths = torch.tensor([raw.shape[-1]])
-    return raw, SeriesPreprocess.from_info(info)(raw, lengths), warning
+    raw = torch.from_numpy(read_series_input(path, model.config.channels))[None]
+    return fit_to_model(raw, model.config.length, SeriesPreprocess.from_info(info))
 
 
 def predict_series(args: argparse.Namespace, model: Any, meta: dict[str, Any]) -> int:

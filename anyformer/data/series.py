@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .errors import DataError
+from .series_augment import resample_to
 from .series_format import RawSeries, read_series_file
 
 __all__ = ["SeriesDataset", "SeriesPreprocess", "find_series_files", "load_series_dataset", "load_series_splits"]
@@ -220,3 +221,14 @@ def standardise_each(values: Tensor, lengths: Tensor) -> Tensor:
     mean = (values * keep).sum(-1, keepdim=True) / n
     sd = ((((values - mean) * keep) ** 2).sum(-1, keepdim=True) / n).sqrt()
     return (values - mean) / torch.where(sd > 1e-8, sd, torch.ones_like(sd)) * keep
+
+
+def fit_to_model(raw: Tensor, length: int, pre: SeriesPreprocess) -> tuple[Tensor, Tensor, str | None]:
+    """One series (1, C, T) as a model of `length` steps reads it: (raw, standardised, warning). A longer
+    series is resampled down to `length` (as the test split's longer series are), with a warning
+    saying so; a shorter one is read as it is, its padding masked by the model."""
+    warning = None
+    if raw.shape[-1] > length:
+        warning = f"{raw.shape[-1]} steps, longer than the {length} the model was trained on: resampled to {length}"
+        raw = resample_to(raw, torch.tensor([raw.shape[-1]]), length)
+    return raw, pre(raw, torch.tensor([raw.shape[-1]])), warning

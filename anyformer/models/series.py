@@ -128,10 +128,12 @@ class SeriesTransformer(Model):
         (B, 1 + N), True where a token holds data (None when every token does)."""
         self._check(series, lengths)
         c, (B, C, T) = self.config, series.shape
-        if lengths is not None:  # whatever lies past a series' end is not part of it
-            series = series * (torch.arange(T, device=series.device) < lengths.to(series.device)[:, None])[:, None]
+        # Whatever lies past a series' end is not part of it (nor is the step down to zero there).
+        keep = None if lengths is None else (torch.arange(T, device=series.device)
+                                             < lengths.to(series.device)[:, None])[:, None]
+        series = series if keep is None else series * keep
         if c.difference:
-            series = torch.cat([series, self._difference(series, lengths)], dim=1)
+            series = torch.cat([series, self._difference(series, keep)], dim=1)
             C = c.in_channels
         x = F.pad(series, (0, (c.patches - 1) * c.stride + c.patch_size - T))
         x = x.unfold(-1, c.patch_size, c.stride)                         # (B, C, L, p)
@@ -154,12 +156,11 @@ class SeriesTransformer(Model):
         return z, torch.cat([torch.ones(B, 1, dtype=torch.bool, device=series.device), have], dim=1)
 
     @staticmethod
-    def _difference(series: Tensor, lengths: Tensor | None) -> Tensor:
-        """x[t] - x[t-1] (0 at t = 0), zero from each series' end on: a series' slope, read beside its level."""
+    def _difference(series: Tensor, keep: Tensor | None) -> Tensor:
+        """x[t] - x[t-1] (0 at t = 0), zero where `keep` (B, 1, T) is False: a series' slope, read
+        beside its level."""
         d = F.pad(series[..., 1:] - series[..., :-1], (1, 0))
-        if lengths is None:
-            return d
-        return d * (torch.arange(series.shape[-1], device=series.device) < lengths.to(series.device)[:, None])[:, None]
+        return d if keep is None else d * keep
 
     def forward(self, series: Tensor, lengths: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False):

@@ -17,8 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..data.errors import DataError
-from ..data.series import SeriesPreprocess
-from ..data.series_augment import resample_to
+from ..data.series import SeriesPreprocess, fit_to_model
 from ..data.series_input import orient_series, parse_series_csv
 from .context import Context
 from .limits import ApiError
@@ -50,11 +49,7 @@ def read_upload(data: bytes, model: Any, pre: SeriesPreprocess) -> tuple[torch.T
         raw = torch.from_numpy(orient_series(parse_series_csv(data, "the upload"), c.channels, "the upload"))[None]
     except DataError as e:
         raise ApiError(400, " ".join(str(e).split())) from None
-    warning = None
-    if raw.shape[-1] > c.length:
-        warning = f"{raw.shape[-1]} steps, longer than the {c.length} the model was trained on: resampled to {c.length}"
-        raw = resample_to(raw, torch.tensor([raw.shape[-1]]), c.length)
-    return raw, pre(raw, torch.tensor([raw.shape[-1]])), warning
+    return fit_to_model(raw, c.length, pre)
 
 
 def routes(ctx: Context) -> list[Route]:

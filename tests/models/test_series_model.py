@@ -93,7 +93,7 @@ def test_difference_reads_each_channels_slope_beside_it(patching):
     assert m.config.in_channels == 4
     assert m.patch_embed.proj.in_features == (8 if patching == "channel" else 32)
     x = torch.tensor([[[0.0, 1.0, 3.0, 6.0, 0.0], [5.0, 5.0, 4.0, 0.0, 0.0]]])
-    d = SeriesTransformer._difference(x, torch.tensor([4]))
+    d = SeriesTransformer._difference(x, (torch.arange(5) < 4)[None, None])  # the first 4 steps kept
     # x[t] - x[t - 1], 0 at the first step, and 0 from the series' end on (not a jump down to the padding).
     assert d.tolist() == [[[0.0, 1.0, 2.0, 3.0, 0.0], [0.0, 0.0, -1.0, -4.0, 0.0]]]
     # A padded series still reads exactly like the same series alone, and padding garbage does not leak.

@@ -10,8 +10,9 @@ approximate)` is F.gelu (`anyformer::gelu`) with its own vectorized exp: where A
 at about 1.1 G elements/s on 2 cores of an AMD EPYC, this one ran 2.5-2.8x faster.
 
 The library is built once per machine with the system's C++ compiler (`$CXX`, else g++) into
-`$ANYFORMER_CACHE/native/`, named by a hash of the source, the compiler and the CPU, and written
-atomically. Where there is no compiler, the build fails or the CPU is not x86-64, `library()` is
+`$ANYFORMER_NATIVE_DIR`, else `$ANYFORMER_CACHE/native/`, named by a hash of the source, the
+compiler and the CPU, and written atomically (the build takes 1-10 s: a folder shared by many
+processes or containers, like torch's TORCH_EXTENSIONS_DIR, builds it once for all). Where there is no compiler, the build fails or the CPU is not x86-64, `library()` is
 None and the speed plan never offers the kernel (`why_unavailable()` says why). Where it is built,
 the plan still uses it only for shapes where it measured faster than SDPA and matched it.
 """
@@ -39,6 +40,8 @@ SOURCE = Path(__file__).with_name("native") / "kernels.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
 BUILD_TIMEOUT_S = 180
 HEAD_DIMS = (16, 32, 48, 64)  # what the kernel takes (16 floats a vector, up to four)
+
+ENV_NATIVE_DIR = "ANYFORMER_NATIVE_DIR"
 
 _lock = threading.Lock()
 _why_not: list[str] = []
@@ -99,7 +102,13 @@ def library_path() -> Path:
     version = subprocess.run([*_compiler(), "--version"], capture_output=True, text=True, timeout=30).stdout
     digest = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), version.encode(), " ".join(FLAGS).encode(),
                                         _cpu_flags_line().encode()])).hexdigest()[:16]
-    return cache_root() / "native" / f"kernels-{digest}.so"
+    return native_dir() / f"kernels-{digest}.so"
+
+
+def native_dir() -> Path:
+    """The folder of this machine's builds: `$ANYFORMER_NATIVE_DIR`, else the cache's native/."""
+    folder = os.environ.get(ENV_NATIVE_DIR)
+    return Path(folder).expanduser() if folder else cache_root() / "native"
 
 
 def status() -> str:

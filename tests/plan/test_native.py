@@ -127,13 +127,23 @@ def test_a_failing_build_means_no_kernel(monkeypatch, tmp_path):
     broken.write_text("#!/bin/sh\necho 'cxx: out of luck' >&2\nexit 1\n")
     broken.chmod(0o755)
     monkeypatch.setenv("CXX", str(broken))
+    monkeypatch.setenv(native.ENV_NATIVE_DIR, str(tmp_path / "native"))
     native.library.cache_clear()
     try:
         assert native.library() is None
         assert "failed" in native.why_unavailable() and "out of luck" in native.why_unavailable()
-        assert not list((tmp_path / "cache").glob("native/*.so"))  # nothing half-written is kept
+        assert native.library_path().parent == tmp_path / "native"
+        assert not list((tmp_path / "native").iterdir())  # nothing half-written is kept
     finally:
         native.library.cache_clear()
+
+
+def test_the_builds_folder_is_the_caches_unless_named(monkeypatch, tmp_path):
+    monkeypatch.delenv(native.ENV_NATIVE_DIR, raising=False)
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    assert native.native_dir() == tmp_path / "cache" / "native"
+    monkeypatch.setenv(native.ENV_NATIVE_DIR, str(tmp_path / "shared"))
+    assert native.native_dir() == tmp_path / "shared"
 
 
 @pytest.mark.slow

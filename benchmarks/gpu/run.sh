@@ -54,7 +54,8 @@ part() {  # part NAME LIMIT CMD...: run CMD under min(LIMIT, time left), its out
 # most of their time is compiling on the CPU cores, and one hung test costs 150 s, not the whole part.
 TESTDEV=cuda PICK=(); [ -n "$DRY" ] && TESTDEV=cpu PICK=(-k "greedy or sampling")
 if [ -z "$DRY" ]; then
-  $PY -c "import xdist" 2>/dev/null && PICK+=(-n 6)
+  # pyproject's addopts ask xdist for --dist worksteal: without xdist they would be an unknown flag.
+  if $PY -c "import xdist" 2>/dev/null; then PICK+=(-n 6); else PICK+=(-o addopts=); fi
   $PY -c "import pytest_timeout" 2>/dev/null && PICK+=(--timeout 150)
   PICK+=(--durations 12)
 fi

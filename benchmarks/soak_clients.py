@@ -113,7 +113,7 @@ class Mix:
         if self.family == "vit":  # a large picture: decoding and resizing it is the work
             return "POST", "/api/predict", digit(i, 2400), PNG
         if self.family == "gpt":
-            tokens = min(self.info["limits"]["max_new_tokens"], self._fit("token", 1.3))
+            tokens = max(1, int(0.7 * self.info["tokens_in_budget"]))  # the server's own estimate, refills and all
             return "POST", "/api/generate", _json({"prompt": "ROMEO:", "max_new_tokens": tokens, "seed": i,
                                                    "stream": stream}), JSON
         costs = self.info["measured_seconds"]

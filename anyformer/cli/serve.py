@@ -18,6 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-work-seconds", type=float, default=5.0,
                    help="a request's estimated compute (its steps x the step time measured at start)")
     s.add_argument("--deadline-seconds", type=float, default=30.0, help="past it, 504 and the work stops")
+    s.add_argument("--heavy-share", type=float, default=0.3,
+                   help="the heavy lane's most share of the time while light requests wait or run, in (0, 1]")
     s.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
     s.set_defaults(handler=serve)
 
@@ -31,6 +33,6 @@ def serve(args: argparse.Namespace) -> int:
     limits = Limits(max_body_bytes=args.max_body_bytes, max_pixels=args.max_pixels,
                     max_prompt_chars=args.max_prompt_chars, max_new_tokens=args.max_new_tokens,
                     concurrency=args.concurrency, queue=args.queue, max_work_seconds=args.max_work_seconds,
-                    deadline_seconds=args.deadline_seconds)
+                    deadline_seconds=args.deadline_seconds, heavy_share=args.heavy_share)
     run_server(args.dir, host=args.host, port=args.port, limits=limits)
     return 0

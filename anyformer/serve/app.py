@@ -41,7 +41,7 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
     model = plan_kernels(load(run_dir).eval())  # the server's passes on the plan's kernels
     section = section_for(model.family)
     ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits,
-                  worker=ModelWorker(limits.concurrency, limits.queue))
+                  worker=ModelWorker(limits.concurrency, limits.queue, heavy_share=limits.heavy_share))
     # Warm-up before the server exists: the speed plan measures (and any compile happens) now, no
     # request waits for it, and the section times its unit of work for the cost budget.
     started = time.perf_counter()

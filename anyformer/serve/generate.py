@@ -10,6 +10,7 @@ a bad request gets its 4xx, never a stream that breaks off.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from typing import Any, Iterator
@@ -20,19 +21,23 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..data.text import tokenizer_from_info
+from ..models.gpt import window_keep
+from ..models.gpt_decode import cache_length
 from .context import Context
 from .limits import ApiError, field, media_type, read_body
 
 FAMILY = "gpt"
 FRAGMENT = "generate.html"
 MAX_TEMPERATURE = 10.0
-TIMED_TOKENS = 9  # the prompt's pass, then eight one-token steps timed for the budget
+TIMED_STEPS, TIMED_RUNS = 8, 3  # one-token steps timed after each prompt; prompts timed, the median kept
+SHORT_PROMPT = 8  # the prompt length `info` quotes the most new tokens for
 
 
 def info(ctx: Context) -> dict[str, Any]:
     return {"task": "generate", "context": ctx.model.config.context,
             "max_new_tokens": ctx.limits.max_new_tokens,  # any length: past the context the window slides
-            "max_prompt_chars": ctx.limits.max_prompt_chars}
+            "max_prompt_chars": ctx.limits.max_prompt_chars,
+            "tokens_in_budget": most_tokens(ctx, SHORT_PROMPT)}
 
 
 def warm_up(ctx: Context) -> None:
@@ -41,21 +46,57 @@ def warm_up(ctx: Context) -> None:
     compiled settled (and any compile done) for every cache size a request may use, as the plan
     decides for a process that runs for days (`GPT.settle_decode`); left to the requests, the
     compile would come inside whichever request's steps first repaid it, stalling the server.
-    Then the time of one token, for the budget."""
+    Then what the budget needs (`generation_seconds`): a one-token step with the smallest cache
+    and with a cache of the whole context, and a pass over a full window's kept tokens (a refill)."""
+    context = ctx.model.config.context
     size = 64
     while True:  # the cache sizes: powers of two from 64, up to the context (gpt_decode.cache_length)
-        ctx.model.settle_decode(1, min(size, ctx.model.config.context))
-        if size >= ctx.model.config.context:
+        ctx.model.settle_decode(1, min(size, context))
+        if size >= context:
             break
         size *= 2
-    tokens = ctx.model.stream(torch.zeros(1, 1, dtype=torch.long), ctx.limits.max_new_tokens, temperature=0)
+    _, ctx.costs["token"] = _timed(ctx, 1, TIMED_STEPS + 1)            # a cache of 64 positions
+    refills = [_timed(ctx, window_keep(context), context) for _ in range(TIMED_RUNS)]
+    ctx.costs["refill"] = statistics.median(r[0] for r in refills)     # the prompt of a window's kept tokens
+    ctx.costs["token_full"] = statistics.median(r[1] for r in refills)  # steps with a cache of the context
+
+
+def _timed(ctx: Context, prompt: int, new_tokens: int) -> tuple[float, float]:
+    """(the prompt's pass, the median of TIMED_STEPS one-token steps after it) for a zero prompt of
+    `prompt` tokens in a generation of `new_tokens` (which sets the cache's size)."""
+    tokens = ctx.model.stream(torch.zeros(1, prompt, dtype=torch.long), new_tokens, temperature=0)
     times, last = [], time.perf_counter()
-    for _ in zip(range(TIMED_TOKENS), tokens):
+    for _ in zip(range(TIMED_STEPS + 1), tokens):
         now = time.perf_counter()
         times.append(now - last)
         last = now
     tokens.close()
-    ctx.costs["token"] = statistics.median(times[1:])  # the first is the prompt's pass
+    return times[0], statistics.median(times[1:])
+
+
+def generation_seconds(ctx: Context, prompt: int, new_tokens: int) -> float:
+    """Estimated compute of `new_tokens` after a prompt of `prompt` tokens, from the warm-up's times:
+    the prompt's pass (a refill's time, pro rata), a one-token step per further token at the cost of
+    its cache's size (interpolated between the smallest cache and the context's), and, past the
+    context, a refill of the window each time it slides (every quarter context)."""
+    costs, context = ctx.costs, ctx.model.config.context
+    keep, p = window_keep(context), min(prompt, context)
+    size = cache_length(ctx.model, min(p + new_tokens, context))
+    step = costs["token"] + (costs["token_full"] - costs["token"]) * max(0, size - 64) / max(1, context - 64)
+    slides = math.ceil(max(0, p + new_tokens - context) / max(1, context - keep))
+    return max(costs["token"], costs["refill"] * p / keep) + (new_tokens - 1) * step + slides * costs["refill"]
+
+
+def most_tokens(ctx: Context, prompt: int) -> int:
+    """The most new tokens a request with a prompt of `prompt` tokens may ask within the budget."""
+    low, high = 0, ctx.limits.max_new_tokens
+    while low < high:  # the estimate grows with the tokens asked
+        mid = (low + high + 1) // 2
+        if generation_seconds(ctx, prompt, mid) <= ctx.limits.max_work_seconds:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def routes(ctx: Context) -> list[Route]:
@@ -85,11 +126,9 @@ def routes(ctx: Context) -> list[Route]:
         if not ids:
             raise ApiError(422, "the prompt must hold at least one token")
         n = req["max_new_tokens"]
-        # The prompt is one pass (about a token's time); past the context, a refill every quarter of it.
-        per_token = ctx.costs["token"] * (1 + 1 / max(1, ctx.model.config.context // 4))
-        most = max(1, int((ctx.limits.max_work_seconds - ctx.costs["token"]) / per_token))
-        lane = ctx.check_cost(ctx.costs["token"] + n * per_token, f"{n} tokens at {1000 * ctx.costs['token']:.1f} ms "
-                              f"each, measured at start", f"ask for at most {most} max_new_tokens")
+        lane = ctx.check_cost(generation_seconds(ctx, len(ids), n),
+                              f"{n} tokens after {len(ids)}, from the step and refill times measured at start",
+                              f"ask for at most {most_tokens(ctx, len(ids))} max_new_tokens")
         if req["stream"]:
             return StreamingResponse(ctx.worker.stream(request, lane, pieces(ids, req)),
                                      media_type="text/plain; charset=utf-8",

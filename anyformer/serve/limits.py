@@ -26,6 +26,10 @@ class Limits:
     queue: int = 16                         # requests waiting per lane; past it, 503 with Retry-After
     max_work_seconds: float = 5.0           # a request's estimated compute (steps x measured step time)
     deadline_seconds: float = 30.0          # from the request's first byte to its last: then 504 (or 408)
+    # The heavy lane's most share of the time while light requests are in the server (worker.py):
+    # 0.3 keeps light p99 near its idle value and lets the cost budget's heaviest request (5 s
+    # alone) finish under full light load within the deadline.
+    heavy_share: float = 0.3
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -34,6 +38,8 @@ class Limits:
             if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
                 kind = "number" if f.type == "float" else "int"
                 raise ValueError(f"serve limit {f.name} must be a positive {kind}, got {value!r}")
+        if self.heavy_share > 1:
+            raise ValueError(f"serve limit heavy_share is a share of the time, in (0, 1], got {self.heavy_share!r}")
 
 
 class ApiError(Exception):

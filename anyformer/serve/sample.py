@@ -1,7 +1,7 @@
 """The image generator section: POST /api/sample -> samples of one class from a "dit" run.
 
 Written against the generator interface `model.sample(labels: LongTensor, *, steps=50, cfg=1.0,
-seed=None) -> uint8 (N, C, H, W)`. No generator run exists on this branch, so this section is
+seed=None) -> uint8 (N, C, H, W)` (the "dit" runs of the mnist-gen recipe).
 JSON in: {class: index or name, n, steps, cfg, seed}; out: {class, images: [PNG data URLs]}.
 Sampling runs one ODE step per call (`flow.sample_steps`), so a request stopped by its deadline,
 its client leaving or the server shutting down stops at the next step.

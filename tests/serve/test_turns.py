@@ -1,0 +1,86 @@
+"""The heavy lane takes turns with the light one (anyformer/serve/worker.py), and generation's cost
+estimate counts what a long generation does (anyformer/serve/generate.py). No model here: steps
+that sleep, and a stand-in model of a given context."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import anyio
+import pytest
+
+from anyformer.serve.generate import generation_seconds, most_tokens
+from anyformer.serve.limits import Limits
+from anyformer.serve.worker import ModelWorker
+
+STEP_S = 0.02
+
+
+def _heavy_steps(worker: ModelWorker, steps: int) -> float:
+    """Seconds for `steps` heavy-lane calls of STEP_S each."""
+    async def go() -> float:
+        started = time.perf_counter()
+        for _ in range(steps):
+            await worker.call(time.sleep, STEP_S, lane="heavy")
+        return time.perf_counter() - started
+    return anyio.run(go)
+
+
+def test_heavy_work_takes_its_share_while_light_requests_are_in_and_runs_flat_out_when_none_are():
+    worker = ModelWorker(2, heavy_share=0.25)
+    alone = _heavy_steps(worker, 10)
+    release = worker.lanes["light"].admit()  # a light request in the server
+    try:
+        turns = _heavy_steps(worker, 10)
+    finally:
+        release()
+    # 25% of the time: each 20 ms step is followed by 60 ms for the light lane (the last one's wait
+    # comes before the next call, so 9 of them here), whatever else the machine is doing.
+    assert turns >= 10 * STEP_S + 9 * 3 * STEP_S * 0.95, turns
+    assert alone < 0.5 * turns, (alone, turns)
+
+
+def test_a_waiting_heavy_step_goes_once_the_light_requests_have_left():
+    worker = ModelWorker(2, heavy_share=0.01)  # a 20 ms step would then wait about 2 s
+    release = worker.lanes["light"].admit()
+
+    async def go() -> float:
+        await worker.call(time.sleep, STEP_S, lane="heavy")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, lambda: (time.sleep(0.1), release()))
+            started = time.perf_counter()
+            await worker.call(time.sleep, STEP_S, lane="heavy")
+            return time.perf_counter() - started
+    assert anyio.run(go) < 1.0
+
+
+def test_a_share_outside_0_to_1_is_refused():
+    with pytest.raises(ValueError, match="share of the time, in \\(0, 1\\], got 1.5"):
+        Limits(heavy_share=1.5)
+    with pytest.raises(ValueError, match="heavy_share must be a positive number, got 0"):
+        Limits(heavy_share=0)
+
+
+def _lm(context: int = 256, **costs: float) -> SimpleNamespace:
+    model = SimpleNamespace(config=SimpleNamespace(context=context))
+    return SimpleNamespace(model=model, limits=Limits(max_work_seconds=5.0, max_new_tokens=1000),
+                           costs={"token": 1e-3, "token_full": 2e-3, "refill": 0.1, **costs})
+
+
+def test_generation_cost_counts_the_cache_size_and_each_refill_past_the_context():
+    ctx = _lm()
+    # 8 + 50 tokens fit a cache of 64 positions: the prompt (at least a step), 49 steps at the small cache's time.
+    assert generation_seconds(ctx, 8, 50) == pytest.approx(max(1e-3, 0.1 * 8 / 192) + 49 * 1e-3)
+    # 8 + 1000 tokens: every step with the whole context's cache; the window (256) slides every 64
+    # tokens once full: ceil((1008 - 256) / 64) = 12 refills of 0.1 s.
+    assert generation_seconds(ctx, 8, 1000) == pytest.approx(0.1 * 8 / 192 + 999 * 2e-3 + 12 * 0.1)
+    # A cache of 128 positions: a step's time a third of the way from the smallest to the context's.
+    assert generation_seconds(ctx, 8, 100) == pytest.approx(0.1 * 8 / 192 + 99 * (1e-3 + 1e-3 * 64 / 192))
+
+
+def test_the_most_tokens_quoted_fit_the_budget_and_one_more_does_not():
+    ctx = _lm(refill=0.3)
+    most = most_tokens(ctx, 8)
+    assert 0 < most < 1000
+    assert generation_seconds(ctx, 8, most) <= 5.0 < generation_seconds(ctx, 8, most + 1)
+    assert most_tokens(_lm(refill=0.0, token_full=1e-6, token=1e-6), 8) == 1000  # the API's own limit

@@ -219,6 +219,9 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="print only; leave results/<processor>/gpt_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
+    ap.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
+                    help="time the bf16 rows: auto does where the CPU computes bf16 natively (emulated, a "
+                         "step took minutes on a 2-core Zen 3)")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -227,6 +230,8 @@ def main() -> None:
         args.rounds = args.steps = args.infer_rounds = args.infer_steps = 1
         args.no_memory = True
 
+    from anyformer.plan import native_bf16
+    with_bf16 = args.bf16 == "on" or (args.bf16 == "auto" and native_bf16())
     load_before = load_average() if args.no_wait else wait_for_quiet()
     facts = machine()
     print(json.dumps(facts, indent=1))
@@ -259,7 +264,7 @@ def main() -> None:
                             "bf16 matmuls: not the same maths as the fp32 rows")
     base = baselines(True)
     print(f"training: {args.rounds} rounds x {args.steps} steps", flush=True)
-    alternate(train + [bf16_train, *base], rounds=args.rounds, steps=args.steps)
+    alternate(train + ([bf16_train, *base] if with_bf16 else base[:2]), rounds=args.rounds, steps=args.steps)
 
     infer = []
     for name in ("anyformer", "HF GPT-2", "nanoGPT-ref"):
@@ -276,16 +281,19 @@ def main() -> None:
     bf16_infer = Contestant(BF16, infer_step(model, forward, x, bf16=True), TOKENS, infer_flops,
                             "not the same maths")
     ibase = baselines(False)
+    if not with_bf16:
+        ibase = ibase[:2]
     print(f"inference: {args.infer_rounds} rounds x {args.infer_steps} batches", flush=True)
-    alternate(infer + [bf16_infer, *ibase], rounds=args.infer_rounds, steps=args.infer_steps)
+    alternate(infer + ([bf16_infer] if with_bf16 else []) + ibase, rounds=args.infer_rounds, steps=args.infer_steps)
 
     d0 = [c for c in train if c.name == EAGER or BUILDERS[c.name][1] == 0.0]
     d2 = [c for c in train if c.name != EAGER and BUILDERS[c.name][1] == 0.2]
     by = {c.name: c for c in train}
     t_train0 = speed_table(d0, "anyformer", base[:2], "tokens")
     t_train2 = speed_table([by["anyformer"], *d2], "anyformer d0.2", base[:2], "tokens")
-    t_bf16 = speed_table([by["anyformer"], bf16_train], "anyformer", [base[2]], "tokens")
-    t_infer = speed_table(infer + [bf16_infer], "anyformer", ibase, "tokens")
+    t_bf16 = (speed_table([by["anyformer"], bf16_train], "anyformer", [base[2]], "tokens") if with_bf16 else
+              "Not timed (--bf16 off, or auto on a CPU without native bf16, where bf16 is emulated through fp32).")
+    t_infer = speed_table(infer + ([bf16_infer] if with_bf16 else []), "anyformer", ibase, "tokens")
     fastest_peer = min((c for c in d0 if not c.name.startswith("anyformer")), key=lambda c: c.median)
     ours = by["anyformer"]
     rate = ours.flops / ours.median
@@ -319,7 +327,7 @@ def main() -> None:
         print(f"\n## {heading}\n\n{text}", flush=True)
 
     if not args.no_memory:
-        names = ["anyformer", "HF GPT-2", "nanoGPT-ref", "anyformer d0.2", "nanoGPT-ref d0.2 attn", BF16]
+        names = ["anyformer", "HF GPT-2", "nanoGPT-ref", "anyformer d0.2", "nanoGPT-ref d0.2 attn"] + [BF16] * with_bf16
         t_mem = bench_common.memory_section(__file__, [(name, [name]) for name in names])
         sections.append(("Peak memory (RSS high-water, fresh process per contestant, 3 steps each)", t_mem))
         print(f"\n{t_mem}")

@@ -26,10 +26,10 @@ class Limits:
     queue: int = 16                         # requests waiting per lane; past it, 503 with Retry-After
     max_work_seconds: float = 5.0           # a request's estimated compute (steps x measured step time)
     deadline_seconds: float = 30.0          # from the request's first byte to its last: then 504 (or 408)
-    # The heavy lane's most share of the time while light requests are in the server (worker.py):
-    # 0.3 keeps light p99 near its idle value and lets the cost budget's heaviest request (5 s
-    # alone) finish under full light load within the deadline.
-    heavy_share: float = 0.3
+    # The heavy lane's most share of a core while light requests are in the server (worker.py). In
+    # a 60 s soak of a char model on 2 cores (benchmarks/soak_serve.py): 0.3 gave light p99 1.34x
+    # idle and 700-token generations in 24 s (p50); 0.5 gave 1.55x and 18 s.
+    heavy_share: float = 0.5
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -7,15 +7,15 @@ so threads do run in parallel), under a capacity limiter.
 Two lanes, so that light requests are not starved by heavy ones: "light" (a prediction, a short
 generation) runs `concurrency` calls at once; "heavy" (sampling, a long generation, a large
 upload) runs one, in its own thread, and takes turns: while light requests are in the server, it
-runs at most `heavy_share` of the time (after a step of t seconds it waits t (1 - share) / share),
-and when none are, it runs flat out. Turns, not a lower CPU priority: a heavy step of a small model
+takes at most `heavy_share` of a core's time (after a step that used t seconds of CPU it waits
+t (1 - share) / share), and when none are, it runs flat out. Turns, not a lower CPU priority: a heavy step of a small model
 is mostly Python, and a thread the scheduler keeps waiting while it holds the GIL stalls every
 light request behind it (measured: light p99 2.28x its idle value with the heavy thread at nice 5).
 Each lane admits at most its running calls plus `queue` waiting requests; past that a request is
 refused at once with 503 and Retry-After, not queued without end. Heavy work is a sequence of
-short steps (one token, one ODE step), each a separate call, so it can be stopped between steps:
-by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or by the client
-going away (watched here while the answer is computed).
+short steps (one token, one ODE step), run in slices of about SLICE_S a call, so it can be stopped
+between slices: by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or by
+the client going away (watched here while the answer is computed).
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+import torch
 from starlette.requests import Request
 
 from .limits import ApiError
@@ -38,6 +39,10 @@ _DONE = object()
 LANES = ("light", "heavy")
 ON_FINISH = "anyformer.on_finish"  # scope key: functions the request guard calls when a request ends
 TURN_POLL_S = 0.005  # a waiting heavy step looks this often whether the light requests have gone
+# Steps (tokens, ODE steps) go to a worker thread in slices of about this long, not one a call: each
+# call is a hand-over through the event loop, which light requests keep busy; one token a call, a
+# soak's 1,000-token generations (2.3 s alone) ran into their 30 s deadline. A stop lands within a slice.
+SLICE_S = 0.02
 
 
 class ClientGone(Exception):
@@ -109,25 +114,33 @@ class Lane:
         async with self.limiter:
             await self._turn()
             self.running += 1
-            started = time.perf_counter()
             try:
                 # Not abandoned on cancellation: the step in hand finishes (it is short), then the
                 # cancellation lands, so no work goes on in the background after an answer.
                 if self._threads is None:
                     return await anyio.to_thread.run_sync(fn, *args, limiter=None)
                 with anyio.CancelScope(shield=True):
-                    result = await asyncio.wrap_future(self._threads.submit(fn, *args))
+                    result, busy = await asyncio.wrap_future(self._threads.submit(_busy, fn, *args))
+                self._next_turn = time.perf_counter() + busy * (1 - self.share) / self.share
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 return result
             finally:
                 self.running -= 1
-                ended = time.perf_counter()
-                self._next_turn = ended + (ended - started) * (1 - self.share) / self.share
+
+
+def _busy(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+    """fn(*args) and the seconds of CPU it used, as counted in this thread (times torch's threads,
+    which may share the work; at most the wall time). The pause after a step is measured in CPU, not
+    wall time: a step that light requests slowed down has not had more than its share."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    result = fn(*args)
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    return result, min(wall, cpu * torch.get_num_threads())
 
 
 class ModelWorker:
     def __init__(self, concurrency: int, queue: int = 16, heavy_concurrency: int = 1,
-                 heavy_share: float = 0.3) -> None:
+                 heavy_share: float = 0.5) -> None:
         light = Lane("light", concurrency, queue)
         self.lanes = {"light": light, "heavy": Lane("heavy", heavy_concurrency, queue, background=True,
                                                     yields_to=light, share=heavy_share)}
@@ -168,10 +181,23 @@ class ModelWorker:
         return {name: {"waiting": lane.waiting, "running": lane.running} for name, lane in self.lanes.items()}
 
 
+def _slice(items: Iterator[T]) -> list[T]:
+    """The next items of `items` (at least one) computed within SLICE_S, in the calling thread; []
+    when it is exhausted."""
+    out: list[T] = []
+    end = time.perf_counter() + SLICE_S
+    while (item := next(items, _DONE)) is not _DONE:
+        out.append(item)
+        if time.perf_counter() >= end:
+            break
+    return out
+
+
 async def _steps(lane: Lane, items: Iterator[T]) -> AsyncIterator[T]:
     try:
-        while (item := await lane.call(next, items, _DONE)) is not _DONE:
-            yield item
+        while batch := await lane.call(_slice, items):
+            for item in batch:
+                yield item
     finally:
         close = getattr(items, "close", None)
         if close is not None:

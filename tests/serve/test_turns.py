@@ -16,12 +16,19 @@ from anyformer.serve.worker import ModelWorker
 STEP_S = 0.02
 
 
+def burn(seconds: float) -> None:
+    """A step that uses `seconds` of this thread's CPU, however busy the machine is."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
 def _heavy_steps(worker: ModelWorker, steps: int) -> float:
-    """Seconds for `steps` heavy-lane calls of STEP_S each."""
+    """Seconds for `steps` heavy-lane calls of STEP_S of CPU each."""
     async def go() -> float:
         started = time.perf_counter()
         for _ in range(steps):
-            await worker.call(time.sleep, STEP_S, lane="heavy")
+            await worker.call(burn, STEP_S, lane="heavy")
         return time.perf_counter() - started
     return anyio.run(go)
 
@@ -34,22 +41,22 @@ def test_heavy_work_takes_its_share_while_light_requests_are_in_and_runs_flat_ou
         turns = _heavy_steps(worker, 10)
     finally:
         release()
-    # 25% of the time: each 20 ms step is followed by 60 ms for the light lane (the last one's wait
+    # 25%: each step's 20 ms of CPU is followed by 60 ms for the light lane (the last one's wait
     # comes before the next call, so 9 of them here), whatever else the machine is doing.
     assert turns >= 10 * STEP_S + 9 * 3 * STEP_S * 0.95, turns
     assert alone < 0.5 * turns, (alone, turns)
 
 
 def test_a_waiting_heavy_step_goes_once_the_light_requests_have_left():
-    worker = ModelWorker(2, heavy_share=0.01)  # a 20 ms step would then wait about 2 s
+    worker = ModelWorker(2, heavy_share=0.01)  # after a 20 ms step, a wait of about 2 s
     release = worker.lanes["light"].admit()
 
     async def go() -> float:
-        await worker.call(time.sleep, STEP_S, lane="heavy")
+        await worker.call(burn, STEP_S, lane="heavy")
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, lambda: (time.sleep(0.1), release()))
             started = time.perf_counter()
-            await worker.call(time.sleep, STEP_S, lane="heavy")
+            await worker.call(burn, STEP_S, lane="heavy")
             return time.perf_counter() - started
     assert anyio.run(go) < 1.0
 

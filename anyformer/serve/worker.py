@@ -181,21 +181,23 @@ class ModelWorker:
         return {name: {"waiting": lane.waiting, "running": lane.running} for name, lane in self.lanes.items()}
 
 
-def _slice(items: Iterator[T]) -> list[T]:
-    """The next items of `items` (at least one) computed within SLICE_S, in the calling thread; []
-    when it is exhausted."""
+def _slice(items: Iterator[T]) -> tuple[list[T], bool]:
+    """(the next items of `items` computed within SLICE_S, in the calling thread; whether it is
+    exhausted): a short request (a few tokens) is one call."""
     out: list[T] = []
     end = time.perf_counter() + SLICE_S
     while (item := next(items, _DONE)) is not _DONE:
         out.append(item)
         if time.perf_counter() >= end:
-            break
-    return out
+            return out, False
+    return out, True
 
 
 async def _steps(lane: Lane, items: Iterator[T]) -> AsyncIterator[T]:
     try:
-        while batch := await lane.call(_slice, items):
+        done = False
+        while not done:
+            batch, done = await lane.call(_slice, items)
             for item in batch:
                 yield item
     finally:

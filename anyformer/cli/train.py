@@ -73,6 +73,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--overwrite", action="store_true", default=None,
                    help="replace the run that --out holds (without it, train refuses a directory that holds one)")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    t.add_argument("--no-plots", dest="plots", action="store_false", default=None,
+                   help="write no pictures (curves.png, the task's): the run's files and results are otherwise the same")
     t.add_argument("--fsdp", action="store_true", default=None,
                    help="under torchrun, shard the model across processes (FSDP2) instead of copying it (DDP)")
     t.add_argument("--log", choices=["jsonl", "tensorboard"],

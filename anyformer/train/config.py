@@ -58,6 +58,7 @@ class TrainConfig:
     resume: bool = False
     overwrite: bool = False                  # replace the run that `out` holds (else refused, unless resuming)
     progress: bool = True
+    plots: bool = True                       # draw curves.png and the task's pictures (the results do not depend on it)
     fsdp: bool = False                       # under torchrun: shard weights, gradients and optimiser state (FSDP2)
     log: str = "jsonl"                       # jsonl: metrics.jsonl; tensorboard: also RUN/tensorboard/
     time_budget: float | None = None         # seconds: fit the run's steps so that its loop ends within them

@@ -12,7 +12,7 @@ from .checkpoint import CKPT_DIR
 
 # Settings a resumed run may change: where it is written, how it is watched and what it runs on,
 # never what it computes (FSDP and DDP hold the same numbers: a run killed under one resumes under the other).
-FREE_ON_RESUME = frozenset({"out", "resume", "overwrite", "progress", "threads", "device", "fsdp",
+FREE_ON_RESUME = frozenset({"out", "resume", "overwrite", "progress", "plots", "threads", "device", "fsdp",
                             "keep_checkpoints", "checkpoint_every", "log"})
 
 

@@ -106,10 +106,13 @@ class RunDir:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     # ---------------------------------------------------------------- the end
-    def finish(self, summary: dict[str, Any], draw: Callable[[Path], None]) -> None:
-        """summary.json, curves.png, and the task's pictures (rank 0 writes; the model is already saved)."""
+    def finish(self, summary: dict[str, Any], draw: Callable[[Path], None] | None) -> None:
+        """summary.json, and unless `draw` is None curves.png and the task's pictures (rank 0 writes;
+        the model is already saved)."""
         def write() -> None:
             atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2))
+            if draw is None:
+                return
             from ..viz import plot_curves  # matplotlib only when a run ends
             plot_curves(self.metrics, self.path / "curves.png")
             draw(self.path)

@@ -331,7 +331,7 @@ class Trainer:
                         if self.dist.is_main:
                             (bar.write if bar is not None else print)(progress.eval_message(self, line))
                         self._save_model()
-                        if getattr(self.task, "draw_each_evaluation", False):  # optional: see protocol.py
+                        if cfg.plots and getattr(self.task, "draw_each_evaluation", False):  # see protocol.py
                             self._draw(self.run_dir)
                         checkpointing.save(self)
                         if self.budget is not None:
@@ -349,7 +349,7 @@ class Trainer:
             self.last_eval = self._evaluate_task()
         summary = progress.summary(self, line, resumed)
         self.write_plan()  # with the answers the last evaluation's shapes added
-        self.files.finish(summary, self._draw_on_main)
+        self.files.finish(summary, self._draw_on_main if cfg.plots else None)
         return summary
 
     # ---------------------------------------------------------------- outputs

@@ -66,7 +66,7 @@ def trained_run(tmp_path_factory):
     r = run("train", "--max-steps", "150", "--eval-every", "150", "--limit-train", "1920", "--limit-eval", "300",
             "--batch-size", "64", "--lr", "3e-3", "--warmup-steps", "10", "--augment", "none", "--amp", "none",
             "--set", "depth=2", "--set", "width=32", "--set", "heads=4", "--set", "mlp_hidden=64", "--set", "patch_size=7", "--set", "stem=patch",
-            "--out", str(out), "--no-progress", "--threads", "1")
+            "--out", str(out), "--no-progress", "--threads", "1", "--no-plots")
     assert r.returncode == 0, r.stderr
     assert "test accuracy" in r.stdout
     return out

@@ -21,7 +21,7 @@ def lm_run(tmp_path_factory):
     (tmp / "slice.txt").write_text(text)
     out = run("train", "shakespeare-cpu", "--data", str(tmp / "slice.txt"), "--out", str(tmp / "run"),
               "--max-steps", "40", "--eval-every", "20", "--batch-size", "8", "--lr", "3e-3", "--warmup-steps", "5",
-              "--amp", "none", "--threads", "1", "--no-progress",
+              "--amp", "none", "--threads", "1", "--no-progress", "--no-plots",
               "--set", "width=64", "--set", "depth=2", "--set", "heads=4",
               env_extra={"ANYFORMER_CACHE": str(tmp / "cache")})
     assert out.returncode == 0, out.stderr

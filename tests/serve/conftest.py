@@ -17,7 +17,8 @@ pytest.importorskip("starlette", reason="the serve extra is not installed: pip i
 
 
 def _train(*args: str, cache) -> None:
-    r = run("train", *args, "--amp", "none", "--threads", "1", "--no-progress", env_extra={"ANYFORMER_CACHE": str(cache)})
+    r = run("train", *args, "--amp", "none", "--threads", "1", "--no-progress", "--no-plots",
+            env_extra={"ANYFORMER_CACHE": str(cache)})
     assert r.returncode == 0, r.stderr[-2000:]
 
 

@@ -22,9 +22,11 @@ def mnist_slice(tmp_path_factory):
 
 
 def tiny_config(tmp_path, **kw) -> TrainConfig:
+    """A tiny ViT run on the MNIST slice. No pictures unless asked (plots=True): drawing them took
+    1-3 s a run, more than many of these runs train."""
     values = dict(recipe="test", model="vit-mnist", model_overrides=dict(TINY), data="mnist",
                   out=str(tmp_path / "run"), batch_size=32, lr=3e-3, warmup_steps=5, limit_train=2000,
-                  limit_eval=500, progress=False, weight_decay=0.05, threads=1)
+                  limit_eval=500, progress=False, weight_decay=0.05, threads=1, plots=False)
     values.update(kw)
     return TrainConfig(**values)
 

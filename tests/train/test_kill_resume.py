@@ -24,7 +24,7 @@ ARGS = ["train", "--set", "width=48", "--set", "depth=2", "--set", "heads=4", "-
         "--model", "vit-mnist", "--amp", "none", "--label-smoothing", "0.1", "--grad-clip", "1.0",
         "--max-steps", "40", "--eval-every", "8", "--checkpoint-every", "1", "--limit-train", "640",
         "--limit-eval", "200", "--batch-size", "32", "--lr", "3e-3", "--warmup-steps", "5", "--no-progress",
-        "--threads", "1"]
+        "--threads", "1", "--no-plots"]
 TIMING = ("time", "images_per_s")
 
 

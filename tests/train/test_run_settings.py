@@ -12,7 +12,7 @@ from tests.conftest import SHARED_DATA
 
 TINY = ["--set", "width=32", "--set", "depth=1", "--set", "heads=2", "--set", "mlp_hidden=64",
         "--set", "patch_size=7", "--set", "stem=patch", "--limit-train", "512", "--limit-eval", "100",
-        "--batch-size", "64", "--no-progress", "--threads", "1"]
+        "--batch-size", "64", "--no-progress", "--threads", "1", "--no-plots"]
 
 
 @pytest.fixture(autouse=True)

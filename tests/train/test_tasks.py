@@ -97,7 +97,7 @@ class EvenOdd(ImageClassification):
 def test_a_new_task_trains_without_touching_the_trainer(tmp_path, mnist_slice, monkeypatch, capsys):
     monkeypatch.setitem(TASKS, "even-odd", EvenOdd)
     train, test = mnist_slice
-    cfg = tiny_config(tmp_path, task="even-odd", max_steps=12, eval_every=6)
+    cfg = tiny_config(tmp_path, task="even-odd", max_steps=12, eval_every=6, plots=True)
     monkeypatch.setattr("anyformer.train.classify.load_image_dataset",
                         lambda data, split: train if split == "train" else test)
     trainer = Trainer(cfg)  # made through the registry, like `anyformer train`
@@ -115,7 +115,7 @@ def test_a_new_task_trains_without_touching_the_trainer(tmp_path, mnist_slice, m
     assert "step 12 | epoch" in out and f"| parity {lines[-1]['parity_accuracy']:.3f} |" in out
     assert trainer.task.final_line(summary).startswith("parity accuracy ")
     # A fresh run over the same directory removes the pictures of every registered task.
-    make = Trainer(tiny_config(tmp_path, max_steps=1, overwrite=True))
+    make = Trainer(tiny_config(tmp_path, max_steps=1, overwrite=True, plots=True))
     (run / "parity.txt").write_text("stale")
     make.run()
     assert not (run / "parity.txt").exists() and (run / "confusion.png").exists()

@@ -12,7 +12,7 @@ from .conftest import assert_same_checkpoints, assert_same_weights, interrupt_at
 
 @pytest.mark.slow
 def test_short_run_learns_and_writes_the_run_directory(tmp_path, mnist_slice):
-    cfg = tiny_config(tmp_path, epochs=3)
+    cfg = tiny_config(tmp_path, epochs=3, plots=True)
     summary = make_trainer(cfg, mnist_slice).run()
     run = tmp_path / "run"
     lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
@@ -141,6 +141,15 @@ def test_same_seed_gives_identical_metrics(tmp_path, mnist_slice):
         runs.append([{k: v for k, v in json.loads(l).items() if k not in ("time", "images_per_s")}
                      for l in (tmp_path / name / "run" / "metrics.jsonl").read_text().splitlines()])
     assert runs[0] == runs[1]
+
+
+def test_a_run_without_plots_draws_nothing_and_trains_the_same_bits(tmp_path, mnist_slice):
+    for name, plots in (("drawn", True), ("plain", False)):
+        make_trainer(tiny_config(tmp_path / name, max_steps=10, eval_every=5, plots=plots), mnist_slice).run()
+    drawn, plain = tmp_path / "drawn" / "run", tmp_path / "plain" / "run"
+    assert {p.name for p in drawn.glob("*.png")} == {"curves.png", "confusion.png", "attention.png"}
+    assert not list(plain.glob("*.png"))
+    assert (drawn / "model.safetensors").read_bytes() == (plain / "model.safetensors").read_bytes()
 
 
 def test_non_finite_loss_stops_with_the_step_named(tmp_path, mnist_slice):

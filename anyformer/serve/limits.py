@@ -27,8 +27,8 @@ class Limits:
     max_work_seconds: float = 5.0           # a request's estimated compute (steps x measured step time)
     deadline_seconds: float = 30.0          # from the request's first byte to its last: then 504 (or 408)
     # The heavy lane's most share of a core while light requests are in the server (worker.py). In
-    # a 60 s soak of a char model on 2 cores (benchmarks/soak_serve.py): 0.3 gave light p99 1.34x
-    # idle and 700-token generations in 24 s (p50); 0.5 gave 1.55x and 18 s.
+    # 60 s soaks of a char model on 2 cores (benchmarks/soak_serve.py): 0.3 gave light p99 1.32-1.34x
+    # idle and 700-token generations in 24 s (p50, 28 s at most); 0.5 gave 1.53-2.15x and 18-20 s.
     heavy_share: float = 0.5
 
     def __post_init__(self) -> None:

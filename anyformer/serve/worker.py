@@ -8,9 +8,11 @@ Two lanes, so that light requests are not starved by heavy ones: "light" (a pred
 generation) runs `concurrency` calls at once; "heavy" (sampling, a long generation, a large
 upload) runs one, in its own thread, and takes turns: while light requests are in the server, it
 takes at most `heavy_share` of a core's time (after a step that used t seconds of CPU it waits
-t (1 - share) / share), and when none are, it runs flat out. Turns, not a lower CPU priority: a heavy step of a small model
-is mostly Python, and a thread the scheduler keeps waiting while it holds the GIL stalls every
-light request behind it (measured: light p99 2.28x its idle value with the heavy thread at nice 5).
+t (1 - share) / share), and when none are, it runs flat out. Turns rather than a lower CPU
+priority: a heavy step of a small model is mostly Python, and a thread at nice 5 that the scheduler
+holds back while it has the GIL holds back the light calls waiting for it as well; in soaks of a
+char model on 2 cores, nice 5 and turns together let 700-token generations take 25-27 s of their
+30 s deadline, turns alone 18-23 s, at about the same light latency.
 Each lane admits at most its running calls plus `queue` waiting requests; past that a request is
 refused at once with 503 and Retry-After, not queued without end. Heavy work is a sequence of
 short steps (one token, one ODE step), run in slices of about SLICE_S a call, so it can be stopped

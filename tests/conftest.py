@@ -20,8 +20,9 @@ settings.load_profile("anyformer")
 # go to a folder of this session, never the user's ~/.cache/anyformer. Set here, at import, so that
 # subprocesses started by tests (the CLI, torchrun) inherit both.
 os.environ.setdefault("ANYFORMER_PLAN", "stock")
-_SESSION_CACHE = None if "ANYFORMER_CACHE" in os.environ else tempfile.mkdtemp(prefix="anyformer-test-cache-")
-os.environ.setdefault("ANYFORMER_CACHE", _SESSION_CACHE or "")
+_SESSION_CACHE = None  # the folder this process made, removed when the session ends
+if "ANYFORMER_CACHE" not in os.environ:
+    _SESSION_CACHE = os.environ["ANYFORMER_CACHE"] = tempfile.mkdtemp(prefix="anyformer-test-cache-")
 # The native kernels (9.6 s of g++ on a 2-core Zen 3) are built once for the session, not again in
 # each test's private plan cache: every worker and subprocess reads this one folder.
 os.environ.setdefault("ANYFORMER_NATIVE_DIR", os.path.join(os.environ["ANYFORMER_CACHE"], "native"))

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..plan import attention_kernel, choices, native, planner
+from ..plan import attention_kernel, choices, native, planner, sdpa_backend, sdpa_context
+from ..plan.decisions import SDPA
 from .dropout import Dropout
 from .functional import attention_explicit, causal_mask
 from .linear import plain_eager
@@ -226,13 +227,13 @@ class MultiHeadAttention(nn.Module):
                                               dropout=drop, training=self.training)
             if sink is not None:
                 sink(weights)
-        elif causal and attn_mask is None and N == nk:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
         else:
-            if causal and N > 1:  # one query after a cache sees every key: no mask needed
+            if causal and (attn_mask is not None or N != nk) and N > 1:  # one query after a cache sees every key
                 cm = causal_mask(N, nk, x.device)
                 attn_mask = cm if attn_mask is None else attn_mask & cm
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
+            with sdpa_context(kernel if kernel in SDPA.choices else "default"):  # a GPU's measured backend
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop,
+                                                     is_causal=causal and attn_mask is None and N == nk)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
         out = out.reshape(B, 1, self.width) if N == 1 else out.transpose(1, 2).reshape(B, N, self.width)
         y = self.proj(out)
@@ -248,31 +249,41 @@ class MultiHeadAttention(nn.Module):
         return "sums" if q.device.type == "cpu" and q.shape[2] == 1 and drop == 0 else "fused"
 
     def _kernel(self, q: Tensor, nk: int, causal: bool, masked: bool, layout: str) -> str:
-        """The attention path for this call: "fused", "explicit" or "native". `q` is (B, H, N, D_h)
-        queries, or for layout "packed" the (B, N, 3, H, D_h) projection. `impl="auto"`: the plan's
-        measured choice on the CPU (SDPA until measured otherwise), SDPA elsewhere. Under
-        torch.compile, the choice the plan made for this layer's eager calls of the same case (a
-        compile plan runs an eager step before it compiles), SDPA if none was made."""
+        """The attention path for this call: "fused", "explicit" or "native", or on CUDA one of SDPA's
+        backends ("flash", "efficient", "cudnn", "math"; "fused" is torch's pick). `q` is (B, H, N,
+        D_h) queries, or for layout "packed" the (B, N, 3, H, D_h) projection. `impl="auto"`: the
+        plan's measured choice (`attention_kernel` on the CPU, `sdpa_backend` on CUDA), SDPA's own
+        pick until measured otherwise. Under torch.compile, the choice the plan made for this
+        layer's eager calls of the same case (a compile plan runs an eager step before it
+        compiles), SDPA's own pick if none was made."""
         if self.impl != "auto":
             return self.impl
-        if q.device.type != "cpu":
+        on_cuda = q.device.type == "cuda"
+        # Each SDPA backend draws its own dropout masks: with attention dropout there is nothing to
+        # check a backend against, so torch picks.
+        if not (on_cuda or q.device.type == "cpu") or (on_cuda and self.training and self.attn_dropout > 0):
             return "fused"
         if layout == "packed":
             b, nq, _, h, dh = q.shape
         else:
             b, h, nq, dh = q.shape
-        case = (torch.is_grad_enabled() and q.requires_grad, b, nq, nk, q.dtype, causal, masked, layout)
+        grads = torch.is_grad_enabled() and q.requires_grad
+        case = (q.device.type, grads, b, nq, nk, q.dtype, causal, masked, layout)
         if torch.compiler.is_compiling():
             # A forced choice reaches traced graphs too (an export under `forcing("stock")` must not
             # follow what the layer's eager calls were told before).
-            forced = choices.forced_choice(planner().forced()[0], "attention")
+            forced = choices.forced_choice(planner().forced()[0], "sdpa" if on_cuda else "attention")
             if forced is not None:
-                return forced
+                return "fused" if forced == "default" else forced
             try:
                 return self._planned.get(case, "fused")
             except TypeError:  # symbolic (dynamic) sizes: no eager answer to follow
                 return "fused"
-        kernel = attention_kernel(b, h, nq, nk, dh, q.dtype, causal, case[0], masked=masked, layout=layout)
+        if on_cuda:
+            kernel = sdpa_backend(b, h, nq, nk, dh, q.dtype, causal, grads, masked=masked, device=q.device)
+            kernel = "fused" if kernel == "default" else kernel
+        else:
+            kernel = attention_kernel(b, h, nq, nk, dh, q.dtype, causal, grads, masked=masked, layout=layout)
         if layout != "cache":  # a decode step's every cache length would be kept, and it is not compiled
             self._planned[case] = kernel
         return kernel

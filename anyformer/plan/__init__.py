@@ -4,6 +4,7 @@ machine: a kernel that wins on one processor can lose on the next.
     from anyformer import plan
     plan.linear_kernel(rows, 768, 3072, torch.float32, training=True)   # "stock" | "onednn"
     plan.attention_kernel(B, H, Nq, Nk, D_h, dtype, causal, training)    # "fused" | "explicit" | "native"
+    plan.sdpa_backend(B, H, Nq, Nk, D_h, dtype, causal, training)        # CUDA: "auto" | "flash" | "cudnn" | ...
     plan.gelu_kernel(numel, "tanh", training)                             # "stock" | "native"
     plan.amp_dtype("cpu", width=384, hidden=1536)                         # "none" | "bf16"
     plan.adamw_impl(model.parameters())                                   # "foreach" | "fused"
@@ -22,7 +23,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from .choices import ENV_PLAN, Decision, decision, decisions, register
-from .decisions import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, linear_kernel
+from .decisions import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, linear_kernel, sdpa_backend, sdpa_context
 from .compiled import CompilePlan, compile_for_decode, compile_for_inference, compile_for_training
 from .kernels import onednn_linear, onednn_linear_op
 from .linears import linears_for_training
@@ -34,7 +35,7 @@ __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw
            "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training",
            "configure", "decision", "decisions", "force", "forcing", "gelu_kernel", "linear_kernel", "linears_for_training",
            "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
-           "register", "reset", "using"]
+           "register", "reset", "sdpa_backend", "sdpa_context", "using"]
 
 
 def force(spec: str | Mapping[str, str] | None = None, **by_name: str):

@@ -30,7 +30,7 @@ def test_report_shows_what_is_forced(planner_with, monkeypatch, capsys):
     monkeypatch.setenv("ANYFORMER_PLAN", "stock,attention=explicit")
     text = doctor.report(planner_with({}))
     assert ("adamw=foreach, amp=none, attention=explicit, compile=eager, gelu=stock, linear=stock, "
-            "linears=stock (from ANYFORMER_PLAN)") in text
+            "linears=stock, sdpa=default (from ANYFORMER_PLAN)") in text
     monkeypatch.setenv("ANYFORMER_PLAN", "linear=mkl")
     assert doctor.main([]) == 2  # still prints the report, with what was wrong
     assert "forced         INVALID: ANYFORMER_PLAN: unknown choice 'mkl' for linear" in capsys.readouterr().out

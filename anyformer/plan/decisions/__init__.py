@@ -1,5 +1,5 @@
 """The speed choices the floors ask for, each decided by measuring on this machine: one module per
-decision (linear, attention, gelu, amp, adamw), their shared buckets and inputs in `common`.
+decision (linear, attention, sdpa, gelu, amp, adamw), their shared buckets and inputs in `common`.
 
 Each helper takes the shapes it is asked about and returns a choice name; the candidates are built
 inside, from random inputs drawn from a private generator (planning never moves the global RNG,
@@ -15,9 +15,10 @@ from __future__ import annotations
 # Imported in the order the decisions are listed (doctor, ANYFORMER_PLAN's help): linear first.
 from .linear import LINEAR, linear_kernel  # noqa: I001
 from .attention import ATTENTION, ATTENTION_LAYOUTS, attention_kernel
+from .sdpa import SDPA, sdpa_backend, sdpa_context
 from .gelu import GELU, gelu_kernel
 from .amp import AMP, amp_dtype
 from .adamw import ADAMW, adamw_impl
 
-__all__ = ["ADAMW", "AMP", "ATTENTION", "ATTENTION_LAYOUTS", "GELU", "LINEAR", "adamw_impl", "amp_dtype",
-           "attention_kernel", "gelu_kernel", "linear_kernel"]
+__all__ = ["ADAMW", "AMP", "ATTENTION", "ATTENTION_LAYOUTS", "GELU", "LINEAR", "SDPA", "adamw_impl", "amp_dtype",
+           "attention_kernel", "gelu_kernel", "linear_kernel", "sdpa_backend", "sdpa_context"]

@@ -10,12 +10,12 @@ fp32 step (its time in large matrix products) no faster. And compiling costs tim
 first time for those models on 2 cores, a few seconds once inductor's own cache holds the
 kernels). So:
 
-- forced (`ANYFORMER_PLAN=compile=compiled|eager`, `anyformer train --compile|--no-compile`): done;
+- forced (`ANYFORMER_PLAN=compile=compiled|graphs|eager`, `anyformer train --compile|--no-compile`): done;
 - a cached record for this model, batch shape and precision on this machine: its times decide,
   and compiled is used only if the time it saves over the run's steps repays the compile time
   recorded with it;
 - otherwise, if the run is long enough to repay a compile (its eager time at least `REPAY` times
-  what a compile took here before, or `FIRST_COMPILE_S` before any), eager and compiled steps are
+  what a compile took here before, or `FIRST_COMPILE_S` before any, by device), eager and compiled steps are
   timed in alternating rounds after a numerics check (loss and gradients within `tolerance`), and
   the record is cached like every other decision. The compile done for the measurement is not
   wasted: the compiled module is handed back ready.
@@ -41,16 +41,21 @@ from .store import entry_key
 
 # A smaller margin than the kernels': the numerics are checked, the compile time is counted, and the
 # timed steps are many (a 5-8% gain is real on a small ViT but within a 10% margin's noise).
-COMPILE = register(Decision("compile", ("eager", "compiled"), "a training step, (pass=inference) a gradient-free "
-                            "pass, or (pass=decode) a one-token generation step: eager or torch.compile (inductor); "
-                            "compile time counted", margin=0.05))
+COMPILE = register(Decision("compile", ("eager", "compiled", "graphs"), "a training step, (pass=inference) a "
+                            "gradient-free pass, or (pass=decode) a one-token generation step: eager or torch.compile "
+                            "(inductor), on CUDA also with CUDA graphs (a training step); compile time counted",
+                            margin=0.05))
 
 # Measuring costs a compile. It is spent only on a run whose eager time is at least REPAY times
 # what a compile took on this machine before (the slowest on record), or FIRST_COMPILE_S before any:
-# finding out costs at most about 1/REPAY of the run. (First compiles took 20-61 s on a 2-core AMD
-# EPYC: for the default MNIST run in bf16, 61 s spent to learn that compiled was 2.7x slower.)
-FIRST_COMPILE_S = 60.0
-REPAY = 8.0
+# finding out costs at most about 1/REPAY of the run. By device: on a 2-core AMD EPYC first compiles
+# took 20-61 s, and for the default MNIST run in bf16, 61 s were spent to learn that compiled was 2.7x
+# slower. On a GPU a small step is bound by launching its kernels one by one (the default MNIST run:
+# 21 ms a step eager on an H100), which a compile with CUDA graphs removes, so finding out is worth
+# more of the run; the H100's 16-core host compiled GPT-2's decode step in 16-18 s (training steps
+# not yet timed there). Other devices go by the CPU's.
+FIRST_COMPILE_S = {"cpu": 60.0, "cuda": 20.0}
+REPAY = {"cpu": 8.0, "cuda": 2.0}
 # Under a time budget a compile is paid out of the budget: it buys steps only if the share of a step it
 # saves exceeds the share of the budget it takes, B (1 - t_compiled / t_eager) > compile. Small ViTs'
 # fp32 steps saved 7-19% compiled (2-core AMD EPYC, 2-core Intel Xeon); a run is measured only if
@@ -78,7 +83,10 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
                          fields: Mapping[str, Any], steps: int | None = None, tolerance: float = 1e-3,
                          device: torch.device | str = "cpu", seconds: float | None = None) -> CompilePlan:
     """`module`, or `torch.compile(module)`, whichever the plan finds faster for the training step
-    `step_loss(m) -> scalar loss` (forward under the caller's autocast; this adds the backward).
+    `step_loss(m) -> scalar loss` (forward under the caller's autocast; this adds the backward). On
+    CUDA a third candidate, "graphs", compiles with CUDA graphs (inductor's `triton.cudagraphs`, what
+    mode="reduce-overhead" sets): one launch replays the forward, one the backward, where a small
+    model's step is otherwise bound by launching its kernels one by one.
 
     `fields` name the step in the plan file (the model, the batch shape, the precision); `steps`:
     how many steps the run will take (None: no compile-time accounting); `seconds`: the wall time the
@@ -87,13 +95,14 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
     timed calls are step_loss's forward and backward, never the run's own steps (a step taken with a
     candidate would make the weights depend on what the plan cache held)."""
     device = torch.device(device)
-    compiled = _Compiled(module)  # torch.compile (and its imports) only when used
+    variants = {"compiled": _Compiled(module)}  # torch.compile (and its imports) only when used
+    if device.type == "cuda":
+        variants["graphs"] = _Compiled(module, cudagraphs=True)
     params = [q for q in module.parameters() if q.requires_grad]
-    first_call: dict[str, float] = {}
-    eager_run = _candidate(lambda: module, step_loss, params, device)
-    compiled_run = _candidate(compiled.get, step_loss, params, device, first_call)
-    return _settle(compiled, fields, steps, "steps", (eager_run, compiled_run), first_call, device, tolerance,
-                   "forward+backward", seconds=seconds)
+    runs = {"eager": _candidate(lambda: module, step_loss, params, device),
+            **{n: _candidate(c.get, step_loss, params, device, c.first_call) for n, c in variants.items()}}
+    return _settle(module, variants, runs, fields, steps, "steps", device, tolerance, "forward+backward",
+                   seconds=seconds)
 
 
 def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tensor], *,
@@ -106,10 +115,10 @@ def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tens
     which the compile time is counted (None: no accounting, e.g. a server that runs for days).
     The compiled module is meant to be called under inference_mode, as it was measured."""
     device = torch.device(device)
-    compiled = _Compiled(module)
-    first_call: dict[str, float] = {}
-    runs = (_inference(lambda: module, forward, device), _inference(compiled.get, forward, device, first_call))
-    return _settle(compiled, {**fields, "pass": "inference"}, calls, "passes", runs, first_call, device, tolerance,
+    variants = {"compiled": _Compiled(module)}
+    runs = {"eager": _inference(lambda: module, forward, device),
+            "compiled": _inference(variants["compiled"].get, forward, device, variants["compiled"].first_call)}
+    return _settle(module, variants, runs, {**fields, "pass": "inference"}, calls, "passes", device, tolerance,
                    "inference passes")
 
 
@@ -134,42 +143,51 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
     # and the candidate is dropped.
     graphs = {"cudagraphs": True} if device.type == "cuda" else {}
     compiled = _Compiled(step, dynamic=False, fullgraph=True, **graphs)
-    first_call: dict[str, float] = {}
     # No seeding and no forked RNG: the step draws no random numbers, and a server's other requests
     # may be sampling from the global generator meanwhile.
-    runs = (_inference(lambda: step, lambda _: eager(), device, seed=False),
-            _inference(compiled.get, call, device, first_call, seed=False))
-    return _settle(compiled, {**fields, "pass": "decode"}, tokens, "steps", runs, first_call, device, tolerance,
-                   "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
+    runs = {"eager": _inference(lambda: step, lambda _: eager(), device, seed=False),
+            "compiled": _inference(compiled.get, call, device, compiled.first_call, seed=False)}
+    return _settle(step, {"compiled": compiled}, runs, {**fields, "pass": "decode"}, tokens, "steps", device,
+                   tolerance, "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
                    compiles_like={"pass": "decode"}, rng=False)
 
 
-def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None, unit: str,
-            runs: tuple[Callable[[], tuple], Callable[[], tuple]], first_call: dict[str, float],
-            device: torch.device, tolerance: float, what: str, *, repay: float = REPAY,
-            first_compile_s: float = FIRST_COMPILE_S, compiles_like: Mapping[str, Any] | None = None, rng: bool = True,
-            seconds: float | None = None) -> CompilePlan:
+def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compiled"], runs: dict[str, Callable[[], tuple]],
+            fields: Mapping[str, Any], count: int | None, unit: str, device: torch.device, tolerance: float, what: str,
+            *, repay: float | None = None, first_compile_s: float | None = None,
+            compiles_like: Mapping[str, Any] | None = None, rng: bool = True, seconds: float | None = None) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
-    (if the `count` calls to come could repay `repay` compiles), with the numerics checked. Under a
-    time budget of `seconds`, the calls to come are those that fit in it, and a compile is measured
-    only if `BUDGET_GAIN` of the budget would repay it. The
-    compile is estimated from the slowest on record (of those whose fields include `compiles_like`;
-    without it, of all but the small decode graphs'), or `first_compile_s`. `rng=False`: the calls
-    draw no random numbers, so the global generator is neither forked nor seeded around them."""
+    (if the `count` calls to come could repay `repay` compiles), with the numerics checked. `runs`:
+    each candidate's call, "eager" first; `variants`: the compiled ones' modules. Under a time budget
+    of `seconds`, the calls to come are those that fit in it, and a compile is measured only if
+    `BUDGET_GAIN` of the budget would repay it. The compile is estimated from the slowest on record
+    (of those whose fields include `compiles_like`; without it, of all but the small decode
+    graphs'), or `first_compile_s`. `rng=False`: the calls draw no random numbers, so the global
+    generator is neither forked nor seeded around them."""
     quiet = _quiet_rng if rng else _no_rng
+    kind = device.type if device.type in REPAY else "cpu"
+    repay = REPAY[kind] if repay is None else repay
+    first_compile_s = FIRST_COMPILE_S[kind] if first_compile_s is None else first_compile_s
+
+    def plan(choice: str, why: str) -> CompilePlan:
+        return CompilePlan(module if choice == "eager" else variants[choice].get(), choice, why)
+
     p = planner()
     forced = choices.forced_choice(p.forced()[0], COMPILE.name)
+    if forced == "graphs" and forced not in runs:  # CUDA graphs are a training candidate, on CUDA
+        if device.type != "cuda":
+            return plan("eager", "compile=graphs cannot run here (CUDA graphs need CUDA); eager")
+        forced = "compiled"  # inference passes compile without them; decode steps always with them
     if forced == "eager":
-        return compiled.plan(forced, f"compile={forced} is forced")
-    eager_run, compiled_run = runs
+        return plan(forced, f"compile={forced} is forced")
     # One eager pass first, outside any measurement (inside one, the kernel decisions a model asks
     # for get the stock answer): the model's linear and attention choices are made now, and each
     # attention layer keeps its answer for the compiled graph to follow. It also warms up the
     # allocator and oneDNN's primitives, and keeps those decisions' timing out of the call timed below.
     with quiet(device):
-        eager_run()
+        runs["eager"]()
     if forced is not None:
-        return compiled.plan(forced, f"compile={forced} is forced")
+        return plan(forced, f"compile={forced} is forced")
     key = entry_key(COMPILE.name, fields)
     entry = p.entry(COMPILE.name, fields)
     recorded = [s for s in p.recorded(COMPILE.name, "compile_s", where=compiles_like,
@@ -177,23 +195,25 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
                 if isinstance(s, (int, float))]
     compile_s = max(recorded) if recorded else first_compile_s
     if entry is None and seconds is not None and seconds * BUDGET_GAIN < compile_s:
-        return compiled.plan("eager", f"a {seconds:.0f} s time budget is too short to repay a compile "
-                                      f"(~{compile_s:.0f} s here) out of it; not measured")
+        return plan("eager", f"a {seconds:.0f} s time budget is too short to repay a compile "
+                             f"(~{compile_s:.0f} s here) out of it; not measured")
     if entry is None and count is not None:
         with quiet(device):
             t0 = time.perf_counter()
-            eager_run()
+            runs["eager"]()
             call_s = time.perf_counter() - t0
         if count * call_s < repay * compile_s:
-            return compiled.plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
-                                          f"compile (~{compile_s:.0f} s here); not measured")
-    checked = {"eager": _quietly(eager_run, device, quiet), "compiled": _quietly(compiled_run, device, quiet)}
-    choice = p.decide(COMPILE.name, fields, lambda: checked, tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S),
-                      # A compile that raised has no time to record: it must not pass for a free one.
-                      extra=lambda: {**({"compile_s": round(first_call["s"], 3)} if "s" in first_call else {}),
-                                     "timed": what})
-    if choice != "compiled":
-        return compiled.plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
+            return plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
+                                 f"compile (~{compile_s:.0f} s here); not measured")
+    checked = {name: _quietly(run, device, quiet) for name, run in runs.items()}
+
+    def compile_time() -> dict[str, Any]:  # a compile that raised has no time to record: not a free one
+        spent = [c.first_call["s"] for c in variants.values() if "s" in c.first_call]
+        return {**({"compile_s": round(max(spent), 3)} if spent else {}), "timed": what}
+    choice = p.decide(COMPILE.name, fields, lambda: checked, available=tuple(runs), tolerance=tolerance,
+                      budget_s=max(p.budget_s, BUDGET_S), extra=compile_time)
+    if choice == "eager":
+        return plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
     entry = p.entry(COMPILE.name, fields) or {}
     measured_now = key in p.measured
     if (count is not None or seconds is not None) and not measured_now:  # the compile is still to be paid:
@@ -201,28 +221,26 @@ def _settle(compiled: "_Compiled", fields: Mapping[str, Any], count: int | None,
         eager_s = times.get("eager", 0.0)
         if seconds is not None and eager_s > 0:  # the steps a budget holds (eager's, the fewer)
             count = min(count, int(seconds / eager_s)) if count is not None else int(seconds / eager_s)
-        saved = (eager_s - times.get("compiled", 0.0)) * (count or 0)
+        saved = (eager_s - times.get(choice, 0.0)) * (count or 0)
         cost = float(entry.get("compile_s", compile_s))
         if saved < cost:
-            return compiled.plan("eager", f"compiled saves ~{saved:.0f} s over {count} {unit}, less than its "
-                                          f"~{cost:.0f} s compile")
-    return compiled.plan("compiled", _times(entry, "compiled measured faster"
-                                            + (" (compiled while measuring)" if measured_now else "")))
+            return plan("eager", f"{choice} saves ~{saved:.0f} s over {count} {unit}, less than its "
+                                 f"~{cost:.0f} s compile")
+    return plan(choice, _times(entry, f"{choice} measured faster" + (" (compiled while measuring)" if measured_now else "")))
 
 
 class _Compiled:
-    """`torch.compile(module)`, made on first use: a run that stays eager never imports dynamo."""
+    """`torch.compile(module)`, made on first use: a run that stays eager never imports dynamo.
+    `first_call["s"]`: the time of its first call as a candidate (the compile)."""
 
     def __init__(self, module: nn.Module | Callable[..., Any], **options: Any) -> None:
         self.module, self._compiled, self.options = module, None, options
+        self.first_call: dict[str, float] = {}
 
     def get(self) -> nn.Module:
         if self._compiled is None:
             self._compiled = _compile(self.module, **self.options)
         return self._compiled
-
-    def plan(self, choice: str, why: str) -> CompilePlan:
-        return CompilePlan(self.get() if choice == "compiled" else self.module, choice, why)
 
 
 def _compile(module: nn.Module | Callable[..., Any], cudagraphs: bool = False, **options: Any) -> nn.Module:

@@ -82,8 +82,9 @@ class StepPlan:
         config = json.dumps(model.config.__dict__, sort_keys=True, default=str)
         fields = {"model": f"{type(model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
                   "task": cfg.task, "batch": "x".join(map(str, chunk.shape)), "amp": amp, "device": device.type}
-        wants = cfg.compile if cfg.compile is not None else {"compiled": True, "eager": False}.get(self.plan["compile"])
-        compiles = wants or choices.forced_choice(planner().forced()[0], "compile") == "compiled"
+        # --compile / --no-compile, else the recorded choice (eager, compiled, graphs), else the plan's.
+        wants = {True: "compiled", False: "eager"}.get(cfg.compile, self.plan["compile"])
+        compiles = (wants or choices.forced_choice(planner().forced()[0], "compile") or "eager") != "eager"
         if amp == "none" and device.type == "cpu" and not compiles:  # a compiled graph's products are F.linear's
             if self.plan["linears"] is not None:
                 self.linears_choice, why = self.plan["linears"], "replayed from the recorded plan"
@@ -93,13 +94,13 @@ class StepPlan:
                                               step_loss, fields=fields, steps=steps_left, device=device)
                 self.linears_choice, why = chosen.choice, chosen.why
             self._say(f"linears: {self.linears_choice} ({why})")
-        if wants is not False:
-            with planner().forcing(compile="compiled") if wants else contextlib.nullcontext():
+        if wants != "eager":
+            with planner().forcing(compile=wants) if wants else contextlib.nullcontext():
                 chosen = compile_for_training(forward_model, step_loss, fields=fields, steps=steps_left,
                                               tolerance=1e-3 if amp == "none" else 5e-2, device=device,
                                               seconds=seconds_left)
             self.compile_choice = chosen.choice
-            if chosen.choice == "compiled":
+            if chosen.choice != "eager":
                 self.compiled = chosen.module
             replayed = " (replayed from the recorded plan)" if cfg.compile is None and self.plan["compile"] else ""
             self._say(f"compile: {chosen.choice} ({chosen.why}){replayed}")

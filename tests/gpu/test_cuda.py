@@ -18,7 +18,9 @@ import pytest
 import torch
 from PIL import Image
 
+from anyformer import plan
 from anyformer.cli import main
+from anyformer.plan import compiled, planner
 from anyformer.data import read_idx
 from anyformer.train import RECIPES, Interrupted, Trainer
 from anyformer.train.tasks import ImageClassification
@@ -97,9 +99,20 @@ def deterministic():
     torch.use_deterministic_algorithms(False)
 
 
-def test_resume_on_the_device_continues_exactly(tmp_path, mnist_slice, deterministic):
+# What a GPU's plan may choose besides stock: the training step compiled with CUDA graphs and an
+# SDPA backend named (math: deterministic, and it takes fp32). On the CPU dry run neither applies.
+GPU_PLAN = "stock,compile=graphs,sdpa=math"
+
+
+@pytest.mark.parametrize("spec", ["stock", GPU_PLAN])
+def test_resume_on_the_device_continues_exactly(tmp_path, mnist_slice, deterministic, spec, monkeypatch):
     """Stopped after step 13 and resumed: the same weights, checkpoints and metrics bit for bit as
-    the run that never stopped (deterministic kernels; digit augmentation drawn on the CPU)."""
+    the run that never stopped (deterministic kernels; digit augmentation drawn on the CPU), with
+    the stock plan and with the GPU's own choices forced (the plan.json of the run says which ran)."""
+    monkeypatch.setenv("ANYFORMER_PLAN", spec)
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    planner().reset()
+
     def cfg(where, **kw):
         return tiny_config(where, max_steps=24, eval_every=8, augment="digits", device=DEVICE.type,
                            deterministic=True, **kw)
@@ -109,11 +122,43 @@ def test_resume_on_the_device_continues_exactly(tmp_path, mnist_slice, determini
     with pytest.raises(Interrupted, match="after step 13"):
         cut.run()
     trainer(cfg(tmp_path / "b", resume=True), mnist_slice).run()
+    recorded = json.loads((tmp_path / "b" / "run" / "plan.json").read_text())
+    if spec == GPU_PLAN and not ON_CPU:
+        assert recorded["compile"] == "graphs", recorded
+        assert any(k.startswith("sdpa ") and v == "math" for k, v in recorded["answers"].items()), recorded
     assert_same_weights(tmp_path / "a" / "run", tmp_path / "b" / "run")
     assert_same_checkpoints(tmp_path / "a" / "run", tmp_path / "b" / "run")
     strip = lambda p: [{k: v for k, v in json.loads(line).items() if k not in ("time", "images_per_s", "flops_per_s")}
                        for line in p.read_text().splitlines()]
     assert strip(tmp_path / "a" / "run" / "metrics.jsonl") == strip(tmp_path / "b" / "run" / "metrics.jsonl")
+
+
+def test_the_plan_measures_what_the_device_offers(tmp_path, mnist_slice, monkeypatch):
+    """With nothing forced, a run on the device plans before its first step: the SDPA backend of its
+    attention (on CUDA; the attention kernel on the CPU), AdamW's implementation, and the step's
+    compile (with CUDA graphs a candidate on CUDA), each measured, recorded in plan.json, and
+    timed in the plan file with the candidates that ran or why they were dropped."""
+    monkeypatch.setenv("ANYFORMER_PLAN", "auto")
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
+    # A first compile on CUDA is estimated at 20 s, which these 400 steps could not repay: estimated
+    # free here, so that the compile is measured (the CPU dry run keeps its estimate and stays eager).
+    monkeypatch.setitem(compiled.FIRST_COMPILE_S, "cuda", 0.0)
+    planner().reset()
+    cfg = tiny_config(tmp_path, max_steps=400, eval_every=200, device=DEVICE.type, amp="auto")
+    summary = trainer(cfg, mnist_slice).run()
+    assert summary["device"].startswith(DEVICE.type)
+    recorded = json.loads((tmp_path / "run" / "plan.json").read_text())
+    entries = planner().snapshot()["entries"]
+    by_decision = {e["decision"]: e for e in entries.values()}
+    assert "adamw" in by_decision and by_decision["adamw"]["fields"]["device"] == DEVICE.type
+    attention = "sdpa" if not ON_CPU else "attention"
+    assert any(k.startswith(attention + " ") for k in recorded["answers"]), recorded
+    if not ON_CPU:
+        assert set(by_decision["sdpa"]["times"]) | set(by_decision["sdpa"]["dropped"]) == set(plan.decision("sdpa").choices)
+        compile_entry = by_decision.get("compile")
+        assert compile_entry is not None, f"the step's compile was not measured: {recorded}"
+        assert set(compile_entry["times"]) | set(compile_entry["dropped"]) == {"eager", "compiled", "graphs"}
+        assert recorded["compile"] == compile_entry["choice"]
 
 
 @pytest.mark.skipif(ON_CPU, reason="fp16 with loss scaling is CUDA's: the CPU refuses --amp fp16")

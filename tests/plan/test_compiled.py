@@ -62,6 +62,17 @@ def test_faked_timing_table_picks_its_favourite(planner_with, plan_cache, fake_c
     assert entry["choice"] == winner and entry["compile_s"] >= 0 and entry["timed"] == "forward+backward"
 
 
+@pytest.mark.parametrize("forced, expected", [("compiled", "compiled"), ("eager", "eager"), ("graphs", "eager")])
+def test_forcing_is_followed_and_cuda_graphs_fall_back_to_eager_on_the_cpu(planner_with, fake_compile, tiny,
+                                                                          forced, expected):
+    p = planner_with({})
+    with p.forcing(compile=forced):
+        chosen = compile_for_training(*tiny, fields=FIELDS, steps=10**6)
+    assert chosen.choice == expected and p.measured == []
+    assert chosen.why == ("compile=graphs cannot run here (CUDA graphs need CUDA); eager" if forced == "graphs"
+                          else f"compile={forced} is forced")
+
+
 def test_a_gain_within_the_margin_stays_eager(planner_with, fake_compile, tiny):
     planner_with({"eager": 1.0, "compiled": 0.97})  # 3% faster: under the compile decision's 5% margin
     assert compile_for_training(*tiny, fields=FIELDS).choice == "eager"

@@ -149,22 +149,20 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
             "compiled": _inference(compiled.get, call, device, compiled.first_call, seed=False)}
     return _settle(step, {"compiled": compiled}, runs, {**fields, "pass": "decode"}, tokens, "steps", device,
                    tolerance, "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
-                   compiles_like={"pass": "decode"}, rng=False)
+                   compiles_like={"pass": "decode"})
 
 
 def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compiled"], runs: dict[str, Callable[[], tuple]],
             fields: Mapping[str, Any], count: int | None, unit: str, device: torch.device, tolerance: float, what: str,
             *, repay: float | None = None, first_compile_s: float | None = None,
-            compiles_like: Mapping[str, Any] | None = None, rng: bool = True, seconds: float | None = None) -> CompilePlan:
+            compiles_like: Mapping[str, Any] | None = None, seconds: float | None = None) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
     (if the `count` calls to come could repay `repay` compiles), with the numerics checked. `runs`:
     each candidate's call, "eager" first; `variants`: the compiled ones' modules. Under a time budget
     of `seconds`, the calls to come are those that fit in it, and a compile is measured only if
     `BUDGET_GAIN` of the budget would repay it. The compile is estimated from the slowest on record
     (of those whose fields include `compiles_like`; without it, of all but the small decode
-    graphs'), or `first_compile_s`. `rng=False`: the calls draw no random numbers, so the global
-    generator is neither forked nor seeded around them."""
-    quiet = _quiet_rng if rng else _no_rng
+    graphs'), or `first_compile_s`. Each call in `runs` leaves the global RNG as it found it."""
     kind = device.type if device.type in REPAY else "cpu"
     repay = REPAY[kind] if repay is None else repay
     first_compile_s = FIRST_COMPILE_S[kind] if first_compile_s is None else first_compile_s
@@ -184,8 +182,7 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
     # for get the stock answer): the model's linear and attention choices are made now, and each
     # attention layer keeps its answer for the compiled graph to follow. It also warms up the
     # allocator and oneDNN's primitives, and keeps those decisions' timing out of the call timed below.
-    with quiet(device):
-        runs["eager"]()
+    runs["eager"]()
     if forced is not None:
         return plan(forced, f"compile={forced} is forced")
     key = entry_key(COMPILE.name, fields)
@@ -198,19 +195,16 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
         return plan("eager", f"a {seconds:.0f} s time budget is too short to repay a compile "
                              f"(~{compile_s:.0f} s here) out of it; not measured")
     if entry is None and count is not None:
-        with quiet(device):
-            t0 = time.perf_counter()
-            runs["eager"]()
-            call_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        runs["eager"]()
+        call_s = time.perf_counter() - t0
         if count * call_s < repay * compile_s:
             return plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
                                  f"compile (~{compile_s:.0f} s here); not measured")
-    checked = {name: _quietly(run, device, quiet) for name, run in runs.items()}
-
     def compile_time() -> dict[str, Any]:  # a compile that raised has no time to record: not a free one
         spent = [c.first_call["s"] for c in variants.values() if "s" in c.first_call]
         return {**({"compile_s": round(max(spent), 3)} if spent else {}), "timed": what}
-    choice = p.decide(COMPILE.name, fields, lambda: checked, available=tuple(runs), tolerance=tolerance,
+    choice = p.decide(COMPILE.name, fields, lambda: runs, available=tuple(runs), tolerance=tolerance,
                       budget_s=max(p.budget_s, BUDGET_S), extra=compile_time)
     if choice == "eager":
         return plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
@@ -284,37 +278,20 @@ def _inference(module: Callable[[], nn.Module], forward: Callable[[nn.Module], T
 
 def _seeded(module: Callable[[], nn.Module], body: Callable[[nn.Module], tuple], device: torch.device,
             first_call: dict[str, float] | None, seed: bool = True) -> Callable[[], tuple]:
-    """`body(module())` from the same random state each call (unless `seed=False`), synchronised; the
-    first call's time (the compile, for the compiled candidate) goes into `first_call["s"]`."""
+    """`body(module())`, synchronised, from the same random state each call, which leaves the run's
+    own generators where they were (planning draws dropout and noise, but must not move the run's
+    RNG); `seed=False`: for calls that draw no random numbers, nothing is seeded or forked. The first
+    call's time (the compile, for a compiled candidate) goes into `first_call["s"]`."""
     def run() -> tuple:
         t0 = time.perf_counter()
-        if seed:
-            torch.manual_seed(_SEED)
-        out = body(module())
+        with (torch.random.fork_rng(devices=[device] if device.type == "cuda" else []) if seed
+              else contextlib.nullcontext()):
+            if seed:
+                torch.manual_seed(_SEED)
+            out = body(module())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if first_call is not None and "s" not in first_call:
             first_call["s"] = time.perf_counter() - t0
         return out
     return run
-
-
-def _quietly(run: Callable[[], tuple], device: torch.device,
-             rng: Callable[[torch.device], contextlib.AbstractContextManager]) -> Callable[[], tuple]:
-    """`run` inside `rng(device)` (`_quiet_rng`, or `_no_rng`)."""
-    def quiet() -> tuple:
-        with rng(device):
-            return run()
-    return quiet
-
-
-@contextlib.contextmanager
-def _quiet_rng(device: torch.device):
-    """Planning draws random numbers (dropout, noise) but must not move the run's RNG."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        yield
-
-
-def _no_rng(device: torch.device) -> contextlib.AbstractContextManager:
-    """For calls that draw no random numbers: nothing to fork."""
-    return contextlib.nullcontext()

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from . import choices
 from .choices import Decision, register
 from .decisions import LINEAR
-from .compiled import BUDGET_S, _candidate, _quiet_rng, _quietly, _times
+from .compiled import BUDGET_S, _candidate, _times
 from .kernels import onednn_linear_op
 from .planner import planner
 from .store import entry_key
@@ -93,9 +93,8 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
         # One planned pass first, outside any measurement (inside one, each layer's own decision gets
         # the stock answer): the per-shape choices that "planned" stands for are made now.
         set_kernel(_kernel(PLANNED))
-        with _quiet_rng(device):
-            step()
-    checked = {k: using(k, _quietly(step, device, _quiet_rng)) for k in LINEARS.choices}
+        step()
+    checked = {k: using(k, step) for k in LINEARS.choices}
     choice, before = PLANNED, len(p.measured)  # PLANNED: what the layers were told before, should this raise
     try:
         choice = p.decide(LINEARS.name, fields, lambda: checked, tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S),

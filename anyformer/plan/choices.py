@@ -120,9 +120,3 @@ def forced_choice(forced: Mapping[str, str | None], name: str) -> str | None:
         return forced[name]
     return decision(name).stock if forced.get(ALL) == "stock" else None
 
-
-def describe(forced: Mapping[str, str | None]) -> str:
-    """The spec back as text, for reports."""
-    parts = ["stock"] if forced.get(ALL) == "stock" else []
-    parts += [f"{k}={'auto' if v is None else v}" for k, v in forced.items() if k != ALL]
-    return ",".join(parts) or "nothing"

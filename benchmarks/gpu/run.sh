@@ -51,15 +51,16 @@ part() {  # part NAME LIMIT CMD...: run CMD under min(LIMIT, time left), its out
 # The tests first: on the CPU (dry run) the GPU suite's own dry run, the same code with smaller batches.
 # The dry run takes two quick ones: the whole suite's dry run is `ANYFORMER_TEST_DEVICE=cpu pytest -m gpu tests/gpu`.
 # On the device the tests spread over 6 processes (pytest-xdist and pytest-timeout are in its image):
-# most of their time is compiling on the CPU cores, and one hung test costs 150 s, not the whole part.
+# most of their time is compiling on the CPU cores (the plan tests compile a training step with and
+# without CUDA graphs, up to three runs of it), and one hung test costs 200 s, not the whole part.
 TESTDEV=cuda PICK=(); [ -n "$DRY" ] && TESTDEV=cpu PICK=(-k "greedy or sampling")
 if [ -z "$DRY" ]; then
   # pyproject's addopts ask xdist for --dist worksteal: without xdist they would be an unknown flag.
   if $PY -c "import xdist" 2>/dev/null; then PICK+=(-n 6); else PICK+=(-o addopts=); fi
-  $PY -c "import pytest_timeout" 2>/dev/null && PICK+=(--timeout 150)
+  $PY -c "import pytest_timeout" 2>/dev/null && PICK+=(--timeout 200)
   PICK+=(--durations 12)
 fi
-part tests 200 env ANYFORMER_TEST_DEVICE=$TESTDEV $PY -m pytest -q -m gpu -rs -p no:cacheprovider "${PICK[@]}" \
+part tests 240 env ANYFORMER_TEST_DEVICE=$TESTDEV $PY -m pytest -q -m gpu -rs -p no:cacheprovider "${PICK[@]}" \
   --junitxml="$PARTS/junit.xml" tests/gpu tests/models/test_gpt_decode.py tests/models/test_gpt_sample.py
 grep -E "passed|failed|error" "$OUT/log.txt" | tail -1 > "$OUT/pytest.txt"  # empty where tests did not run
 

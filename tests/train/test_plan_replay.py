@@ -173,3 +173,22 @@ def test_the_plan_times_stand_ins_not_the_runs_examples(tmp_path, mnist_slice, p
         assert (sy == 0).all()
     twice = synthetic_like([x, y], seed=3), synthetic_like([x, y], seed=3)
     assert all(torch.equal(a, b) for a, b in zip(*twice))  # a private generator: the same stand-ins each time
+
+
+@pytest.mark.slow
+def test_a_gpus_plan_replayed_on_the_cpu_says_what_cannot_run_here(tmp_path, mnist_slice, planning, capsys):
+    """A plan recorded on a GPU (its step compiled with CUDA graphs, an SDPA backend per shape)
+    replayed on the CPU: one line says CUDA graphs cannot run here, the step runs eagerly, and the
+    CUDA answers are kept in the record untouched beside the CPU's own."""
+    gpu_plan = tmp_path / "gpu-plan.json"
+    sdpa_key = ("sdpa device=cuda batch=32 heads=2 q=56 k=56 head_dim=16 dtype=bfloat16 causal=0 "
+                "training=1 masked=0")
+    gpu_plan.write_text(json.dumps({"format": 1, "answers": {sdpa_key: "cudnn"}, "compile": "graphs",
+                                    "linears": None}))
+    kw = dict(max_steps=3, eval_every=3, amp="none")
+    summary = make_trainer(tiny_config(tmp_path / "gpu", plan=str(gpu_plan), **kw), mnist_slice).run()
+    out = capsys.readouterr().out
+    assert "compile: eager (compile=graphs cannot run here (CUDA graphs need CUDA); eager)" in out
+    recorded = json.loads((tmp_path / "gpu" / "run" / "plan.json").read_text())
+    assert recorded["compile"] == "eager" and recorded["answers"][sdpa_key] == "cudnn"
+    assert summary["compile"] == "eager" and any(k.startswith("attention ") for k in recorded["answers"])

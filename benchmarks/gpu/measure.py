@@ -38,12 +38,13 @@ RUNS = Path(os.environ.get("ANYFORMER_GPU_RUNS", "/tmp/anyformer-gpu-runs"))  # 
 
 
 def anyformer(*args: str, dry: bool) -> tuple[dict, float]:
-    """`anyformer train ARGS` in a fresh process on the device: (its summary.json, wall seconds)."""
+    """`anyformer train ARGS` in a fresh process on the device: (its summary.json, wall seconds). A run
+    left in --out by an earlier call (a rerun on a warm machine, which keeps /tmp) is replaced."""
     out = Path(args[args.index("--out") + 1])
     device = ["--device", "cpu"] if dry else ["--device", "cuda"]
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "anyformer", "train", *args, *device, "--no-progress"], cwd=ROOT,
-                       text=True, capture_output=True)
+    r = subprocess.run([sys.executable, "-m", "anyformer", "train", *args, *device, "--no-progress", "--overwrite"],
+                       cwd=ROOT, text=True, capture_output=True)
     wall = time.perf_counter() - t
     print(r.stdout[-3000:], r.stderr[-3000:], sep="\n", flush=True)
     if r.returncode:

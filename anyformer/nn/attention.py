@@ -260,8 +260,10 @@ class MultiHeadAttention(nn.Module):
             return self.impl
         on_cuda = q.device.type == "cuda"
         # Each SDPA backend draws its own dropout masks: with attention dropout there is nothing to
-        # check a backend against, so torch picks.
-        if not (on_cuda or q.device.type == "cpu") or (on_cuda and self.training and self.attn_dropout > 0):
+        # check a backend against, so torch picks. So it does after an eager KV cache, whose every
+        # doubling would be measured in the first request, for a step that a compiled graph takes over.
+        if not (on_cuda or q.device.type == "cpu") or (on_cuda and (layout == "cache" or (
+                self.training and self.attn_dropout > 0))):
             return "fused"
         if layout == "packed":
             b, nq, _, h, dh = q.shape

@@ -228,12 +228,14 @@ class MultiHeadAttention(nn.Module):
             if sink is not None:
                 sink(weights)
         else:
-            if causal and (attn_mask is not None or N != nk) and N > 1:  # one query after a cache sees every key
-                cm = causal_mask(N, nk, x.device)
-                attn_mask = cm if attn_mask is None else attn_mask & cm
             with sdpa_context(kernel if kernel in SDPA.choices else "default"):  # a GPU's measured backend
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop,
-                                                     is_causal=causal and attn_mask is None and N == nk)
+                if causal and attn_mask is None and N == nk:
+                    out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+                else:
+                    if causal and N > 1:  # one query after a cache sees every key: no mask needed
+                        cm = causal_mask(N, nk, x.device)
+                        attn_mask = cm if attn_mask is None else attn_mask & cm
+                    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
         out = out.reshape(B, 1, self.width) if N == 1 else out.transpose(1, 2).reshape(B, N, self.width)
         y = self.proj(out)

@@ -1,7 +1,7 @@
 """ANYFORMER_PLAN's grammar and its one-line errors."""
 import pytest
 
-from anyformer.plan.choices import ALL, describe, forced_choice, parse
+from anyformer.plan.choices import ALL, forced_choice, parse
 
 
 def test_items_and_stock():
@@ -19,7 +19,6 @@ def test_forced_choice_reads_stock_for_all():
     assert forced_choice(forced, "linear") == "onednn"
     assert forced_choice(forced, "amp") == "none"
     assert forced_choice(parse("attention=explicit"), "linear") is None
-    assert describe(forced) == "stock,linear=onednn"
 
 
 @pytest.mark.parametrize("spec, says", [

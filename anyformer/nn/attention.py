@@ -118,6 +118,17 @@ def _as_attn_mask(mask: Tensor | None, batch: int, nq: int, nk: int) -> Tensor |
     raise ValueError(f"mask must be (B, Nk), (B, Nq, Nk) or (B, H, Nq, Nk); got shape {tuple(mask.shape)}")
 
 
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float, causal: bool) -> Tensor:
+    """F.scaled_dot_product_attention; `causal` aligned bottom-right (a KV cache's last queries)."""
+    nq, nk = q.shape[2], k.shape[2]
+    if causal and mask is None and nq == nk:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+    if causal and nq > 1:  # one query after a cache sees every key: no mask needed
+        cm = causal_mask(nq, nk, q.device)
+        mask = cm if mask is None else mask & cm
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention over x, or cross-attention from x to `context` when `cross=True`.
 
@@ -227,15 +238,11 @@ class MultiHeadAttention(nn.Module):
                                               dropout=drop, training=self.training)
             if sink is not None:
                 sink(weights)
+        elif kernel in SDPA.choices:  # on CUDA, the SDPA backend the plan measured fastest here
+            with sdpa_context(kernel):
+                out = _sdpa(q, k, v, attn_mask, drop, causal)
         else:
-            with sdpa_context(kernel if kernel in SDPA.choices else "default"):  # a GPU's measured backend
-                if causal and attn_mask is None and N == nk:
-                    out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
-                else:
-                    if causal and N > 1:  # one query after a cache sees every key: no mask needed
-                        cm = causal_mask(N, nk, x.device)
-                        attn_mask = cm if attn_mask is None else attn_mask & cm
-                    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
+            out = _sdpa(q, k, v, attn_mask, drop, causal)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
         out = out.reshape(B, 1, self.width) if N == 1 else out.transpose(1, 2).reshape(B, N, self.width)
         y = self.proj(out)
@@ -260,19 +267,19 @@ class MultiHeadAttention(nn.Module):
         compiles), SDPA's own pick if none was made."""
         if self.impl != "auto":
             return self.impl
-        on_cuda = q.device.type == "cuda"
+        kind = q.device.type
+        on_cuda = kind == "cuda"
         # Each SDPA backend draws its own dropout masks: with attention dropout there is nothing to
         # check a backend against, so torch picks. So it does after an eager KV cache, whose every
         # doubling would be measured in the first request, for a step that a compiled graph takes over.
-        if not (on_cuda or q.device.type == "cpu") or (on_cuda and (layout == "cache" or (
-                self.training and self.attn_dropout > 0))):
+        if kind != "cpu" and not (on_cuda and layout != "cache" and not (self.training and self.attn_dropout > 0)):
             return "fused"
         if layout == "packed":
             b, nq, _, h, dh = q.shape
         else:
             b, h, nq, dh = q.shape
         grads = torch.is_grad_enabled() and q.requires_grad
-        case = (q.device.type, grads, b, nq, nk, q.dtype, causal, masked, layout)
+        case = (kind, grads, b, nq, nk, q.dtype, causal, masked, layout)
         if torch.compiler.is_compiling():
             # A forced choice reaches traced graphs too (an export under `forcing("stock")` must not
             # follow what the layer's eager calls were told before).

@@ -7,6 +7,8 @@
 # so that mnist_gen follows train_default (its judge) in the same call. What each part took on an H100
 # (2026-11-26): tests 94 s in 6 processes, train_default 96 s, gpt2 123 s, shakespeare 71 s; vit's
 # training rounds 137 s before its inference (over 150 s in all), generate 65 s before Hugging Face's.
+# Since 2026-11-27 the plan measures a CUDA run's compile with and without CUDA graphs before its first
+# step (two compiles): expect tests and train_default to take longer than those figures (not yet timed).
 #
 #   bash benchmarks/gpu/prepare.sh        # here first: data and wheels into .gpu-data, .whl
 #   DEADLINE=380 bash benchmarks/gpu/run.sh tests train_default mnist_gen generate   # call 1, carry [".gpu-data", ".whl"]
@@ -66,7 +68,7 @@ grep -E "passed|failed|error" "$OUT/log.txt" | tail -1 > "$OUT/pytest.txt"  # em
 
 # The measurements, in the order asked for (a short lease names the ones that matter most first).
 M="$PY benchmarks/gpu/measure.py"
-declare -A LIMIT=([train_default]=120 [generate]=120 [gpt2]=150 [shakespeare]=100 [mnist_gen]=110 [vit]=220 [char]=110)
+declare -A LIMIT=([train_default]=170 [generate]=120 [gpt2]=150 [shakespeare]=100 [mnist_gen]=110 [vit]=220 [char]=110)
 for name in $WANT; do
   [ "$name" = tests ] && continue
   [ -n "${LIMIT[$name]:-}" ] || { echo "unknown part $name: expected one of tests ${!LIMIT[*]}" >&2; exit 2; }

@@ -70,7 +70,8 @@ def train_default(dry: bool) -> dict:
     summary, wall = anyformer("--out", str(RUNS / "mnist"), *small, dry=dry)
     return {"test_accuracy": summary["test_accuracy"], "train_seconds": summary["train_seconds"],
             "wall_seconds": round(wall, 1), "epochs": summary["epochs"], "amp": summary["amp"],
-            "compile": summary["compile"], "images_per_s": summary["images_per_s"]}
+            "compile": summary["compile"], "plan_seconds": summary.get("plan_seconds"),
+            "images_per_s": summary["images_per_s"]}
 
 
 def shakespeare(dry: bool) -> dict:
@@ -79,7 +80,8 @@ def shakespeare(dry: bool) -> dict:
     summary, wall = anyformer("shakespeare-char", "--out", str(RUNS / "char"), *small, dry=dry)
     return {"val_loss": summary["val_loss"], "best_val_loss": summary["best_val_loss"],
             "train_seconds": summary["train_seconds"], "wall_seconds": round(wall, 1), "steps": summary["steps"],
-            "tokens_per_s": summary["tokens_per_s"], "mfu": summary["mfu"]}
+            "tokens_per_s": summary["tokens_per_s"], "mfu": summary["mfu"], "compile": summary.get("compile"),
+            "plan_seconds": summary.get("plan_seconds")}
 
 
 def mnist_gen(dry: bool) -> dict:

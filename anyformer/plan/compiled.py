@@ -152,10 +152,11 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
                    compiles_like={"pass": "decode"})
 
 
-def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compiled"], runs: dict[str, Callable[[], tuple]],
-            fields: Mapping[str, Any], count: int | None, unit: str, device: torch.device, tolerance: float, what: str,
-            *, repay: float | None = None, first_compile_s: float | None = None,
-            compiles_like: Mapping[str, Any] | None = None, seconds: float | None = None) -> CompilePlan:
+def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compiled"],
+            runs: dict[str, Callable[[], tuple]], fields: Mapping[str, Any], count: int | None, unit: str,
+            device: torch.device, tolerance: float, what: str, *, repay: float | None = None,
+            first_compile_s: float | None = None, compiles_like: Mapping[str, Any] | None = None,
+            seconds: float | None = None) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
     (if the `count` calls to come could repay `repay` compiles), with the numerics checked. `runs`:
     each candidate's call, "eager" first; `variants`: the compiled ones' modules. Under a time budget
@@ -201,6 +202,7 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
         if count * call_s < repay * compile_s:
             return plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
                                  f"compile (~{compile_s:.0f} s here); not measured")
+
     def compile_time() -> dict[str, Any]:  # a compile that raised has no time to record: not a free one
         spent = [c.first_call["s"] for c in variants.values() if "s" in c.first_call]
         return {**({"compile_s": round(max(spent), 3)} if spent else {}), "timed": what}
@@ -220,7 +222,8 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
         if saved < cost:
             return plan("eager", f"{choice} saves ~{saved:.0f} s over {count} {unit}, less than its "
                                  f"~{cost:.0f} s compile")
-    return plan(choice, _times(entry, f"{choice} measured faster" + (" (compiled while measuring)" if measured_now else "")))
+    measured = " (compiled while measuring)" if measured_now else ""
+    return plan(choice, _times(entry, f"{choice} measured faster{measured}"))
 
 
 class _Compiled:

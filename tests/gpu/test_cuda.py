@@ -154,7 +154,8 @@ def test_the_plan_measures_what_the_device_offers(tmp_path, mnist_slice, monkeyp
     attention = "sdpa" if not ON_CPU else "attention"
     assert any(k.startswith(attention + " ") for k in recorded["answers"]), recorded
     if not ON_CPU:
-        assert set(by_decision["sdpa"]["times"]) | set(by_decision["sdpa"]["dropped"]) == set(plan.decision("sdpa").choices)
+        sdpa = by_decision["sdpa"]
+        assert set(sdpa["times"]) | set(sdpa["dropped"]) == set(plan.decision("sdpa").choices)
         compile_entry = by_decision.get("compile")
         assert compile_entry is not None, f"the step's compile was not measured: {recorded}"
         assert set(compile_entry["times"]) | set(compile_entry["dropped"]) == {"eager", "compiled", "graphs"}

@@ -127,6 +127,12 @@ def test_shakespeare_recipes():
     assert (c.task, c.model, c.data, c.tokenizer, c.seq_len) == ("lm", "shakespeare-char", "shakespeare", "char", 256)
     assert (c.batch_size, c.lr, c.max_steps, c.warmup_steps, c.min_lr_ratio) == (64, 1e-3, 5000, 100, 0.1)
     assert (c.betas, c.weight_decay, c.grad_clip, c.eval_every, c.eval_iters) == ((0.9, 0.99), 0.1, 1.0, 250, 200)
+    # nanoGPT's dropout 0.2 reaches the embeddings, both residual branches and the attention weights
+    gpt = af.GPT.preset(c.model, **c.model_overrides)
+    drops = {type(m).__name__: m.p for m in gpt.modules() if hasattr(m, "p") and isinstance(m.p, float)}
+    assert gpt.config.dropout == 0.2 and gpt.config.attn_dropout == 0.2, gpt.config
+    assert all(layer.attn_dropout == 0.2 for layer in gpt.modules() if isinstance(layer, af.nn.MultiHeadAttention))
+    assert drops and set(drops.values()) == {0.2}, drops
     cpu = recipe_config("shakespeare-cpu", data="somewhere.txt")
     assert cpu.task == "lm" and cpu.data == "somewhere.txt" and cpu.amp == "auto"
     assert cpu.model_overrides["context"] >= cpu.seq_len

@@ -38,10 +38,10 @@ def sdpa_context(backend: str) -> contextlib.AbstractContextManager:
 def sdpa_backend(batch: int, heads: int, q_len: int, k_len: int, head_dim: int, dtype: torch.dtype,
                  causal: bool, training: bool, *, masked: bool = False, device: torch.device | str = "cuda") -> str:
     """The SDPA backend for attention over (B, H, q_len, D_h) queries and k_len keys on `device`:
-    "default" (torch's pick) unless another measured faster by the margin. `masked`: a boolean mask is passed (flash
-    takes none). Not for attention dropout: each backend draws its own masks, so their outputs
-    cannot be checked against each other (a layer with it keeps the default). Timed on fewer batch items
-    where a call would be long (recorded as `measured_with`)."""
+    "default" (torch's pick) unless another measured faster by the margin. `masked`: a boolean
+    mask is passed (CUDA's flash kernel refuses one). Not for attention dropout: each backend draws
+    its own masks, so their outputs cannot be checked against each other (a layer with it keeps the
+    default). Timed on fewer batch items where a call would be long (recorded as `measured_with`)."""
     device = torch.device(device)
     # Keyed (and remembered) by length buckets, as the attention decision is: a growing KV cache
     # hits the memo, not the planner, at every new length.

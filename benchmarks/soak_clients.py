@@ -125,10 +125,10 @@ class Mix:
         path = self.light(0)[1]
         if self.family == "vit":
             over = ("too_many_pixels", ("POST", path, bomb(), PNG))
-        elif self.family == "gpt" and self.info["tokens_in_budget"] < self.info["max_new_tokens"]:
-            over = ("over_budget", ("POST", path, _json({"prompt": "ROMEO:", "max_new_tokens": self.info["max_new_tokens"]}), JSON))
-        elif self.family == "gpt":  # a model so fast that every length the API takes fits the budget
-            over = ("over_limit", ("POST", path, _json({"prompt": "ROMEO:", "max_new_tokens": self.info["max_new_tokens"] + 1}), JSON))
+        elif self.family == "gpt":  # past the budget, or past the API's limit where every length fits it
+            most = self.info["max_new_tokens"]
+            kind, asked = ("over_budget", most) if self.info["tokens_in_budget"] < most else ("over_limit", most + 1)
+            over = (kind, ("POST", path, _json({"prompt": "ROMEO:", "max_new_tokens": asked}), JSON))
         else:
             over = ("over_budget", ("POST", path, _json({"class": 1, "n": 16, "steps": 1000, "cfg": 2.0}), JSON))
         choices = [("malformed", ("POST", path, b"{this is not" if self.family != "vit" else b"not an image",

@@ -269,10 +269,13 @@ class MultiHeadAttention(nn.Module):
             return self.impl
         kind = q.device.type
         on_cuda = kind == "cuda"
-        # Each SDPA backend draws its own dropout masks: with attention dropout there is nothing to
-        # check a backend against, so torch picks. So it does after an eager KV cache, whose every
-        # doubling would be measured in the first request, for a step that a compiled graph takes over.
-        if kind != "cpu" and not (on_cuda and layout != "cache" and not (self.training and self.attn_dropout > 0)):
+        if on_cuda:
+            # Each SDPA backend draws its own dropout masks: with attention dropout there is nothing to
+            # check a backend against, so torch picks. So it does after an eager KV cache, whose every
+            # doubling would be measured in the first request, for a step a compiled graph takes over.
+            if layout == "cache" or (self.training and self.attn_dropout > 0):
+                return "fused"
+        elif kind != "cpu":
             return "fused"
         if layout == "packed":
             b, nq, _, h, dh = q.shape

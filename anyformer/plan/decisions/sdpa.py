@@ -43,15 +43,17 @@ def sdpa_backend(batch: int, heads: int, q_len: int, k_len: int, head_dim: int, 
     its own masks, so their outputs cannot be checked against each other (a layer with it keeps the
     default). Timed on fewer batch items where a call would be long (recorded as `measured_with`)."""
     device = torch.device(device)
-    # Keyed (and remembered) by length buckets, as the attention decision is: a growing KV cache
-    # hits the memo, not the planner, at every new length.
-    _positive("sdpa_backend", batch=batch, heads=heads, q_len=q_len, k_len=k_len, head_dim=head_dim)
-    b, q, k = _bucket(batch, _MAX_BATCH), _length_bucket(q_len, q_len), _length_bucket(k_len, q_len)
-    memo = ("sdpa", device.type, b, heads, q, k, head_dim, dtype, causal, training, masked)
+    # Keyed (and remembered) by length buckets, as the attention decision is; the arguments are
+    # checked only when the memo misses (this runs on every CUDA attention call).
+    lengths = ((_length_bucket(q_len, q_len), _length_bucket(k_len, q_len))
+               if type(q_len) is int and type(k_len) is int and q_len > 0 and k_len > 0 else None)
+    memo = ("sdpa", device.type, _bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked)
     p = _planner._PLANNER
-    if (choice := p.lookup(memo)) is not None:
+    if lengths is not None and (choice := p.lookup(memo)) is not None:
         return choice
+    _positive("sdpa_backend", batch=batch, heads=heads, q_len=q_len, k_len=k_len, head_dim=head_dim)
     name = _dtype("sdpa_backend", dtype)
+    b, (q, k) = _bucket(batch, _MAX_BATCH), lengths
     per_item = 4.0 * heads * q * k * head_dim * (3.5 if training else 1.0)
     rep = b
     while rep > 1 and rep * per_item > _CALL_FLOPS * (50 if device.type == "cuda" else 1):

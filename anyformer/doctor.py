@@ -3,10 +3,15 @@
 `report()` returns the text; `main(argv)` prints it (wiring into the CLI is one line).
 `--measure` first plans the standard decisions for a default workload (the default MNIST model's
 linear and attention shapes, amp and AdamW), so that a fresh machine shows a populated plan.
+The text lives here, not in anyformer/plan/: the plan's code hash names its cache files, and a
+change to how a report reads must not throw away every timing on record.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import re
 import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
@@ -17,12 +22,132 @@ if TYPE_CHECKING:  # torch is imported inside the functions: the CLI builds its 
     from .plan.planner import Planner
 
 DEFAULT_MODEL, DEFAULT_BATCH = "vit-mnist-fast", 128  # the default recipe's preset (it trains 4 of its blocks) and batch
+# thread settings that change what is measured (runtime.configure sets the first two)
+_OMP_ENV = ("OMP_PROC_BIND", "OMP_PLACES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+
+
+def as_ranges(cores: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            parts.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(parts)
+
+
+def build_info() -> dict[str, str]:
+    """The torch build's math libraries, from torch.__config__.show()."""
+    import torch
+    try:
+        text = torch.__config__.show()
+    except Exception:  # noqa: BLE001 - only a report; an odd build must not break it
+        text = ""
+    mkl = re.search(r"Math Kernel Library Version ([\w.\-]+)", text)
+    dnn = re.search(r"(?:MKL-DNN|oneDNN) (v[\w.]+)", text)
+    omp = re.search(r"OpenMP (\d+)", text)
+    return {
+        "mkl": (mkl.group(1) if mkl else "yes") if torch.backends.mkl.is_available() else "no",
+        "onednn": (dnn.group(1) if dnn else "yes") if torch.backends.mkldnn.is_available() else "no",
+        "openmp": (omp.group(1) if omp else "yes") if torch.backends.openmp.is_available() else "no",
+    }
+
+
+def _machine_lines() -> list[str]:
+    import torch
+
+    from .plan import host
+    cpu = host.cpu_info()
+    build = build_info()
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    bf16 = [f for f in cpu["flags"] if f in host.NATIVE_BF16_FLAGS]
+    cuda = "not available"
+    if torch.cuda.is_available():
+        cuda = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    return [
+        "Machine",
+        f"  CPU            {cpu['model']} ({platform.machine()})",
+        f"  flags          {' '.join(cpu['flags']) or '(none of the relevant ones)'}",
+        f"  native bf16    {'yes (' + ', '.join(bf16) + ')' if bf16 else 'no: bf16 is emulated through fp32'}",
+        f"  cores          {os.cpu_count()} online; this thread may run on {as_ranges(cores)}"
+        + (" (OpenMP binding pins it)" if os.environ.get("OMP_PROC_BIND") not in (None, "", "false") else ""),
+        f"  torch          {torch.__version__}: MKL {build['mkl']}, oneDNN {build['onednn']}, "
+        f"OpenMP {build['openmp']}, CPU capability {host.machine()['capability']}",
+        f"  threads        {torch.get_num_threads()} (interop {torch.get_num_interop_threads()})"
+        + "".join(f", {k}={os.environ[k]}" for k in _OMP_ENV if os.environ.get(k)),
+        f"  CUDA           {cuda}",
+        f"  plan code      {host.code_hash()} (a change to anyformer/plan/ is measured again); C++ {host.compiler()}",
+    ]
+
+
+def _entry_lines(key: str, e: dict[str, Any], margin: float) -> list[str]:
+    from .plan import choices
+    from .plan.timing import pick
+    times = e["times"]
+    choice = e["choice"]
+    if e["decision"] in choices.decisions():  # the choice at the current margin
+        d = choices.decision(e["decision"])
+        choice = pick(times, d.stock, d.margin if d.margin is not None else margin)
+    fastest = min(times, key=times.__getitem__) if times else None
+    timed = "   ".join(f"{n} {_ms(t)}{'*' if n == fastest else ''}" for n, t in times.items()) or "nothing timed"
+    line = f"      {timed}   -> {choice}"
+    if e.get("measured_with"):
+        line += "   [timed at " + ", ".join(f"{k}={v}" for k, v in e["measured_with"].items()) + "]"
+    about = [f"planned in {_ms(e['seconds'])}" if isinstance(e.get("seconds"), (int, float)) else "",
+             f"of which compiling {_ms(e['compile_s'])}" if isinstance(e.get("compile_s"), (int, float)) else "",
+             f"timed on {e['timed']}" if isinstance(e.get("timed"), str) else ""]
+    about_text = ", ".join(a for a in about if a)
+    out = [f"    {key}" + (f"   ({about_text})" if about_text else ""), line]
+    out += [f"      dropped {n}: {why}" for n, why in (e.get("dropped") or {}).items()]
+    return out
 
 
 def report(p: Planner | None = None) -> str:
     """The report `anyformer doctor` prints; reads the plan file, measures nothing."""
-    from .plan.report import report as plan_report
-    return plan_report(p)
+    from .plan import choices, host, native, planner, store
+    p = p or planner()
+    lines = ["anyformer doctor", "", *_machine_lines(), "", "Plan"]
+    try:
+        snap = p.snapshot()
+    except ValueError as e:  # a malformed ANYFORMER_PLAN: the one thing doctor must show, not hide
+        path = store.plan_dir() / host.file_name(host.machine())
+        return "\n".join([*lines, f"  cache file     {path}", f"  forced         INVALID: {e}"])
+    path, entries = snap["path"], snap["entries"]
+    exists = "exists" if path.exists() else "not written yet"
+    forced = snap["forced"]
+    known = choices.decisions()
+    if forced:
+        shown = ", ".join(f"{n}={choices.forced_choice(forced, n) or 'auto'}" for n in sorted(known))
+        forced_text = f"{shown} (from {snap['forced_from']})"
+    else:
+        forced_text = f"nothing (from {snap['forced_from']}: {os.environ.get(choices.ENV_PLAN) or 'unset'})" \
+            if snap["forced_from"] == choices.ENV_PLAN else "nothing (force() set to auto)"
+    margins = ", ".join(f"{n} {d.margin:.0%}" for n, d in sorted(known.items()) if d.margin is not None)
+    lines += [
+        f"  cache file     {path} ({exists}, {len(entries)} decisions)",
+        f"  machine key    {snap['machine'].get('key', '?')}",
+        f"  forced         {forced_text}",
+        f"  margin         {snap['margin']:.0%}{' (' + margins + ')' if margins else ''}; "
+        f"timing budget {snap['budget_s']:g} s per decision",
+        f"  planning time  {snap['file_planning_s']:.2f} s recorded in the cache file; "
+        f"{snap['planning_s']:.2f} s in this process",
+        "  decisions      " + "; ".join(f"{n}: {' | '.join(d.choices)}" for n, d in sorted(known.items())),
+        f"  native kernels attention and GELU (fp32): {native.status()}",
+    ]
+    if entries:
+        lines.append("  measured (median time per call; * fastest; -> the choice at the current margin)")
+        for key in sorted(entries):
+            lines += _entry_lines(key, entries[key], snap["margin"])
+    else:
+        lines.append("  measured       nothing yet (`anyformer doctor --measure` plans a default workload)")
+    lines += [f"  note: {n}" for n in snap["notes"]]
+    return "\n".join(lines)
 
 
 def _shapes(model: torch.nn.Module, x: torch.Tensor) -> tuple[Counter, list[tuple[int, int, int, int]]]:

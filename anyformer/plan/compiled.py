@@ -148,25 +148,22 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
     runs = {"eager": _inference(lambda: step, lambda _: eager(), device, seed=False),
             "compiled": _inference(compiled.get, call, device, compiled.first_call, seed=False)}
     return _settle(step, {"compiled": compiled}, runs, {**fields, "pass": "decode"}, tokens, "steps", device,
-                   tolerance, "decode steps", repay=1.0, first_compile_s=FIRST_DECODE_COMPILE_S,
-                   compiles_like={"pass": "decode"})
+                   tolerance, "decode steps")
 
 
 def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compiled"],
             runs: dict[str, Callable[[], tuple]], fields: Mapping[str, Any], count: int | None, unit: str,
-            device: torch.device, tolerance: float, what: str, *, repay: float | None = None,
-            first_compile_s: float | None = None, compiles_like: Mapping[str, Any] | None = None,
-            seconds: float | None = None) -> CompilePlan:
+            device: torch.device, tolerance: float, what: str, *, seconds: float | None = None) -> CompilePlan:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
     (if the `count` calls to come could repay `repay` compiles), with the numerics checked. `runs`:
     each candidate's call, "eager" first; `variants`: the compiled ones' modules. Under a time budget
     of `seconds`, the calls to come are those that fit in it, and a compile is measured only if
     `BUDGET_GAIN` of the budget would repay it. The compile is estimated from the slowest on record
-    (of those whose fields include `compiles_like`; without it, of all but the small decode
-    graphs'), or `first_compile_s`. Each call in `runs` leaves the global RNG as it found it."""
+    of its kind (a decode step's small graph, or any other), or the first-compile estimate. Each
+    call in `runs` leaves the global RNG as it found it."""
     kind = device.type if device.type in REPAY else "cpu"
-    repay = REPAY[kind] if repay is None else repay
-    first_compile_s = FIRST_COMPILE_S[kind] if first_compile_s is None else first_compile_s
+    decode = fields.get("pass") == "decode"
+    repay = 1.0 if decode else REPAY[kind]
 
     def plan(choice: str, why: str) -> CompilePlan:
         return CompilePlan(module if choice == "eager" else variants[choice].get(), choice, why)
@@ -188,10 +185,9 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
         return plan(forced, f"compile={forced} is forced")
     key = entry_key(COMPILE.name, fields)
     entry = p.entry(COMPILE.name, fields)
-    recorded = [s for s in p.recorded(COMPILE.name, "compile_s", where=compiles_like,
-                                      unless=None if compiles_like else {"pass": "decode"})
-                if isinstance(s, (int, float))]
-    compile_s = max(recorded) if recorded else first_compile_s
+    recorded = [e["compile_s"] for e in p.records(COMPILE.name) if isinstance(e.get("compile_s"), (int, float))
+                and (e.get("fields", {}).get("pass") == "decode") == decode]
+    compile_s = max(recorded) if recorded else FIRST_DECODE_COMPILE_S if decode else FIRST_COMPILE_S[kind]
     if entry is None and seconds is not None and seconds * BUDGET_GAIN < compile_s:
         return plan("eager", f"a {seconds:.0f} s time budget is too short to repay a compile "
                              f"(~{compile_s:.0f} s here) out of it; not measured")

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..files import atomic_path
+from . import host
 from .store import cache_root
 
 SOURCE = Path(__file__).with_name("native") / "kernels.cpp"
@@ -100,8 +101,7 @@ def _unbuildable() -> str | None:
 def library_path() -> Path:
     """Where this machine's build of the kernel is (or would be) kept: named by a hash of the source,
     the compiler's version, the flags and the CPU's flags. Needs a compiler (`_unbuildable`)."""
-    version = subprocess.run([*_compiler(), "--version"], capture_output=True, text=True, timeout=30).stdout
-    digest = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), version.encode(), " ".join(FLAGS).encode(),
+    digest = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), host.compiler().encode(), " ".join(FLAGS).encode(),
                                         _cpu_flags_line().encode()])).hexdigest()[:16]
     return native_dir() / f"kernels-{digest}.so"
 

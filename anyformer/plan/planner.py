@@ -227,22 +227,17 @@ class Planner:
         key = store.entry_key(d.name, fields)
         entries = self._load()
         entry = entries.get(key)
-        load = _load_average()  # how busy: judges the times' noise
         cached = None
         # A record is reused when it judged exactly the candidates available now (timed or dropped):
         # a new candidate (a newer anyformer, or oneDNN found) is measured.
         judged = set(entry["times"]) | set(entry.get("dropped") or {}) if entry is not None else set()
         if entry is not None and entry["decision"] == d.name and set(entry["times"]) <= set(avail) <= judged:
             cached = pick(entry["times"], d.stock, margin)
-            if cached in avail and not _measure_again(entry, load):
-                return cached
-        if self.planning_s >= self.total_budget_s:
             if cached in avail:
                 return cached
+        if self.planning_s >= self.total_budget_s:
             self._note(f"{key}: planning budget of {self.total_budget_s:g} s spent; using {d.stock} unmeasured")
             return d.stock
-        if cached in avail:
-            self._note(f"{key}: timed while the CPU was busy (load {entry.get('load_1min')}); measured again")
         start = time.perf_counter()
         try:
             entry = self._measure(d, build, avail, tolerance, margin, self.budget_s if budget_s is None else budget_s)
@@ -252,8 +247,7 @@ class Planner:
         finally:
             spent = time.perf_counter() - start
             self.planning_s += spent
-        entry.update(fields=dict(fields), seconds=round(spent, 6), when=store.now(),
-                     load_1min=None if load is None else round(load, 2), cores=host.cores())
+        entry.update(fields=dict(fields), seconds=round(spent, 6), when=store.now())
         if extra is not None:
             entry.update(extra())
         if measured_with:
@@ -300,7 +294,6 @@ class Planner:
         dropped.update({n: f"raised {e}" for n, e in m.errors.items()})
         return {"decision": d.name, "choice": pick(m.times, d.stock, margin), "margin": margin,
                 "times": {n: float(f"{t:.4g}") for n, t in m.times.items()},
-                "best": {n: float(f"{t:.4g}") for n, t in m.best.items()},
                 "error_vs_stock": {n: float(f"{e:.3g}") for n, e in errors.items()},
                 "tolerance": tolerance, "rounds": m.rounds, "dropped": dropped}
 
@@ -311,19 +304,12 @@ class Planner:
             found = self._load().get(store.entry_key(name, fields))
             return dict(found) if found is not None else None
 
-    def recorded(self, name: str, field: str, where: Mapping[str, Any] | None = None,
-                 unless: Mapping[str, Any] | None = None) -> list[Any]:
-        """The values of `field` in every record of decision `name` on this machine (e.g. the compile
-        times of earlier shapes: what the next one will likely cost); with `where`, only in records
-        whose fields include those (e.g. {"pass": "decode"}); with `unless`, not in those whose
-        fields include any of these."""
-        def fits(fields: Mapping[str, Any]) -> bool:
-            return (all(fields.get(k) == v for k, v in (where or {}).items())
-                    and not any(fields.get(k) == v for k, v in (unless or {}).items()))
+    def records(self, name: str) -> list[dict[str, Any]]:
+        """Every record of decision `name` on this machine (e.g. the compile times of earlier shapes:
+        what the next one will likely cost); measures nothing."""
         with self._lock:
             self._sync()
-            return [e[field] for e in self._load().values() if e.get("decision") == name and field in e
-                    and fits(e.get("fields", {}))]
+            return [dict(e) for e in self._load().values() if e.get("decision") == name]
 
     # --- reporting -----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -336,20 +322,6 @@ class Planner:
                     "forced": forced, "forced_from": source, "margin": self.margin, "budget_s": self.budget_s,
                     "planning_s": self.planning_s, "file_planning_s": self.file_planning_s,
                     "measured": list(self.measured), "notes": list(self.notes)}
-
-
-def _load_average() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-
-
-def _measure_again(entry: Mapping[str, Any], load: float | None) -> bool:
-    """A record timed while other work held the cores (1-minute load at or above the cores this
-    process may use) is measured again once a process finds the machine quieter (load below half
-    of them): its times may say more about the neighbours than about the candidates."""
-    then, cores = entry.get("load_1min"), entry.get("cores")
-    if not isinstance(then, (int, float)) or not isinstance(cores, int) or load is None:
-        return False
-    return then >= cores and load < cores / 2
 
 
 _PLANNER = Planner()

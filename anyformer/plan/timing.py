@@ -19,7 +19,6 @@ class Measurement:
     """Median seconds per call of each candidate that ran; `errors` for those that raised."""
 
     times: dict[str, float] = field(default_factory=dict)
-    best: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
     inner: dict[str, int] = field(default_factory=dict)
@@ -75,7 +74,6 @@ def measure(runs: Mapping[str, Callable[[], object]], budget_s: float, *,
     m.rounds = rounds
     for name in live:
         m.times[name] = statistics.median(samples[name])
-        m.best[name] = min(samples[name])
     return m
 
 

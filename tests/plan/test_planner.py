@@ -255,7 +255,7 @@ def test_real_timing_end_to_end(toy, planner_with, plan_cache):
     entry = p.snapshot()["entries"]["toy n=4"]
     assert choice == "fast" and entry["times"]["fast"] < entry["times"]["stock"]
     assert entry["rounds"] >= 3 and 0 < p.planning_s <= elapsed < 1.0
-    assert entry["seconds"] == pytest.approx(p.planning_s, abs=1e-6) and entry["load_1min"] >= 0  # rounded to 1 us
+    assert entry["seconds"] == pytest.approx(p.planning_s, abs=1e-6)  # rounded to 1 us
     saved = json.loads(next(plan_cache.glob("*.json")).read_text())
     assert saved["planning_s"] == pytest.approx(p.planning_s, abs=1e-5) and saved["machine"]["key"]
 
@@ -272,20 +272,3 @@ def test_max_error_is_relative_to_the_reference_scale():
     assert max_error(torch.tensor([1.0, 2.0, float("nan")]), torch.tensor([1.0, 2.0, 3.0])) == float("inf")
     assert max_error(torch.zeros(0), torch.zeros(0)) == 0.0
     assert max_error(ref.bfloat16(), ref) < 1e-2
-
-
-def test_a_record_timed_under_load_is_measured_again_when_quiet(toy, planner_with, monkeypatch):
-    import importlib
-    planner_module = importlib.import_module("anyformer.plan.planner")  # the module, not plan.planner()
-    cores = host.cores()
-    monkeypatch.setattr(planner_module, "_load_average", lambda: cores + 1.0)  # neighbours hold every core
-    p = planner_with({"stock": 1.0, "fast": 0.5, "faster": 1.0})
-    assert _decide(p, toy()) == "fast"
-    busy = planner_with({"stock": 1.0, "fast": 2.0, "faster": 0.5})  # still busy: the record stands
-    assert _decide(busy, toy()) == "fast" and busy.timer.calls == []
-    monkeypatch.setattr(planner_module, "_load_average", lambda: 0.0)  # quiet now: timed again, once
-    quiet = planner_with({"stock": 1.0, "fast": 2.0, "faster": 0.5})
-    assert _decide(quiet, toy()) == "faster" and len(quiet.timer.calls) == 1
-    assert any("timed while the CPU was busy" in n for n in quiet.notes)
-    again = planner_with({"stock": 1.0, "fast": 0.5, "faster": 2.0})
-    assert _decide(again, toy()) == "faster" and again.timer.calls == []  # the quiet record stands

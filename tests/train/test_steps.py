@@ -205,7 +205,7 @@ def test_under_torchrun_rank_0_plans_the_step_and_the_others_read_its_answers(tm
 
     def table(runs, budget_s):  # every candidate as fast as the stock one: stock stays
         times = {n: 1.0 for n in runs}
-        return Measurement(times=times, best=dict(times), errors={}, rounds=1)
+        return Measurement(times=times, errors={}, rounds=1)
 
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("ANYFORMER_PLAN", raising=False)

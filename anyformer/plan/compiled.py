@@ -1,25 +1,14 @@
-"""Compile or not: a training step (or a gradient-free pass, `compile_for_inference`, or a
-generation loop's one-token step, `compile_for_decode`) under `torch.compile`, kept only where it
-measured faster here.
+"""Compile or not: a training step (`compile_for_training`), a gradient-free pass
+(`compile_for_inference`) or a generation loop's one-token step (`compile_for_decode`) under
+`torch.compile`, kept only where it measured faster here.
 
-Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias adds, residual
-adds, softmax, the copies around attention): the other half of a small model's step. Whether that
-pays depends on the machine, the model and the precision: on a 2-core AMD EPYC the small MNIST
-ViTs' fp32 steps ran 1.08-1.24x faster compiled, their bf16 steps 2.3-2.7x slower, and the char GPT's
-fp32 step (its time in large matrix products) no faster. And compiling costs time (20-61 s the
-first time for those models on 2 cores, a few seconds once inductor's own cache holds the
-kernels). So:
-
-- forced (`ANYFORMER_PLAN=compile=compiled|graphs|eager`, `anyformer train --compile|--no-compile`): done;
-- a cached record for this model, batch shape and precision on this machine: its times decide,
-  and compiled is used only if the time it saves over the run's steps repays the compile time
-  recorded with it;
-- otherwise, if the run is long enough to repay a compile (its eager time at least `REPAY` times
-  what a compile took here before, or `FIRST_COMPILE_S` before any, by device), eager and compiled steps are
-  timed in alternating rounds after a numerics check (loss and gradients within `tolerance`), and
-  the record is cached like every other decision. The compile done for the measurement is not
-  wasted: the compiled module is handed back ready.
-
+Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias and residual
+adds, softmax, the copies around attention). Whether that pays depends on the machine, the model and
+the precision: on a 2-core AMD EPYC the small MNIST ViTs' fp32 steps ran 1.08-1.24x faster
+compiled, their bf16 steps 2.3-2.7x slower, the char GPT's fp32 step no faster. A compile costs
+time too, so it is measured only where the calls to come could repay it (`REPAY`), and a record
+is used only where they do. Forced: `ANYFORMER_PLAN=compile=...`, `anyformer train --compile`.
+The compile done for the measurement is not wasted: the compiled module is handed back ready.
 Dropout stays comparable: the compiled module draws its random numbers through eager's kernels
 (inductor's `fallback_random`), so the same seed gives the same masks in both candidates.
 """

@@ -1,19 +1,15 @@
 """One kernel for all of a model's linear layers in a training step, timed on the step's forward and backward.
 
-`linear_kernel` times each layer's shape alone, in a loop over the same operands. Inside a model
-the answer can differ, either way. On a 2-core AMD EPYC (2026-11-24): the char GPT's training
-linears each measured 2-10% faster on oneDNN than on F.linear alone, most under the margin, while
-its whole step ran 5-9% faster with every layer on oneDNN; and the MNIST ViT's packed q/k/v
-projection measured 7% faster "mixed" alone, while its whole step ran 9% slower so. (In a model each
-product reads what the kernels before it left, not operands a loop keeps hot.) So a training run
-also times its own step four ways: every layer on F.linear ("stock"), every layer as its shape's
-plan chose ("planned"), every layer on oneDNN ("onednn"), every layer with oneDNN's forward and
-input gradient and the weight gradient on BLAS ("mixed"); the numerics of each are checked
-against stock (loss and gradients), and a candidate must beat stock by the compile decision's 5%.
-
-Only fp32 CPU steps ask (the layers take F.linear under autocast, on CUDA and under torch.compile
-regardless). `ANYFORMER_PLAN=linears=onednn` forces one; a forced `linear=` (or a bare `stock`)
-forces every layer and leaves nothing to choose here.
+`linear_kernel` times each layer's shape alone, in a loop over the same operands; inside a model
+the answer can differ, either way (each product reads what the kernels before it left). On a
+2-core AMD EPYC (2026-11-24) the char GPT's linears each measured 2-10% faster on oneDNN alone,
+most under the margin, while its whole step ran 5-9% faster with every layer on oneDNN; the MNIST
+ViT's q/k/v projection measured 7% faster "mixed" alone, while its whole step ran 9% slower so.
+So a training run also times its own step's forward and backward with every layer on F.linear
+("stock"), as its shape's plan chose ("planned"), on oneDNN ("onednn"), or on oneDNN with the
+weight gradient on BLAS ("mixed"), checked against stock, by the compile decision's 5% margin.
+Only fp32 CPU steps that run eagerly ask. `ANYFORMER_PLAN=linears=onednn` forces one; a forced
+`linear=` (or a bare `stock`) forces every layer and leaves nothing to choose here.
 """
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def measure(runs: Mapping[str, Callable[[], object]], budget_s: float, *,
     decisions whose calls are long and noisy); so a plan's cost is bounded by the budget, or by
     warm-up plus `min_rounds` calls per candidate where a single call is longer than the budget allows."""
     if max_rounds is None:
-        max_rounds = max_rounds_for(budget_s)
+        max_rounds = max(9, int(budget_s * 4))
     m = Measurement()
     live: dict[str, Callable[[], object]] = {}
     cost: dict[str, float] = {}
@@ -75,11 +75,6 @@ def measure(runs: Mapping[str, Callable[[], object]], budget_s: float, *,
     for name in live:
         m.times[name] = statistics.median(samples[name])
     return m
-
-
-def max_rounds_for(budget_s: float) -> int:
-    """`measure`'s default cap on rounds for a budget."""
-    return max(9, int(budget_s * 4))
 
 
 def pick(times: Mapping[str, float], stock: str, margin: float) -> str:

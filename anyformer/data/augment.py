@@ -5,8 +5,9 @@ transforms the batch with a few tensor ops (no Python loop over samples), so it
 is cheap enough for the training hot path and runs on whatever device `x` is on.
 
 The random numbers are drawn where the `generator` lives (the CPU for a plain `torch.Generator()`,
-and without one) and then moved to x's device: the same seed augments alike on every device, so a
-resumed run, or one under torchrun, draws the same transforms on a GPU as on the CPU.
+and without one) and then moved to x's device (queued, `transfer.to_device`): the same seed augments
+alike on every device, so a resumed run, or one under torchrun, draws the same transforms on a GPU as
+on the CPU.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .transfer import to_device
+
 __all__ = ["random_affine", "random_crop_flip"]
 
 
 def _draw(fn, *args, generator: torch.Generator | None, device: torch.device, **kwargs) -> torch.Tensor:
     """`fn(*args)` (torch.rand, torch.randint) drawn on the generator's device, then moved to `device`."""
     here = generator.device if generator is not None else torch.device("cpu")
-    return fn(*args, generator=generator, device=here, **kwargs).to(device)
+    return to_device(fn(*args, generator=generator, device=here, **kwargs), device)
 
 
 def _check_batch(x: torch.Tensor, fn: str, need_float: bool) -> None:

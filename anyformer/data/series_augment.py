@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .transfer import to_device
+
 __all__ = ["augment_series", "resample"]
 
 
@@ -41,7 +43,7 @@ def _positions(lengths: Tensor, T: int, g: torch.Generator, warp: float, crop: f
 def resample(x: Tensor, positions: Tensor) -> Tensor:
     """x (B, C, T) read at fractional positions (B, T'): linear interpolation -> (B, C, T')."""
     T = x.shape[-1]
-    p = positions.to(x.device).clamp(0, T - 1)
+    p = to_device(positions, x.device).clamp(0, T - 1)
     left = p.floor().long().clamp(max=T - 1)
     right = (left + 1).clamp(max=T - 1)
     w = (p - left)[:, None].to(x.dtype)
@@ -59,8 +61,8 @@ def augment_series(x: Tensor, lengths: Tensor, g: torch.Generator, *, jitter: fl
                    scale: float = 0.1, warp: float = 0.2, crop: float = 0.2, share: float = 0.5) -> Tensor:
     """Standardised series (B, C, T) -> augmented, the same shape; each change drawn per series."""
     B, C, T = x.shape
-    valid = (torch.arange(T, device=x.device)[None] < lengths.to(x.device)[:, None])[:, None]
+    valid = (torch.arange(T, device=x.device)[None] < to_device(lengths, x.device)[:, None])[:, None]
     x = resample(x, _positions(lengths, T, g, warp, crop, share))
     factor = 1 + torch.randn(B, C, 1, generator=g) * scale
     noise = torch.randn(B, C, T, generator=g) * jitter
-    return (x * factor.to(x.device) + noise.to(x.device)) * valid
+    return (x * to_device(factor, x.device) + to_device(noise, x.device)) * valid

@@ -60,7 +60,7 @@ class ImageClassification(ClassifierReport):
     # ---------------------------------------------------------------- training
     def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, Tensor], int]:
         epoch, i = divmod(step, self.steps_per_epoch)
-        order = epoch_order(len(self.train), self.cfg.seed, epoch)
+        order = epoch_order(len(self.train), self.cfg.seed, epoch, self.device)
         idx = order[i * self.cfg.batch_size:(i + 1) * self.cfg.batch_size]
         x = self.normalise(self.images[idx])
         g = step_generator(self.cfg.seed, step)

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ..data import ImageDataset
 from ..data.preprocess import ImagePreprocess
+from ..data.transfer import to_device
 from ..models.flow import interpolate, velocity_target
 from .batches import epoch_order, rank_share, step_generator
 from .classify import image_splits
@@ -67,7 +68,7 @@ class FlowMatching:
     def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, ...], int]:
         """(x, y, t, eps): images in [-1, 1], labels (some made the null class), times, noise."""
         epoch, i = divmod(step, self.steps_per_epoch)
-        order = epoch_order(len(self.train), self.cfg.seed, epoch)
+        order = epoch_order(len(self.train), self.cfg.seed, epoch, self.device)
         idx = order[i * self.cfg.batch_size:(i + 1) * self.cfg.batch_size]
         x = self.preprocess(self.images[idx])
         y = self.labels[idx]
@@ -76,9 +77,9 @@ class FlowMatching:
         t = torch.sigmoid(torch.randn(n, generator=g))  # logit-normal(0, 1)
         eps = torch.randn(x.shape, generator=g)
         dropped = torch.rand(n, generator=g) < self.cfg.label_dropout
-        y = torch.where(dropped.to(y.device), torch.full_like(y, len(self.classes)), y)
+        y = torch.where(to_device(dropped, y.device), torch.full_like(y, len(self.classes)), y)
         share = rank_share(n, rank, world)
-        return (x[share], y[share], t[share].to(self.device), eps[share].to(self.device)), n
+        return (x[share], y[share], to_device(t[share], self.device), to_device(eps[share], self.device)), n
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Any]]:
         x, y, t, eps = batch

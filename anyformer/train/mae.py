@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..data.transfer import to_device
 from ..models import PRESETS, MAEConfig
 from ..models.base import config_from_dict
 from .batches import epoch_order, rank_share, step_generator
@@ -36,13 +37,13 @@ class MaskedAutoencoding(ImageClassification):
 
     def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, Tensor], int]:
         epoch, i = divmod(step, self.steps_per_epoch)
-        order = epoch_order(len(self.train), self.cfg.seed, epoch)
+        order = epoch_order(len(self.train), self.cfg.seed, epoch, self.device)
         idx = order[i * self.cfg.batch_size:(i + 1) * self.cfg.batch_size]
         x = self.normalise(self.images[idx])
         # Drawn for the whole global batch, then shared out: the masks do not depend on the ranks.
         noise = torch.rand(len(idx), self._num_patches(), generator=step_generator(self.cfg.seed, step, NOISE_SALT))
         share = rank_share(len(idx), rank, world)
-        return (x[share], noise[share].to(self.device)), len(idx)
+        return (x[share], to_device(noise[share], self.device)), len(idx)
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, dict[str, Any]]:
         x, noise = batch

@@ -103,11 +103,12 @@ class SeriesClassification(ClassifierReport):
     # ---------------------------------------------------------------- training
     def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
         epoch, i = divmod(step, self.steps_per_epoch)
-        order = epoch_order(len(self.train), self.cfg.seed, epoch)
-        idx = order[i * self.batch_size:(i + 1) * self.batch_size].to(self.device)
+        rows = slice(i * self.batch_size, (i + 1) * self.batch_size)
+        idx = epoch_order(len(self.train), self.cfg.seed, epoch, self.device)[rows]
         x, lengths = self.values[idx], self.lengths[idx]
-        if self.cfg.augment == "series":
-            x = augment_series(x, lengths, step_generator(self.cfg.seed, step))
+        if self.cfg.augment == "series":  # drawn from the lengths on the host: no copy back from the device
+            host_lengths = self.train.lengths[epoch_order(len(self.train), self.cfg.seed, epoch)[rows]]
+            x = augment_series(x, host_lengths, step_generator(self.cfg.seed, step))
         share = rank_share(len(idx), rank, world)
         return (x[share], lengths[share], self.labels[idx][share]), len(idx)
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..data.transfer import float64_on
 from ..models import REGISTRY, Model
 from ..plan import planner
 from . import checkpointing, progress
@@ -174,7 +175,7 @@ class Trainer:
             (weighted if self.scaler is None else self.scaler.scale(weighted)).backward()
             loss_sum += loss.detach().double() * real
             for k, v in chunk_stats.items():
-                stats[k] = stats.get(k, 0) + torch.as_tensor(v, dtype=torch.float64, device=self.device) * bool(real)
+                stats[k] = stats.get(k, 0) + float64_on(v, self.device) * bool(real)
         keys = sorted(stats)
         self.pending.append((step, n_global, keys, torch.stack([loss_sum, *(stats[k] for k in keys)])))
         if self.scaler is not None and cfg.grad_clip:

@@ -8,6 +8,7 @@ code on the CPU, with smaller batches, so that the tests themselves are checked 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from anyformer import plan
 from anyformer.cli import main
 from anyformer.plan import compiled, planner
 from anyformer.data import read_idx
-from anyformer.train import RECIPES, Interrupted, Trainer
+from anyformer.train import RECIPES, Interrupted, Trainer, recipe_config
 from anyformer.train.tasks import ImageClassification
 from tests.conftest import REPO, SHARED_DATA, TEST_DEVICE
 from tests.train.conftest import assert_same_checkpoints, assert_same_weights, interrupt_at, tiny_config
@@ -78,6 +79,40 @@ def test_every_recipe_trains_on_the_device_and_its_loss_falls(recipe, tmp_path):
     assert all(np.isfinite(losses(tmp_path / "run"))), losses(tmp_path / "run")
     assert curve[-1] < curve[0], f"{recipe}: held-out loss {curve}"
 
+
+
+@pytest.mark.parametrize("recipe", ["mnist", "cifar10", "mae-mnist", "mnist-gen", "shakespeare-char"])
+def test_a_training_step_never_makes_the_host_wait_for_the_device(recipe, tmp_path):
+    """A step of each kind of task (its batch, augmentation, forward, backward, clipping and update)
+    queues its work and returns: under CUDA's sync debug mode "error" any call that makes the host
+    wait for the device raises, with its place. A copy from pageable host memory is one such call:
+    before the indices, the random draws and a count went over queued from page-locked memory, each
+    step's batch waited for the last step to finish, so the host could not queue this step's kernels
+    while the device ran the last one's. The statistics are read at sync points, not in these steps;
+    the plan is stock (a measurement waits for the device by design). Not the series recipe: its
+    model reads whether any series leaves a patch empty, to take the attention path without a mask
+    when none does (models/series.py), a wait by design. The CPU dry run takes the same steps, with
+    smaller batches, and checks nothing about waiting."""
+    lm = RECIPES[recipe]["task"] == "lm"
+    cap = 8 if lm else 128
+    small = {"batch_size": cap} if ON_CPU and RECIPES[recipe]["batch_size"] > cap else {}
+    limits = {"eval_iters": 2} if lm else {"limit_train": 2048, "limit_eval": 256}
+    cfg = recipe_config(recipe, out=str(tmp_path / "run"), max_steps=10, device=DEVICE.type, progress=False,
+                        plots=False, **limits, **small)
+    t = Trainer(cfg)
+    t.tune()
+    t.train_step()  # first calls: cuBLAS and cuDNN handles, the allocator's first blocks
+    if not ON_CPU:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            t.train_step()
+    finally:
+        if not ON_CPU:
+            torch.cuda.set_sync_debug_mode("default")
+    t.sync()
+    assert math.isfinite(t.last_loss), t.last_loss
 
 # ------------------------------------------------------------------------------ resume, fp16, torchrun
 @pytest.fixture(scope="module")

@@ -80,7 +80,6 @@ def test_every_recipe_trains_on_the_device_and_its_loss_falls(recipe, tmp_path):
     assert curve[-1] < curve[0], f"{recipe}: held-out loss {curve}"
 
 
-
 @pytest.mark.parametrize("recipe", ["mnist", "cifar10", "mae-mnist", "mnist-gen", "shakespeare-char"])
 def test_a_training_step_never_makes_the_host_wait_for_the_device(recipe, tmp_path):
     """A step of each kind of task (its batch, augmentation, forward, backward, clipping and update)
@@ -113,6 +112,7 @@ def test_a_training_step_never_makes_the_host_wait_for_the_device(recipe, tmp_pa
             torch.cuda.set_sync_debug_mode("default")
     t.sync()
     assert math.isfinite(t.last_loss), t.last_loss
+
 
 # ------------------------------------------------------------------------------ resume, fp16, torchrun
 @pytest.fixture(scope="module")

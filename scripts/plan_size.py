@@ -17,13 +17,15 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 OWN = ("planning.py", "runplan.py", "decode_plan.py")
 HOOK_DIRS = ("anyformer/nn", "anyformer/models", "anyformer/train")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=REPO).stdout
 
 
 def _lines(rev: str, path: str) -> int:

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from ..nn import (ClassEmbedding, FinalAdaLN, LearnedPosition, PatchEmbedding, PatchOutput, SinusoidalPosition,
                   TimeEmbedding, Transformer)
 from ..nn.conditioning import AdaLNModulation
+from ..nn.embeddings import index_span
 from ..shapes import pair, patch_grid
 from . import flow
 from .base import Model, check_sizes, matmul_weights
@@ -100,9 +101,10 @@ class DiT(Model):
 
     def condition(self, t: Tensor, y: Tensor) -> Tensor:
         """c (B, D) from flow times t (B,) and labels y (B,), the null class allowed."""
-        if y.numel() and (int(y.min()) < 0 or int(y.max()) > self.null_class):
+        span = index_span(y)
+        if span is not None and (span[0] < 0 or span[1] > self.null_class):
             raise ValueError(f"labels must lie in [0, {self.null_class}] ({self.null_class} = no class); "
-                             f"got values in [{int(y.min())}, {int(y.max())}]")
+                             f"got values in [{span[0]}, {span[1]}]")
         return self.time_embed(t) + self.class_embed(y)
 
     def forward(self, x: Tensor, t: Tensor | float, y: Tensor) -> Tensor:

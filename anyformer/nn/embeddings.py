@@ -11,6 +11,18 @@ from torch import Tensor, nn
 from ..shapes import pair
 
 
+def index_span(ids: Tensor) -> tuple[int, int] | None:
+    """(least, greatest) of integer ids, for a range check with a clear message; None where it is not
+    read: empty ids, inside a torch.compile trace (a data-dependent branch would break the graph),
+    and on a GPU while autograd records (a training step). Reading a GPU tensor makes the host wait
+    for the device, and a step that waits cannot queue its kernels while the last one runs; there an
+    index out of range still stops the step, at the embedding kernel's own device-side assert."""
+    if not ids.numel() or torch.compiler.is_compiling() or (ids.device.type != "cpu" and torch.is_grad_enabled()):
+        return None
+    lo, hi = torch.aminmax(ids)  # one fused pass, one read
+    return int(lo), int(hi)
+
+
 class TokenEmbedding(nn.Module):
     """Lookup table: (B, T) integer ids -> (B, T, D)."""
 
@@ -24,13 +36,9 @@ class TokenEmbedding(nn.Module):
             raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
         if ids.dim() != 2:
             raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
-        # One fused min/max pass and one host sync per call; skipped while torch.compile traces
-        # (a data-dependent branch would break the graph).
-        if ids.numel() and not torch.compiler.is_compiling():
-            lo, hi = torch.aminmax(ids)
-            lo, hi = int(lo), int(hi)
-            if lo < 0 or hi >= self.vocab_size:
-                raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got values in [{lo}, {hi}]")
+        span = index_span(ids)
+        if span is not None and (span[0] < 0 or span[1] >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got values in [{span[0]}, {span[1]}]")
         if ids.dtype not in (torch.int64, torch.int32):  # embedding's kernel takes these two only
             ids = ids.long()
         return nn.functional.embedding(ids, self.weight)

@@ -85,18 +85,22 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
             return run()
         return call
 
-    if entry is None:
-        # One planned pass first, outside any measurement (inside one, each layer's own decision gets
-        # the stock answer): the per-shape choices that "planned" stands for are made now.
-        set_kernel(_kernel(PLANNED))
-        step()
-    checked = {k: using(k, step) for k in LINEARS.choices}
     choice, before = PLANNED, len(p.measured)  # PLANNED: what the layers were told before, should this raise
-    try:
-        choice = p.decide(LINEARS.name, fields, lambda: checked, tolerance=tolerance, budget_s=max(p.budget_s, BUDGET_S),
-                          extra=lambda: {"timed": "forward+backward"})
-    finally:
-        set_kernel(_kernel(choice))
+    # The per-shape answers the candidates ask for are the measurement's, not the run's: a run's recorded
+    # plan holds them only where "planned" wins (its first step asks them again), so that a run that
+    # measured and one that read the record write the same plan.
+    with p.recording(p._pinned):
+        if entry is None:
+            # One planned pass first, outside any measurement (inside one, each layer's own decision
+            # gets the stock answer): the per-shape choices that "planned" stands for are made now.
+            set_kernel(_kernel(PLANNED))
+            step()
+        checked = {k: using(k, step) for k in LINEARS.choices}
+        try:
+            choice = p.decide(LINEARS.name, fields, lambda: checked, tolerance=tolerance,
+                              budget_s=max(p.budget_s, BUDGET_S), extra=lambda: {"timed": "forward+backward"})
+        finally:
+            set_kernel(_kernel(choice))
     measured = entry_key(LINEARS.name, fields) in p.measured[before:]
     return LinearsPlan(choice, _times(p.entry(LINEARS.name, fields), "measured on the whole step" if measured
                                       else "recorded for the whole step"))

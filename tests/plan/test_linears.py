@@ -131,3 +131,20 @@ def test_the_step_is_timed_with_each_kernel_on_planned_layers_and_nothing_moves(
     assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
     assert chosen in CHOICES and _entry(plan_cache)["timed"] == "forward+backward"
     assert {m.training_kernel for m in model if isinstance(m, nn.Linear)} == {None if chosen == "planned" else chosen}
+
+
+@needs_onednn
+@pytest.mark.parametrize("winner", ["onednn", "planned"])
+def test_what_the_candidates_are_answered_is_not_the_runs_plan(planner_with, winner):
+    """Each layer's own answers, asked while the "planned" candidate is measured, stay out of the plan a
+    run records: there only if "planned" wins, once the run's first step asks them. So a run that
+    measured and a run that read the record write the same plan.json."""
+    p = planner_with({n: 0.5 if n == winner else 1.0 for n in CHOICES})
+    torch.manual_seed(0)
+    model = plan_kernels(nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 3)))
+    per_shape = lambda answers: sorted(k for k in answers if k.startswith("linear ") and "training=1" in k)
+    with p.recording() as answers:
+        chosen = linears_for_training(model, lambda k: set_training_kernel(model, k), _loss(model), fields=FIELDS)
+        assert chosen.choice == winner and per_shape(answers) == []
+        _loss(model)(model).backward()  # the run's first step
+    assert len(per_shape(answers)) == (2 if winner == "planned" else 0)

@@ -109,9 +109,10 @@ def test_a_cold_and_a_warm_plan_cache_train_the_same_bits(tmp_path, mnist_slice,
     assert strip(tmp_path / "cold" / "run" / "metrics.jsonl") == strip(tmp_path / "warm" / "run" / "metrics.jsonl")
     cold, warm = (json.loads((tmp_path / n / "run" / "plan.json").read_text()) for n in ("cold", "warm"))
     assert (cold["compile"], cold["linears"]) == (warm["compile"], warm["linears"]) == ("eager", summary["linears"])
-    # The cold run also holds what it was answered while it measured (each layer's shape, for the
-    # "planned" candidate); every answer the warm run was given is the cold run's.
-    assert len(warm["answers"]) > 3 and {k: cold["answers"].get(k) for k in warm["answers"]} == warm["answers"]
+    # What the cold run was answered while it measured (each layer's shape, for the "planned"
+    # candidate) is in its plan only where "planned" won: both runs record the same answers
+    # (tests/plan/test_linears.py holds the other outcomes to it).
+    assert len(warm["answers"]) > 3 and cold["answers"] == warm["answers"]
 
 
 @pytest.mark.slow

@@ -237,7 +237,23 @@ def _setup(ctx, inputs, output) -> None:
 
 def _backward(ctx, grad_out: Tensor, grad_lse: Tensor | None):
     qkv, out, lse = ctx.saved_tensors
+    if torch.is_grad_enabled():  # create_graph=True: see _attention_grad_by_torch
+        return _attention_grad_by_torch(qkv, grad_out, ctx.causal), None
     return _attention_backward(qkv, out, lse, grad_out, ctx.causal), None
+
+
+def _attention_grad_by_torch(qkv: Tensor, grad: Tensor, causal: bool) -> Tensor:
+    """The gradient of the packed projection through torch's own products and softmax, which have
+    derivatives: for a backward that records a graph of the gradient (create_graph=True: a gradient
+    penalty, a Hessian-vector product), where the native backward would end the graph. The same maths;
+    the summation order differs."""
+    q, k, v = _views(qkv)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(qkv.shape[-1])
+    if causal:
+        n = scores.shape[-1]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=qkv.device).triu(1), float("-inf"))
+    out = (scores.softmax(-1) @ v).transpose(1, 2)  # (B, N, H, D_h), as the kernel writes it
+    return torch.autograd.grad(out, qkv, grad, create_graph=True)[0]
 
 
 _attention.register_autograd(_backward, setup_context=_setup)
@@ -304,6 +320,8 @@ def _gelu_setup(ctx, inputs, output) -> None:
 
 def _gelu_grad(ctx, grad: Tensor):
     (x,) = ctx.saved_tensors
+    if torch.is_grad_enabled():  # create_graph=True: ATen's backward has a derivative, the native one none
+        return torch.ops.aten.gelu_backward(grad, x, approximate=ctx.approximate), None
     return _gelu_backward(grad, x, ctx.approximate), None
 
 

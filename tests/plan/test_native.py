@@ -282,3 +282,42 @@ def test_the_gelu_module_follows_the_plan(monkeypatch):
         assert torch.equal(act(xb), F.gelu(xb, approximate="tanh"))
         torch.func.vmap(act)(x)  # nor under torch.func
     assert len(calls) == 1
+
+
+# --- a graph of the gradient (create_graph=True) -------------------------------------------------------
+def _explicit(packed: torch.Tensor, causal: bool) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(D_h)) V written out, the reference with derivatives of every order."""
+    B, N, _, H, D = packed.shape
+    q, k, v = (t.transpose(1, 2) for t in packed.unbind(2))
+    scores = q @ k.transpose(-2, -1) / D ** 0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, N, H * D)
+
+
+def _penalty(fn, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A gradient penalty: the gradient of |d sum(fn(x)^2) / dx|^2 with respect to x, and that first gradient."""
+    x = x.detach().requires_grad_()
+    (g,) = torch.autograd.grad(fn(x).pow(2).sum(), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.pow(2).sum(), x)
+    return g.detach(), h
+
+
+@needs_compiler
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_gradient_penalty_through_the_native_attention_steps_aside_to_torchs_maths(causal):
+    packed = torch.randn(2, 9, 3, 2, 32, generator=torch.Generator().manual_seed(3))
+    g_ref, h_ref = _penalty(lambda t: _explicit(t, causal), packed)
+    g, h = _penalty(lambda t: native.attention_packed(t, causal), packed)
+    torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(h, h_ref, rtol=1e-3, atol=1e-4)
+
+
+@needs_compiler
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_a_gradient_penalty_through_the_native_gelu_steps_aside_to_atens_backward(approximate):
+    x = torch.randn(7, 300, generator=torch.Generator().manual_seed(4))
+    g_ref, h_ref = _penalty(lambda t: F.gelu(t, approximate=approximate), x)
+    g, h = _penalty(lambda t: native.gelu(t, approximate), x)
+    torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(h, h_ref, rtol=1e-4, atol=1e-4)

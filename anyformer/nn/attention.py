@@ -238,7 +238,7 @@ class MultiHeadAttention(nn.Module):
                                               dropout=drop, training=self.training)
             if sink is not None:
                 sink(weights)
-        elif kernel in SDPA.choices:  # on CUDA, the SDPA backend the plan measured fastest here
+        elif kernel in SDPA.choices:  # on CUDA, the SDPA backend the plan measured fastest ("default": torch's pick)
             with sdpa_context(kernel):
                 out = _sdpa(q, k, v, attn_mask, drop, causal)
         else:
@@ -259,7 +259,7 @@ class MultiHeadAttention(nn.Module):
 
     def _kernel(self, q: Tensor, nk: int, causal: bool, masked: bool, layout: str) -> str:
         """The attention path for this call: "fused", "explicit" or "native", or on CUDA one of SDPA's
-        backends ("flash", "efficient", "cudnn", "math"; "fused" is torch's pick). `q` is (B, H, N,
+        backends ("default": torch's pick, "flash", "efficient", "cudnn", "math"). `q` is (B, H, N,
         D_h) queries, or for layout "packed" the (B, N, 3, H, D_h) projection. `impl="auto"`: the
         plan's measured choice (`attention_kernel` on the CPU, `sdpa_backend` on CUDA), SDPA's own
         pick until measured otherwise. Under torch.compile, the choice the plan made for this
@@ -288,14 +288,13 @@ class MultiHeadAttention(nn.Module):
             # follow what the layer's eager calls were told before).
             forced = choices.forced_choice(planner().forced()[0], "sdpa" if on_cuda else "attention")
             if forced is not None:
-                return "fused" if forced == "default" else forced
+                return forced
             try:
                 return self._planned.get(case, "fused")
             except TypeError:  # symbolic (dynamic) sizes: no eager answer to follow
                 return "fused"
         if on_cuda:
             kernel = sdpa_backend(b, h, nq, nk, dh, q.dtype, causal, grads, masked=masked, device=q.device)
-            kernel = "fused" if kernel == "default" else kernel
         else:
             kernel = attention_kernel(b, h, nq, nk, dh, q.dtype, causal, grads, masked=masked, layout=layout)
         if layout != "cache":  # a decode step's every cache length would be kept, and it is not compiled

@@ -4,7 +4,7 @@ machine: a kernel that wins on one processor can lose on the next.
     from anyformer import plan
     plan.linear_kernel(rows, 768, 3072, torch.float32, training=True)   # "stock" | "onednn"
     plan.attention_kernel(B, H, Nq, Nk, D_h, dtype, causal, training)    # "fused" | "explicit" | "native"
-    plan.sdpa_backend(B, H, Nq, Nk, D_h, dtype, causal, training)        # CUDA: "auto" | "flash" | "cudnn" | ...
+    plan.sdpa_backend(B, H, Nq, Nk, D_h, dtype, causal, training)        # CUDA: "default" | "flash" | "cudnn" | ...
     plan.gelu_kernel(numel, "tanh", training)                             # "stock" | "native"
     plan.amp_dtype("cpu", width=384, hidden=1536)                         # "none" | "bf16"
     plan.adamw_impl(model.parameters())                                   # "foreach" | "fused"

@@ -2,17 +2,16 @@
 # The GPU issue's device check: `pytest -m gpu`, then the measurements, all written under $OUT
 # (summary.json, log.txt, pytest.txt, env.txt). Each part runs under its own time limit and no part
 # starts past DEADLINE seconds, so one hang or a slow compile costs only its part. A 15-minute lease
-# holds two calls of about 6 minutes: the machine stays warm only 30 s after a call, so each call
-# starts a fresh one (about 30 s on 2026-11-26) and nothing in /tmp carries over. Name each call's parts
-# so that mnist_gen follows train_default (its judge) in the same call. What each part took on an H100
-# (2026-11-26): tests 94 s in 6 processes, train_default 96 s, gpt2 123 s, shakespeare 71 s; vit's
-# training rounds 137 s before its inference (over 150 s in all), generate 65 s before Hugging Face's.
-# Since 2026-11-27 the plan measures a CUDA run's compile with and without CUDA graphs before its first
-# step (two compiles): expect tests and train_default to take longer than those figures (not yet timed).
+# holds two calls of about 6 minutes. The machine stays warm only 30 s after a call: issue the second
+# call at once and it runs on the same machine (the 2026-11-28 H200 session did: 745 s of the 900 in
+# all), whose /tmp keeps the first call's parts for the summary. Name each call's parts so that
+# mnist_gen follows train_default (its judge) in the same call. What each part took on an H200
+# (2026-11-28, the plan compiling CUDA steps with and without graphs): tests 86 s in 6 processes,
+# train_default 70 s, mnist_gen 47 s, generate 75 s, gpt2 83 s, shakespeare 67 s, vit 149 s, char 68 s.
 #
 #   bash benchmarks/gpu/prepare.sh        # here first: data and wheels into .gpu-data, .whl
-#   DEADLINE=380 bash benchmarks/gpu/run.sh tests train_default mnist_gen generate   # call 1, carry [".gpu-data", ".whl"]
-#   DEADLINE=420 bash benchmarks/gpu/run.sh gpt2 vit shakespeare char                # call 2, the same carry
+#   DEADLINE=345 bash benchmarks/gpu/run.sh tests train_default mnist_gen generate   # call 1, carry [".gpu-data", ".whl"]
+#   DEADLINE=455 bash benchmarks/gpu/run.sh gpt2 shakespeare vit char                # call 2, the same carry
 #   bash benchmarks/gpu/run.sh --dry-run  # here, every part on the CPU with tiny sizes
 # Parts: tests first, then the measurements in the order named (default: all, in this order):
 #   tests train_default generate gpt2 shakespeare mnist_gen vit char
@@ -30,7 +29,7 @@ export ANYFORMER_CACHE=${ANYFORMER_CACHE:-/tmp/anyformer-gpu-cache} ANYFORMER_GP
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
 PY=python3; [ -x .venv/bin/python ] && PY=.venv/bin/python
 if [ -d .whl ] && [ -z "$DRY" ]; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 { date -u; nvidia-smi 2>&1 | head -15; $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"; } > "$OUT/env.txt" 2>&1

@@ -35,6 +35,18 @@ def duration(text: str) -> float:
     return seconds
 
 
+def image_size(text: str) -> int | list[int]:
+    """'64' -> 64 (64 x 64); '48x64' or '48,64' -> [48, 64] (height, width)."""
+    parts = re.split(r"[x,]", text.strip().lower())
+    try:
+        sizes = [int(p) for p in parts]
+    except ValueError:
+        sizes = []
+    if len(sizes) not in (1, 2) or min(sizes, default=0) < 1:
+        raise argparse.ArgumentTypeError(f"expected a size N or HxW such as 64 or 48x64, got {text!r}")
+    return sizes[0] if len(sizes) == 1 else sizes
+
+
 def one_line(e: BaseException) -> str:
     """An exception as the one line a user sees."""
     if isinstance(e, FileNotFoundError) and e.filename and not e.args[1:]:

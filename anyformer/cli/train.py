@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .args import duration, key_value
+from .args import duration, image_size, key_value
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,9 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--model", help="model preset, e.g. vit-mnist, vit-s/16, shakespeare-char")
     t.add_argument("--set", dest="model_overrides", type=key_value, action="append", metavar="KEY=VALUE",
                    help="override a model config field, e.g. --set depth=4 (repeatable)")
-    t.add_argument("--data", help="dataset name (mnist, fashion-mnist, cifar10) or a path")
+    t.add_argument("--data", help="a dataset name (mnist, fashion-mnist, cifar10, shakespeare, GunPoint) or your "
+                                  "own: a folder of class folders of images, a text file or folder, a .csv/.ts/.tsv/"
+                                  ".npy of labelled series; with no recipe the task and its settings come from it")
     t.add_argument("--out", help="run directory (default runs/RECIPE)")
     g = t.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=float)
@@ -45,7 +47,15 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--limit-train", type=int, help="train on the first N examples only")
     t.add_argument("--limit-eval", type=int, help="evaluate on the first N examples only")
     t.add_argument("--seq-len", type=int, help="language models: tokens per training sequence")
-    t.add_argument("--tokenizer", help="language models: char, gpt2, or a tokenizer file")
+    t.add_argument("--tokenizer", help="language models: char, bpe (learned from your corpus, saved with the run), "
+                                       "gpt2, or a tokenizer file (tokenizer.json, r50k_base.tiktoken)")
+    t.add_argument("--image-size", type=image_size, metavar="N|HxW",
+                   help="images: resize every image to this size (default: derived from your images, or as stored)")
+    t.add_argument("--val-fraction", type=float, metavar="F",
+                   help="data without a test split: the seeded, stratified share held out for validation "
+                        "(default: 0.2, raised so that each class holds out at least 2)")
+    t.add_argument("--label-column", metavar="NAME",
+                   help="series in a CSV: the column that holds the labels (default: label, class, target or y)")
     t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
     t.add_argument("--init-from", metavar="DIR",
                    help="start from a run's weights (a ViT from an MAE run's encoder or a ViT run's trunk)")

@@ -5,7 +5,7 @@ downloads, an on-disk decoded cache, batched GPU-friendly augmentation, and text
 from .augment import random_affine, random_crop_flip
 from .dataset import ImageDataset
 from .download import download, sha256_file
-from .errors import DataError
+from .errors import DataError, DataWarning
 from .idx import parse_idx, read_idx
 from .numpy_pickle import load_numpy_pickle
 from .preprocess import ImagePreprocess
@@ -19,6 +19,7 @@ __all__ = [
     "CharTokenizer",
     "DATASET_NAMES",
     "DataError",
+    "DataWarning",
     "ImageDataset",
     "ImagePreprocess",
     "default_cache_dir",

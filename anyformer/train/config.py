@@ -43,7 +43,11 @@ class TrainConfig:
     limit_eval: int | None = None
     seq_len: int | None = None               # language models: tokens per training sequence
     eval_iters: int = 50                     # language models: validation batches per evaluation
-    tokenizer: str = "char"                  # language models: char | gpt2
+    tokenizer: str = "char"                  # language models: char | bpe (learned from the corpus) | gpt2 | a file
+    image_size: int | list[int] | None = None  # images: resize every image to this (N or [H, W]); None: as stored
+    val_fraction: float | None = None        # classification data without a test split: the seeded, stratified
+                                             # share of it held out for validation (None: derived from the data)
+    label_column: str | None = None          # series in a CSV: the column holding the labels (None: found by name)
     label_fraction: float | None = None      # classification: a seeded, class-balanced share of the training labels
     init_from: str | None = None             # a run directory whose trunk (an MAE's encoder, a ViT's) starts the model
     device: str = "auto"
@@ -68,6 +72,8 @@ class TrainConfig:
     label_dropout: float = 0.1               # generators: share of labels shown as "no class" (for guidance)
     judge: str | None = None                 # generators: a classifier run that scores samples at each evaluation
     judge_samples: int = 500                 # generators: images sampled for the judge, spread evenly over classes
+    derived: dict[str, str] = field(default_factory=dict)  # settings derived from the data: name -> why
+                                                           # (`anyformer train --data PATH` with no recipe)
 
     def __post_init__(self) -> None:
         for name, valid in (("schedule", SCHEDULES), ("augment", AUGMENTS), ("normalize", NORMALIZE), ("amp", AMP),
@@ -113,6 +119,13 @@ class TrainConfig:
                                                  and math.isfinite(self.time_budget)):
             raise ValueError(f"time_budget must be a number of seconds, > 0 (or 0 / unset: no budget), "
                              f"got {self.time_budget!r}")
+        if self.val_fraction is not None and not 0 < self.val_fraction < 1:
+            raise ValueError(f"val_fraction must lie in (0, 1) (or unset), got {self.val_fraction}")
+        if self.image_size is not None:
+            sizes = self.image_size if isinstance(self.image_size, (list, tuple)) else [self.image_size]
+            if len(sizes) not in (1, 2) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                                   for v in sizes):
+                raise ValueError(f"image_size must be a positive size N or [H, W] (or unset), got {self.image_size!r}")
         if self.compile is not None and not isinstance(self.compile, bool):
             raise TypeError(f"compile must be true, false or null (the plan decides), got {self.compile!r}")
         if not isinstance(self.fsdp, bool):

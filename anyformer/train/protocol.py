@@ -16,6 +16,10 @@ distribution, checkpoints, the run directory, timing. A task owns its data and i
 A new task is a class with these members, registered in `tasks.TASKS`. Its constructor takes
 `(cfg, device, *, info=None)`: `info` is the "data" section of a finished run's config.json (what
 `run_info` returned), given when a run is evaluated again, so that it is scored exactly as trained.
+Where `cfg.data` then differs from the data the run recorded (`info["dataset"]`: `anyformer eval RUN
+--data PATH`), the task scores that other data instead, in the same format: its test split where it
+has one, else all of it, with the run's classes, tokenizer and preprocessing; a class the run does
+not know is refused in one line.
 
 Optional: a task with a class attribute `draw_each_evaluation = True` has `draw` called after every
 evaluation too (a generator's samples.png shows each evaluation's samples), not only at the end.

@@ -33,7 +33,15 @@ def score_classifier(logits_of: Callable[[int, int], Tensor], labels: Tensor, cl
 
 
 class ClassifierReport:
-    """The Task protocol's reporting methods, as every classifier fills them."""
+    """The Task protocol's reporting methods, as every classifier fills them. `eval_split` names what
+    evaluation scores: the data's own test split, or a share of the training data held out for
+    validation where the data has none (then the figures are `val_accuracy` and `val_loss`)."""
+
+    eval_split: str = "test"  # or "validation"
+
+    @property
+    def _prefix(self) -> str:
+        return "test" if self.eval_split == "test" else "val"
 
     def train_metrics(self, sums: dict[str, float]) -> dict[str, float]:
         return {"train_accuracy": sums["correct"] / max(1, sums["count"])} if "correct" in sums else {}
@@ -42,9 +50,14 @@ class ClassifierReport:
         return {"acc": f"{sums['correct'] / max(1, sums['count']):.3f}"} if "correct" in sums else {}
 
     def eval_text(self, line: dict[str, Any]) -> str:
-        return f"test loss {line['eval_loss']:.4f}  test acc {line['eval_accuracy']:.4f}"
+        return f"{self._prefix} loss {line['eval_loss']:.4f}  {self._prefix} acc {line['eval_accuracy']:.4f}"
 
     def summary_fields(self, line: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
         if "eval_accuracy" not in line:
             return {}
-        return {"test_accuracy": line["eval_accuracy"], "test_loss": line["eval_loss"]}
+        return {f"{self._prefix}_accuracy": line["eval_accuracy"], f"{self._prefix}_loss": line["eval_loss"],
+                "eval_split": self.eval_split}
+
+    def accuracy_words(self, summary: dict[str, Any]) -> str:
+        """'test accuracy 0.9912' or 'validation accuracy 0.9300', for the final line."""
+        return f"{self.eval_split} accuracy {summary[f'{self._prefix}_accuracy']:.4f}"

@@ -131,7 +131,7 @@ class SeriesClassification(ClassifierReport):
         return result
 
     def final_line(self, summary: dict[str, Any]) -> str:
-        return (f"test accuracy {summary['test_accuracy']:.4f} after {summary['epochs']} epochs "
+        return (f"{self.accuracy_words(summary)} after {summary['epochs']} epochs "
                 f"in {summary['train_seconds']:.0f}s of training ({summary['series_per_s']:.0f} series/s)")
 
     def draw(self, model: nn.Module, result: dict[str, Any], run_dir: Path) -> None:

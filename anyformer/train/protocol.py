@@ -21,6 +21,9 @@ Where `cfg.data` then differs from the data the run recorded (`info["dataset"]`:
 has one, else all of it, with the run's classes, tokenizer and preprocessing; a class the run does
 not know is refused in one line.
 
+Optional: a task with a method `run_files() -> dict[str, bytes]` has those files written into the run
+directory when the run starts (a tokenizer learned from the corpus, which the run needs to be used).
+
 Optional: a task with a class attribute `draw_each_evaluation = True` has `draw` called after every
 evaluation too (a generator's samples.png shows each evaluation's samples), not only at the end.
 """

@@ -15,12 +15,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..files import atomic_write_text, remove_temp_files
+from ..files import atomic_write, atomic_write_text, remove_temp_files
 from .checkpoint import CKPT_DIR, list_checkpoints
 from .config import LOGS
 from .distributed import Distributed
 
-RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png", "plan.json")
+# tokenizer.json: a tokenizer learned from the run's corpus (`--tokenizer bpe`), which the task hands over.
+RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png", "plan.json",
+             "tokenizer.json")
 _CKPT_TEMP = re.compile(r"^\.(step-\d{9}\.pt)\.")  # atomic_write's temporary name for a checkpoint
 
 
@@ -73,6 +75,12 @@ class RunDir:
             (d / name).unlink(missing_ok=True)
         shutil.rmtree(ckpts, ignore_errors=True)
         shutil.rmtree(d / "tensorboard", ignore_errors=True)  # an earlier run's curves would mix with this one's
+
+    def write_files(self, files: dict[str, bytes]) -> None:
+        """Files a task keeps with the run (protocol.py's optional `run_files`), written atomically."""
+        for name, data in files.items():
+            path = self.path / name
+            self.on_main(f"write {name} into", path, lambda p=path, d=data: atomic_write(p, lambda f: f.write(d)))
 
     # ---------------------------------------------------------------- metrics.jsonl
     def append_metrics(self, line: dict[str, Any]) -> None:

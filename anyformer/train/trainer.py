@@ -287,6 +287,7 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.files.prepare(cfg.resume)
+        self.files.write_files(getattr(self.task, "run_files", dict)())  # optional: see protocol.py
         resumed = cfg.resume and checkpointing.restore(self)
         if self.budget is not None:
             self.budget.start(self.step, self.elapsed)

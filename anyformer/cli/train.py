@@ -112,14 +112,35 @@ def train(args: argparse.Namespace) -> int:
     asked = {k: v for k, v in values.items() if v is not None and v != {}}
     if args.recipe is not None:
         asked["recipe"] = args.recipe
-    recorded = resumed_settings(args.out or f"runs/{args.recipe or 'mnist'}", asked) if args.resume else None
+    recorded = resumed_settings(run_dir_of(args), asked) if args.resume else None
     cfg = TrainConfig.from_dict(recorded) if recorded is not None else recipe_config(args.recipe, **values)
+    if recorded is None:
+        announce_derived(cfg)
     trainer = Trainer(cfg)
     summary = trainer.run()
     if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run
         print(trainer.task.final_line(summary))
         print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
     return 0
+
+
+def run_dir_of(args: argparse.Namespace) -> str:
+    """The run directory train writes: --out, else runs/RECIPE, else (your own data) runs/<its name>."""
+    from ..train.recipes import is_own_data, default_out
+    if args.out:
+        return args.out
+    if args.recipe is None and is_own_data(args.data):
+        return default_out(str(Path(args.data).expanduser().resolve()))
+    return f"runs/{args.recipe or 'mnist'}"
+
+
+def announce_derived(cfg: Any) -> None:
+    """What was derived from the data, and why: one line each (rank 0 under torchrun)."""
+    import os
+    if not cfg.derived or os.environ.get("RANK", "0") != "0":
+        return
+    for key, why in cfg.derived.items():
+        print(f"derived: {key} = {why}")
 
 
 def tune(args: argparse.Namespace) -> int:

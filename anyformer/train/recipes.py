@@ -2,9 +2,14 @@
 config files). Every setting can be overridden on the command line."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
+from ..data.registry import ALIASES
+from ..data.text import TEXT_NAMES
 from .config import TrainConfig
+from .derive import auto_settings, fit_recipe_to_data
 
 # nanoGPT's config/train_shakespeare_char.py, exactly: 6 x 6 heads x 384, context 256, dropout 0.2, which
 # nanoGPT's model applies to the attention weights too (SDPA's dropout_p; the preset alone does not); and,
@@ -110,7 +115,12 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 
 def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
-    """The recipe's settings with `overrides` (None values ignored) on top."""
+    """The recipe's settings with `overrides` (None values ignored) on top. With no recipe and
+    `data` naming the user's own files, the task and its settings are derived from them
+    (`derive.auto_settings`); a recipe on the user's files has its batch and warm-up fitted to them."""
+    data = overrides.get("data")
+    if name is None and is_own_data(data):
+        return _auto_config(str(data), overrides)
     name = name or "mnist"
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; valid recipes: {sorted(RECIPES)} (see `anyformer recipes`)")
@@ -120,4 +130,38 @@ def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
         values.pop("time_budget", None)
     model_overrides = {**values.pop("model_overrides", {}), **(overrides.pop("model_overrides", None) or {})}
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if is_own_data(values.get("data")):
+        values["data"] = str(Path(values["data"]).expanduser().resolve())  # eval and resume from anywhere
+        fitted = fit_recipe_to_data(values, overrides)
+        if fitted:
+            values["derived"] = fitted
     return TrainConfig.from_dict({**values, "recipe": name, "model_overrides": model_overrides})
+
+
+def is_own_data(data: Any) -> bool:
+    """A path to the user's files, not a dataset name (a bare name is a name even where a folder of
+    that name exists: write ./mnist for the folder)."""
+    if data is None:
+        return False
+    text = str(data)
+    named = text.strip().lower() in ALIASES or text.strip().lower() in TEXT_NAMES
+    return Path(text).expanduser().exists() and not (named and "/" not in text and os.sep not in text)
+
+
+def default_out(data: str) -> str:
+    """Where a run on the user's own data goes unless --out says: runs/<the data's name>."""
+    return f"runs/{Path(data).name.split('.')[0] or 'data'}"
+
+
+def _auto_config(data: str, overrides: dict[str, Any]) -> TrainConfig:
+    data = str(Path(data).expanduser().resolve())
+    what, values, why = auto_settings(data, overrides)
+    if overrides.get("max_steps") is not None:
+        values.pop("epochs", None), why.pop("epochs", None)
+    if overrides.get("epochs") is not None:
+        values.pop("max_steps", None), why.pop("max_steps", None)
+    model_overrides = {**values.pop("model_overrides", {}), **(overrides.pop("model_overrides", None) or {})}
+    values.update({k: v for k, v in overrides.items() if v is not None and k != "data"})
+    values.setdefault("out", default_out(data))
+    why = {"task": f"{values['task']}: {what}", **why}
+    return TrainConfig.from_dict({**values, "recipe": "auto", "model_overrides": model_overrides, "derived": why})

@@ -1,0 +1,107 @@
+"""What a user's data is, from its files: images to classify, text to model, or labelled series.
+
+`anyformer train --data PATH` with no recipe asks this first, then derives the run's settings from
+the data (anyformer/train/derive.py). Only names and the first bytes of files are read here.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DataError
+from .images import IMAGE_EXTS
+
+__all__ = ["DataKind", "detect_kind", "SERIES_EXTS"]
+
+SERIES_EXTS = {".csv", ".ts", ".tsv", ".npy", ".npz", ".arff"}
+TAR_ENDINGS = (".tar", ".tar.gz", ".tgz")
+# Files that are neither data nor a reason to refuse it: what operating systems and editors leave behind.
+_DEBRIS = {".ds_store", "thumbs.db", "desktop.ini"}
+_PEEK_BYTES = 1 << 16
+_MAX_FILES = 200_000  # enough to classify any folder; a larger one is judged by its first files
+
+
+@dataclass(frozen=True)
+class DataKind:
+    kind: str    # "images" | "text" | "series"
+    why: str     # one phrase, e.g. "a folder of 9 class folders holding 1,906 images"
+
+
+def detect_kind(path: str | os.PathLike[str]) -> DataKind:
+    """The kind of data at `path`, and why; a one-line DataError where it is none of them."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DataError(f"no data at {p}: expected a folder of class folders of images, a text file or folder "
+                        f"of them, or a .csv/.ts/.tsv/.npy/.npz of labelled series")
+    return _detect_file(p) if p.is_file() else _detect_folder(p)
+
+
+def _suffix(p: Path) -> str:
+    return p.suffix.lower()
+
+
+def _detect_file(p: Path) -> DataKind:
+    if _suffix(p) in SERIES_EXTS:
+        return DataKind("series", f"a {_suffix(p)} file of labelled series")
+    if p.name.lower().endswith(TAR_ENDINGS):
+        return DataKind("images", "a tar archive (of class folders of images)")
+    if _suffix(p) in IMAGE_EXTS:
+        raise DataError(f"{p} is one image; expected a folder of class folders of images (cats/1.jpg, dogs/2.png, "
+                        f"...) to train a classifier on, or `anyformer predict RUN {p.name}` to classify it")
+    if _is_text(p):
+        return DataKind("text", "a text file")
+    raise DataError(f"{p} is neither text (UTF-8 or UTF-16) nor a file of series (.csv, .ts, .tsv, .npy, .npz) "
+                    f"nor a tar of images; expected one of those, or a folder of them")
+
+
+def _is_text(p: Path) -> bool:
+    """UTF-8 (a BOM allowed) or UTF-16 with a BOM, judged by the first 64 KiB: a character cut at the
+    end is allowed, a NUL byte or an invalid sequence is not."""
+    with open(p, "rb") as f:
+        head = f.read(_PEEK_BYTES)
+    if not head:
+        return False
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return True
+    if b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(head) - 3 and e.reason == "unexpected end of data"
+    return True
+
+
+def _files(folder: Path) -> list[Path]:
+    out = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__MACOSX")
+        out += [Path(root) / n for n in sorted(names) if not n.startswith(".") and n.lower() not in _DEBRIS]
+        if len(out) >= _MAX_FILES:
+            break
+    return out
+
+
+def _detect_folder(p: Path) -> DataKind:
+    files = _files(p)
+    if not files:
+        raise DataError(f"the folder {p} is empty (hidden files aside); expected class folders of images, text "
+                        f"files, or files of labelled series")
+    kinds = Counter("images" if _suffix(f) in IMAGE_EXTS else "series" if _suffix(f) in SERIES_EXTS
+                    else "tar" if f.name.lower().endswith(TAR_ENDINGS) else "other" for f in files)
+    if kinds["images"]:
+        classes = {f.relative_to(p).parts[-2] for f in files if _suffix(f) in IMAGE_EXTS
+                   and len(f.relative_to(p).parts) >= 2}
+        if kinds["images"] >= max(kinds["series"], kinds["other"]):
+            return DataKind("images", f"a folder of {kinds['images']:,} images in {len(classes)} folders")
+    if kinds["series"]:
+        return DataKind("series", f"a folder of {kinds['series']} series files")
+    if kinds["tar"] == len(files):
+        return DataKind("images", "a folder holding a tar archive (of class folders of images)")
+    text = [f for f in files if _is_text(f)]
+    if text:
+        return DataKind("text", f"a folder of {len(text)} text files")
+    raise DataError(f"the folder {p} holds {len(files)} files, none of them images, text or series files; "
+                    f"expected class folders of images, text files, or .csv/.ts/.tsv/.npy/.npz series")

@@ -1,0 +1,218 @@
+"""A run's settings from the user's own data: `anyformer train --data PATH` with no recipe.
+
+The task comes from the files (`data.detect`); the settings from what the data holds: how many
+training examples, of what size, how much text. Every derived value carries its reason, is printed,
+and is recorded in config.json (`TrainConfig.derived`); a flag given on the command line always wins.
+
+Where a recipe is named with someone else's data (`anyformer train cifar10 --data my_photos/`), the
+recipe's settings stand, except two that would make the run meaningless on smaller data: the batch is
+cut to a quarter of the training set and the warm-up to a tenth of the run (`fit_recipe_to_data`).
+
+The rules below are starting points sized for a 2-core CPU (about 100,000 images or two passes over
+the text seen in a run); each is a plain function of the data's size, so the same data gives the
+same run on any machine.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data.detect import detect_kind
+from ..data.split import holdout_fraction
+
+__all__ = ["auto_settings", "fit_recipe_to_data", "image_patch"]
+
+IMAGES_SEEN = 100_000          # images a run shows the model, over as many epochs as that takes
+EPOCHS = (5, 200)              # ... but never fewer or more passes than these
+TEXT_EPOCHS = 2                # passes over the training text
+TEXT_STEPS = (100, 3000)
+BPE_FROM_BYTES = 1 << 20       # a corpus this large learns a BPE; a smaller one reads characters
+TOKENS_PER_IMAGE = 64          # the patch is chosen so that an image is about this many tokens
+
+
+def auto_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(what the data is, the recipe-like settings for it, why each derived one was chosen). `asked`
+    holds the flags given (None where not): a value given is taken as it is and not derived."""
+    kind = detect_kind(data)
+    derive = {"images": _images, "text": _text, "series": _series}[kind.kind]
+    values, why = derive(data, asked)
+    for key in [k for k in why if asked.get(k) is not None]:  # a flag given wins, and is not "derived"
+        del why[key]
+    return kind.why, values, why
+
+
+# ------------------------------------------------------------------------------------------ images
+
+def _image_counts(data: str, asked: dict[str, Any]):
+    """(the scan, per-class training counts, the held-out share or None where the data has a test split)."""
+    from ..data.image_scan import scan_images
+    scan = scan_images(data)
+    splits = scan.splits
+    train = splits.get("train") or splits.get("all") or {}
+    has_eval = any(s in splits for s in ("test", "val"))
+    fraction = None
+    if not has_eval and train:
+        labels = torch.repeat_interleave(torch.arange(len(train)), torch.tensor(list(train.values())))
+        fraction = holdout_fraction(labels, asked.get("val_fraction"))
+    return scan, train, fraction
+
+
+def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    from ..data.image_scan import derive_image_size
+    scan, train, fraction = _image_counts(data, asked)
+    n = sum(train.values())
+    n_train = n - (sum(round(fraction * c) for c in train.values()) if fraction else 0)
+    why: dict[str, str] = {}
+    if fraction is not None:
+        why["val_fraction"] = (f"{fraction:.2f}: no test/ or val/ folder, so a seeded share of each class is held "
+                               f"out ({n - n_train:,} of {n:,} images)")
+    size = asked.get("image_size")
+    if size is None:
+        h, w = derive_image_size(scan.sizes)
+        size = [h, w]
+        why["image_size"] = _size_reason(scan.sizes, (h, w))
+    h, w = (size, size) if isinstance(size, int) else size
+    patch = image_patch(h, w)
+    width, depth, heads, mlp = (64, 4, 4, 128) if n_train < 2_000 else (128, 6, 4, 256) if n_train < 20_000 \
+        else (192, 6, 6, 384)
+    overrides = dict(stem="conv", patch_size=patch, width=width, depth=depth, heads=heads, mlp_hidden=mlp)
+    why["model"] = (f"vit-mnist-fast at width {width}, depth {depth}: sized for {n_train:,} training images; "
+                    f"patch {patch} ({(h // patch) * (w // patch)} tokens an image)")
+    batch = _batch(n_train, asked)
+    why["batch_size"] = f"{batch}: at most 128, and at most a quarter of the {n_train:,} training images"
+    lr = round(2e-3 * math.sqrt(batch / 128), 6)
+    why["lr"] = f"{lr:g}: 2e-3 at batch 128, scaled by the square root of the batch"
+    per_epoch = math.ceil(n_train / batch)
+    epochs = int(min(EPOCHS[1], max(EPOCHS[0], round(IMAGES_SEEN / max(1, n_train)))))
+    why["epochs"] = f"{epochs}: about {IMAGES_SEEN:,} images seen, {EPOCHS[0]} to {EPOCHS[1]} passes"
+    total = _asked_length(asked, per_epoch) or epochs * per_epoch
+    warmup = max(1, min(per_epoch, total // 10))
+    why["warmup_steps"] = f"{warmup}: one epoch, at most a tenth of the run's {total:,} steps"
+    eval_every = max(per_epoch, total // 20)
+    why["eval_every"] = f"{eval_every}: about 20 evaluations"
+    augment = "crop_flip" if scan.colour else "digits"
+    why["augment"] = ("crop_flip: colour pictures take crops and mirror images" if scan.colour else
+                      "digits: grey images take small shifts, rotations and scalings, no mirror images "
+                      "(which would turn writing and digits into other shapes)")
+    values = dict(task="classify", model="vit-mnist-fast", data=data, image_size=size, val_fraction=fraction,
+                  batch_size=batch, lr=lr, epochs=epochs, warmup_steps=warmup, eval_every=eval_every,
+                  augment=augment, weight_decay=0.05, label_smoothing=0.1, grad_clip=1.0, amp="auto",
+                  model_overrides=overrides)
+    return values, why
+
+
+def _size_reason(sizes: list[tuple[int, int]], chosen: tuple[int, int]) -> str:
+    if not sizes:
+        return f"{chosen[0]}x{chosen[1]}"
+    if len(set(sizes)) == 1 and tuple(sizes[0]) == tuple(chosen):
+        return f"{chosen[0]}x{chosen[1]}: every image is that size"
+    short = sorted(min(s) for s in sizes)[len(sizes) // 2]
+    return (f"{chosen[0]}x{chosen[1]}: the median shorter side is {short} px (sizes {min(min(s) for s in sizes)} to "
+            f"{max(max(s) for s in sizes)} px), kept within 16 to 64 px; each image scaled to cover it, then "
+            f"centre-cropped (--image-size to choose)")
+
+
+def image_patch(h: int, w: int) -> int:
+    """The power-of-two patch (the conv stem's) that tiles (h, w) into about TOKENS_PER_IMAGE tokens."""
+    fits = [p for p in (2, 4, 8, 16, 32) if h % p == 0 and w % p == 0]
+    if not fits:
+        raise ValueError(f"an image size of {h}x{w} has no power-of-two patch that tiles it; choose "
+                         f"--image-size with sides divisible by 4 (e.g. {max(4, h // 4 * 4)})")
+    return min(fits, key=lambda p: abs(math.log((h // p) * (w // p) / TOKENS_PER_IMAGE)))
+
+
+def _asked_length(asked: dict[str, Any], per_epoch: int) -> int | None:
+    """The run's steps where --max-steps or --epochs gave them (the warm-up and evaluations follow them)."""
+    if asked.get("max_steps"):
+        return int(asked["max_steps"])
+    if asked.get("epochs"):
+        return max(1, round(asked["epochs"] * per_epoch))
+    return None
+
+
+def _batch(n_train: int, asked: dict[str, Any], cap: int = 128) -> int:
+    return int(asked.get("batch_size") or max(1, min(cap, n_train // 4)))
+
+
+# ------------------------------------------------------------------------------------------ text
+
+def _text_bytes(data: str) -> int:
+    from ..data.text import resolve_text
+    return sum(os.path.getsize(p) for p in resolve_text(data, allow_download=False))
+
+
+def _text(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    size = _text_bytes(data)
+    why: dict[str, str] = {}
+    tokenizer = asked.get("tokenizer") or ("bpe" if size >= BPE_FROM_BYTES else "char")
+    why["tokenizer"] = (f"bpe: {size / 2**20:.1f} MiB of text is enough to learn a vocabulary of pieces of words"
+                        if tokenizer == "bpe" else f"char: {size / 2**10:,.0f} KiB of text, under "
+                        f"{BPE_FROM_BYTES >> 20} MiB, reads best as characters")
+    # Bytes a token covers, for sizing before the tokenizer exists: about 3.5 for a learned BPE on prose.
+    bytes_per_token = 3.5 if tokenizer != "char" else 1.0
+    train_tokens = 0.9 * size / bytes_per_token
+    width, depth, heads = (128, 4, 4) if size < BPE_FROM_BYTES else (192, 4, 6) if size < 32 * 2**20 \
+        else (256, 6, 8)
+    seq = int(asked.get("seq_len") or 128)
+    overrides = dict(width=width, depth=depth, heads=heads, context=seq, dropout=0.0)
+    why["model"] = f"a GPT of width {width}, depth {depth}, context {seq}: sized for {size / 2**20:.1f} MiB of text"
+    windows = max(1, int(train_tokens // seq))
+    batch = _batch(windows, asked, cap=32)
+    why["batch_size"] = f"{batch}: at most 32 sequences, and at most a quarter of the {windows:,} training windows"
+    steps = int(min(TEXT_STEPS[1], max(TEXT_STEPS[0], round(TEXT_EPOCHS * train_tokens / (batch * seq)))))
+    why["max_steps"] = (f"{steps}: about {TEXT_EPOCHS} passes over ~{train_tokens:,.0f} training tokens, "
+                        f"{TEXT_STEPS[0]} to {TEXT_STEPS[1]} steps")
+    steps = _asked_length(asked, max(1, round(train_tokens / (batch * seq)))) or steps
+    warmup = max(1, min(100, steps // 10))
+    why["warmup_steps"] = f"{warmup}: at most 100, and at most a tenth of the run"
+    eval_every = max(1, steps // 10)
+    why["eval_every"] = f"{eval_every}: 10 evaluations"
+    values = dict(task="lm", model="shakespeare-char", data=data, tokenizer=tokenizer, seq_len=seq,
+                  max_steps=steps, batch_size=batch, lr=3e-3, min_lr_ratio=0.1, warmup_steps=warmup,
+                  betas=(0.9, 0.99), weight_decay=0.1, grad_clip=1.0, eval_every=eval_every, eval_iters=20,
+                  amp="auto", model_overrides=overrides)
+    return values, why
+
+
+# ------------------------------------------------------------------------------------------ series
+
+def _series(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    from .recipes import RECIPES
+    values = {k: v for k, v in RECIPES["series"].items() if k != "about"}
+    values["data"] = data
+    why = {"recipe": "series: the series recipe derives its patch, batch (at most a quarter of the training "
+                     "series) and model size from the training split (config.json's data.derived)"}
+    return values, why
+
+
+# ------------------------------------------------------------------------------------------ a recipe on other data
+
+def fit_recipe_to_data(values: dict[str, Any], asked: dict[str, Any]) -> dict[str, str]:
+    """A recipe run on someone else's data: cut its batch to a quarter of the training set and its
+    warm-up to a tenth of the run, where the flags did not set them. Changes `values` in place and
+    returns why, for each setting it changed."""
+    why: dict[str, str] = {}
+    task = values.get("task")
+    if task not in ("classify", "lm") or not Path(str(values["data"])).exists():
+        return why
+    if task == "classify":
+        _, train, fraction = _image_counts(values["data"], asked)
+        n = sum(train.values())
+        n_train = n - (sum(round(fraction * c) for c in train.values()) if fraction else 0)
+        unit = "training images"
+    else:
+        n_train = int(0.9 * _text_bytes(values["data"]) // max(1, values.get("seq_len") or 256))
+        unit = "training windows (estimated)"
+    if asked.get("batch_size") is None and values.get("batch_size", 128) > max(1, n_train // 4):
+        values["batch_size"] = max(1, n_train // 4)
+        why["batch_size"] = f"{values['batch_size']}: the recipe's batch cut to a quarter of the {n_train:,} {unit}"
+    per_epoch = math.ceil(n_train / values["batch_size"]) if task == "classify" else None
+    total = values.get("max_steps") or (round(values.get("epochs", 10) * per_epoch) if per_epoch else None)
+    if total and asked.get("warmup_steps") is None and values.get("warmup_steps", 0) > total // 10:
+        values["warmup_steps"] = max(1, total // 10)
+        why["warmup_steps"] = f"{values['warmup_steps']}: the recipe's warm-up cut to a tenth of the run's {total:,} steps"
+    return why

@@ -1,4 +1,5 @@
-"""`anyformer eval`: a run scored on its test set; a generator's held-out loss and its judge's table."""
+"""`anyformer eval`: a run scored on its test set (or the share of its data it held out), or on other
+data in the same format (`--data PATH`); a generator's held-out loss and its judge's table."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +9,11 @@ from .runs import run_info
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    e = sub.add_parser("eval", help="evaluate a run directory on its test set")
+    e = sub.add_parser("eval", help="evaluate a run directory on its test set, or on other data (--data)")
     e.add_argument("dir")
+    e.add_argument("--data", metavar="PATH",
+                   help="score the run on this data instead (same format as its own: a folder of class folders of "
+                        "images, a text file, a series file): its test split where it has one, else all of it")
     e.add_argument("--judge", metavar="CLASSIFIER_RUN", help="generators: a classifier run that scores their samples")
     e.add_argument("--per-class", type=int, default=200, help="with --judge: samples per class at each guidance scale")
     e.add_argument("--cfg", type=float, nargs="+", default=[1.0, 1.5, 2.0, 3.0], help="with --judge: guidance scales")
@@ -30,9 +34,18 @@ def evaluate(args: argparse.Namespace) -> int:
                          f"directory written by `anyformer train`")
     if args.judge is not None and model.family != "dit":
         raise ValueError(f"--judge scores generators; {args.dir} holds a {model.family} model")
-    cfg = TrainConfig.from_dict({**meta["train"], "limit_train": 1})
-    # The run's own data section: its test set is scored with the preprocessing it was trained with.
-    task = make_task(cfg, torch.device("cpu"), info=meta.get("data"))
+    from pathlib import Path
+    train = {**meta["train"], "limit_train": 1}
+    if args.data is not None:
+        if not Path(args.data).expanduser().exists():
+            raise ValueError(f"--data {args.data}: no such file or folder; expected data in the format the run "
+                             f"was trained on")
+        train["data"] = str(Path(args.data).expanduser().resolve())
+    cfg = TrainConfig.from_dict(train)
+    # The run's own data section: its test set is scored with the preprocessing it was trained with, and
+    # what the run keeps beside it (a learned tokenizer) is found through run_dir.
+    info = {**(meta.get("data") or {}), "run_dir": str(Path(args.dir).resolve())}
+    task = make_task(cfg, torch.device("cpu"), info=info)
     if model.family != "dit":
         result = task.evaluate(model, Distributed())
         print(json.dumps({k: round(v, 6) for k, v in result.items() if isinstance(v, float)}))

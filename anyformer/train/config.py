@@ -74,6 +74,8 @@ class TrainConfig:
     judge_samples: int = 500                 # generators: images sampled for the judge, spread evenly over classes
     derived: dict[str, str] = field(default_factory=dict)  # settings derived from the data: name -> why
                                                            # (`anyformer train --data PATH` with no recipe)
+    extended: list[dict[str, Any]] = field(default_factory=list)  # a finished run continued with --resume
+                                                           # --max-steps N: {from_step, to_step, schedule} each
 
     def __post_init__(self) -> None:
         for name, valid in (("schedule", SCHEDULES), ("augment", AUGMENTS), ("normalize", NORMALIZE), ("amp", AMP),

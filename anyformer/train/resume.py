@@ -56,7 +56,13 @@ def resumed_settings(run_dir: str | Path, asked: dict[str, Any]) -> dict[str, An
     return {**recorded, **{k: v for k, v in asked.items() if k in FREE_ON_RESUME}, "resume": True}
 
 
+# What continuing a finished run past its end changes (`extended_settings`), and nothing else may.
+EXTENSION = ("max_steps", "epochs", "time_budget", "extended")
+
+
 def check_resume(run_dir: str | Path, recorded: dict[str, Any], asked: dict[str, Any]) -> None:
+    if len(asked.get("extended") or []) > len(recorded.get("extended") or []):
+        asked = {k: v for k, v in asked.items() if k not in EXTENSION}
     bad = contradictions(recorded, asked)
     if bad:
         raise ValueError(f"--resume continues {run_dir} with the settings it recorded in config.json, but "
@@ -73,3 +79,29 @@ def check_fresh_out(run_dir: str | Path, resume: bool, overwrite: bool) -> None:
     if held:
         raise ValueError(f"{d} holds a run already ({', '.join(held)}); pass --resume to continue it, --overwrite "
                          f"to replace it, or choose another --out")
+
+
+def extended_settings(run_dir: str | Path, max_steps: int, asked: dict[str, Any]) -> dict[str, Any]:
+    """The settings that continue a finished run past its end (`--resume --max-steps N`): those it
+    recorded, now `max_steps` long, without a time budget (a length asked for is taken as asked),
+    with the added steps' schedule recorded in `extended`. The added steps follow the learning rate
+    of a run asked for `max_steps` from the start: the same warm-up, the same schedule stretched to
+    the new end, so the rate rises again from where the old run had brought it down."""
+    recorded = recorded_settings(run_dir)
+    if recorded is None:
+        raise ValueError(f"--resume --max-steps {max_steps}: {run_dir} holds no run to continue")
+    summary = Path(run_dir) / "summary.json"
+    if not summary.is_file():
+        raise ValueError(f"--max-steps {max_steps} continues a finished run, and {run_dir} has not finished (no "
+                         f"summary.json); resume it without --max-steps first")
+    done = int(json.loads(summary.read_text()).get("steps", 0))
+    if max_steps <= done:
+        raise ValueError(f"{run_dir} has run {done} steps already; --max-steps {max_steps} must be past that "
+                         f"to continue it")
+    check_resume(run_dir, recorded, {k: v for k, v in asked.items() if k not in EXTENSION})
+    schedule = recorded.get("schedule", "cosine")
+    added = {"from_step": done, "to_step": max_steps,
+             "schedule": f"the learning rate of a {max_steps}-step run ({schedule}, the same "
+                         f"{recorded.get('warmup_steps', 0)}-step warm-up) from step {done} on"}
+    return {**recorded, **{k: v for k, v in asked.items() if k in FREE_ON_RESUME}, "resume": True,
+            "max_steps": max_steps, "time_budget": None, "extended": [*recorded.get("extended", []), added]}

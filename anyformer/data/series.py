@@ -4,7 +4,9 @@ normalisation a run saves so that `eval`, `predict` and `attention` see series e
 Named datasets are looked for in `$ANYFORMER_DATA/<name>/`, then in the data folder of an installed
 `aeon` (located through its package metadata, never imported): GunPoint, ItalyPowerDemand, ArrowHead,
 BasicMotions, JapaneseVowels, JapaneseVowels_eq and others ship there as `<name>_TRAIN.ts` and
-`<name>_TEST.ts`. A path is a folder holding such a pair or one of the two files.
+`<name>_TEST.ts`. A path is a folder holding such a pair or one of the two files, in any of the
+formats `read_series_file` reads (.ts, .tsv, .csv, .npy, .npz); or a single file (or a folder holding
+one), which has no test split: the task then holds out a share of it.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from torch import Tensor
 
 from .errors import DataError
 from .series_augment import resample_to
-from .series_format import RawSeries, read_series_file
+from .series_format import SERIES_SUFFIXES, RawSeries, read_series_file
 
-__all__ = ["SeriesDataset", "SeriesPreprocess", "find_series_files", "load_series_dataset", "load_series_splits"]
+__all__ = ["SeriesDataset", "SeriesPreprocess", "find_series_files", "load_series_data", "load_series_dataset",
+           "load_series_splits", "looks_like_series"]
 
 SPLIT_TAGS = {"train": "TRAIN", "test": "TEST"}
 
@@ -51,6 +54,10 @@ class SeriesDataset:
     def head(self, n: int) -> "SeriesDataset":
         return SeriesDataset(self.values[:n], self.lengths[:n], self.labels[:n], self.classes, self.name)
 
+    def take(self, index: Tensor) -> "SeriesDataset":
+        """The series at `index`, with every class (a held-out share keeps the names of all)."""
+        return SeriesDataset(self.values[index], self.lengths[index], self.labels[index], self.classes, self.name)
+
 
 def aeon_data_dir() -> Path | None:
     """aeon's bundled datasets, found from its metadata so that none of its code runs."""
@@ -63,15 +70,16 @@ def aeon_data_dir() -> Path | None:
 
 
 def _pair_in(folder: Path, problem: str | None) -> dict[str, Path] | None:
-    """{split: file} for `problem` in `folder` (.ts preferred over .tsv); problem None: the folder's only one."""
+    """{split: file} for `problem` in `folder` (.ts preferred, then .tsv, .csv, .npz, .npy); problem None:
+    the folder's only complete pair, else its only series file (no test split), else None."""
     found: dict[str, dict[str, Path]] = {}
-    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
-        for split, tag in SPLIT_TAGS.items():
-            for suffix in (".ts", ".tsv"):
+    files = [p for p in sorted(folder.iterdir()) if p.is_file()] if folder.is_dir() else []
+    for suffix in SERIES_SUFFIXES:  # the preferred suffix first: setdefault keeps it
+        for p in files:
+            for split, tag in SPLIT_TAGS.items():
                 end = f"_{tag}{suffix}"
-                if p.is_file() and p.name.upper().endswith(end.upper()):
-                    name = p.name[: -len(end)]
-                    found.setdefault(name, {}).setdefault(split, p)
+                if p.name.upper().endswith(end.upper()):
+                    found.setdefault(p.name[: -len(end)], {}).setdefault(split, p)
     if problem is not None:
         return found.get(problem)
     complete = {k: v for k, v in found.items() if len(v) == 2}
@@ -81,27 +89,48 @@ def _pair_in(folder: Path, problem: str | None) -> dict[str, Path] | None:
         return complete[folder.name]
     if complete:
         raise DataError(f"{folder} holds several problems {sorted(complete)[:8]}; pass one of their _TRAIN files")
+    single = [p for p in files if p.suffix.lower() in SERIES_SUFFIXES]
+    if len(single) == 1:
+        return _single(single[0])
+    if single:
+        raise DataError(f"{folder} holds {len(single)} series files and no _TRAIN/_TEST pair "
+                        f"({', '.join(p.name for p in single[:6])}); expected one file, or a pair: pass the file to "
+                        f"train on")
     return None
 
 
+def _single(path: Path) -> dict[str, Path]:
+    """A file without its pair: it is the training data (the task holds out a share). A _TEST file
+    alone is refused: what is named a test split should not be trained on without saying so."""
+    stem = path.name[: -len(path.suffix)]
+    if stem.upper().endswith("_TEST"):
+        other = path.with_name(f"{stem[:-5]}_TRAIN{path.suffix}")
+        raise DataError(f"{path}: a test split without its training split {other.name}; expected the pair, or "
+                        f"rename the file to train on it alone")
+    return {"train": path}
+
+
 def find_series_files(data: str) -> dict[str, Path]:
-    """The train and test files of `data`: a dataset name, a folder, or one of a pair's files."""
+    """The files of `data`: {"train", "test"} for a pair (a dataset name, a folder holding a pair, or
+    either file of one); {"train"} alone for a single file or a folder holding one."""
     path = Path(data).expanduser()
     if path.is_file():
         stem, suffix = path.name[: -len(path.suffix)], path.suffix
+        if suffix.lower() not in SERIES_SUFFIXES:
+            raise DataError(f"{path}: unknown series format {suffix!r}; expected a {', '.join(SERIES_SUFFIXES)} file "
+                            f"(or a _TRAIN/_TEST pair of them)")
         for tag in SPLIT_TAGS.values():
             if stem.upper().endswith("_" + tag):
                 base = stem[: -len(tag) - 1]
                 pair = {s: path.with_name(f"{base}_{t}{suffix}") for s, t in SPLIT_TAGS.items()}
-                missing = [str(p) for p in pair.values() if not p.is_file()]
-                if missing:
-                    raise DataError(f"{path}: its other split {missing[0]} is missing; expected a _TRAIN/_TEST pair")
-                return pair
-        raise DataError(f"{path}: expected a file named <problem>_TRAIN{suffix} or <problem>_TEST{suffix}")
+                if all(p.is_file() for p in pair.values()):
+                    return pair
+        return _single(path)
     if path.is_dir():
         pair = _pair_in(path, None)
-        if pair is None or len(pair) < 2:
-            raise DataError(f"{path} holds no <problem>_TRAIN.ts and <problem>_TEST.ts pair (.tsv also read)")
+        if pair is None:
+            raise DataError(f"{path} holds no series file; expected a <problem>_TRAIN/_TEST pair or one file "
+                            f"({', '.join(SERIES_SUFFIXES)})")
         return pair
     looked = []
     env = os.environ.get("ANYFORMER_DATA")
@@ -146,15 +175,44 @@ def _class_names(raw: RawSeries) -> list[str]:
         return names
 
 
-def load_series_splits(data: str) -> tuple[SeriesDataset, SeriesDataset]:
-    """(train, test) of `data`, with the classes named as the training file names them."""
+def load_series_data(data: str, label_column: str | None = None) -> tuple[SeriesDataset, SeriesDataset | None]:
+    """(train, test) of `data`, with the classes named as the training file names them; test is None
+    where the data is a single file. `label_column` names a CSV's label column."""
     files = find_series_files(data)
-    train_raw, test_raw = read_series_file(files["train"]), read_series_file(files["test"])
+    train_raw = read_series_file(files["train"], label_column)
     classes = _class_names(train_raw)
-    train, test = _stack(train_raw, classes, files["train"]), _stack(test_raw, classes, files["test"])
+    train = _stack(train_raw, classes, files["train"])
+    if "test" not in files:
+        return train, None
+    test = _stack(read_series_file(files["test"], label_column), classes, files["test"])
     if train.channels != test.channels:
         raise DataError(f"{files['test']}: {test.channels} channels, but the training split has {train.channels}")
     return train, test
+
+
+def load_series_splits(data: str) -> tuple[SeriesDataset, SeriesDataset]:
+    """(train, test) of `data`, which must have a test split (an archive pair)."""
+    train, test = load_series_data(data)
+    if test is None:
+        raise DataError(f"{data}: a single file, without a test split; expected a _TRAIN/_TEST pair")
+    return train, test
+
+
+def looks_like_series(path: Path) -> bool:
+    """Cheap, by names alone (nothing is read): a file with a series suffix (.ts, .tsv, .csv, .npy, .npz),
+    a folder holding one directly, or a name of an archive dataset found as `find_series_files` finds it."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path.suffix.lower() in SERIES_SUFFIXES
+    if path.is_dir():
+        return any(p.is_file() and p.suffix.lower() in SERIES_SUFFIXES for p in path.iterdir())
+    if path.exists() or len(path.parts) != 1:
+        return False
+    try:
+        find_series_files(str(path))
+    except DataError:
+        return False
+    return True
 
 
 def load_series_dataset(data: str, split: str) -> SeriesDataset:

@@ -1,6 +1,10 @@
 """Time-series classification: archive splits in memory, standardised per channel, augmented per
 series, a cross-entropy loss and accuracy; a confusion matrix and attention over time at the end.
 
+Data without a test split (a single CSV, .tsv, .npy or .npz) has a seeded, stratified share of it
+held out and scored as validation (`data/split.py`): the same share from the same data, seed and
+--val-fraction, so that a resumed run and `anyformer eval` score exactly the series training never saw.
+
 One recipe serves every dataset of the archive because what differs between datasets is derived
 from the data here (`derive`): the patch from the length, the batch from the number of training
 series (capped by --batch-size), the model's width and depth from the same count. The number of
@@ -16,8 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data.series import SeriesDataset, SeriesPreprocess, load_series_splits
+from ..data.errors import DataError
+from ..data.series import SeriesDataset, SeriesPreprocess, load_series_data
 from ..data.series_augment import augment_series, resample_to
+from ..data.split import check_classes, holdout_fraction, stratified_holdout
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig
 from .scoring import ClassifierReport, score_classifier
@@ -35,7 +41,10 @@ def derive(n_train: int, channels: int, length: int, patching: str, batch_cap: i
     # 64 half-overlapping ones 0.657: a token wide enough to hold a piece of shape, and shift-tolerant.
     stride = max(1, math.ceil(length * per_step / PATCH_STARTS))
     # About four updates per epoch on the smallest sets (tens of series), larger batches on larger ones.
-    batch = int(min(batch_cap, max(8, math.ceil(n_train / 4))))
+    # Never more than a quarter of the training series: the floor of 8 this had once gave 20 series
+    # three batches an epoch (the last short) and 8 series one batch of all of them. From 29 series up
+    # a quarter is 8 or more anyway, so the archive's sets of 36 and more get the batches they always had.
+    batch = int(max(1, min(batch_cap, math.ceil(n_train / 4))))
     big = n_train >= 1000  # a wider, deeper model only where there are enough series to fit it
     # Rotary positions are relative: on ArrowHead (36 series) they scored 0.686 where learned ones scored
     # 0.64-0.66, with a lower test loss; per-channel tokens are not in time order, so they keep learned ones.
@@ -67,8 +76,12 @@ class SeriesClassification(ClassifierReport):
     def __init__(self, cfg: TrainConfig, device: torch.device, train: SeriesDataset | None = None,
                  test: SeriesDataset | None = None, *, info: dict[str, Any] | None = None) -> None:
         self.cfg, self.device = cfg, device
+        self.val_fraction: float | None = None
         if train is None or test is None:
-            train, test = load_series_splits(cfg.data)
+            if info is not None and cfg.data != info.get("dataset"):
+                train = test = other_data(cfg, info)  # scored only: its first series stand in for training data
+            else:
+                train, test = self._splits(cfg, info)
         if cfg.limit_train:
             train = train.head(cfg.limit_train)
         if cfg.limit_eval:
@@ -91,6 +104,20 @@ class SeriesClassification(ClassifierReport):
         self.values = self.preprocess(train.values, train.lengths).to(device)
         self.lengths, self.labels = train.lengths.to(device), train.labels.to(device)
         self.steps_per_epoch = math.ceil(len(train) / self.batch_size)
+
+    def _splits(self, cfg: TrainConfig, info: dict[str, Any] | None) -> tuple[SeriesDataset, SeriesDataset]:
+        """(train, evaluated): the data's test split where it has one, else a share held out of it."""
+        train, test = load_series_data(cfg.data, cfg.label_column)
+        # Before any --limit-train: `anyformer eval` loads one training series, which is one class.
+        check_classes(train.labels, train.classes, f"series data {cfg.data!r}")
+        if test is not None:
+            return train, test
+        self.eval_split = "validation"
+        # A finished run holds out the share it recorded, whatever the default share may become.
+        recorded = (info or {}).get("val_fraction")
+        self.val_fraction = float(recorded) if recorded else holdout_fraction(train.labels, cfg.val_fraction)
+        keep, held = stratified_holdout(train.labels, self.val_fraction, cfg.seed, train.classes)
+        return train.take(keep), train.take(held)
 
     def model_overrides(self) -> dict[str, Any]:
         fixed = {"num_classes": len(self.classes), "channels": self.train.channels, "length": self.length}
@@ -145,7 +172,29 @@ class SeriesClassification(ClassifierReport):
                               truth=self.test.labels[:n].tolist())
 
     def run_info(self) -> dict[str, Any]:
+        """The data's description; `test_examples` counts what evaluation scores (the held-out share where
+        `eval_split` is "validation", drawn with `val_fraction` and the run's seed)."""
         return {"kind": "series", "dataset": self.cfg.data, "classes": self.classes,
                 "channels": self.train.channels, "length": self.length, "derived": self.derived,
                 "train_examples": len(self.train), "test_examples": len(self.test),
+                "eval_split": self.eval_split, "val_fraction": self.val_fraction,
                 "preprocess": self.preprocess.to_dict()}
+
+
+def other_data(cfg: TrainConfig, info: dict[str, Any]) -> SeriesDataset:
+    """Data other than a finished run's, to score the run on: its test split where it has one, else all
+    of it, labelled with the run's class indices; a label or a channel count the run does not know is
+    refused in one line."""
+    train, test = load_series_data(cfg.data, cfg.label_column)
+    scored = test if test is not None else train
+    classes = list(info["classes"])
+    index = {name: i for i, name in enumerate(classes)}
+    names = [scored.classes[k] for k in scored.labels.tolist()]
+    unknown = sorted(set(names) - set(index))
+    if unknown:
+        raise DataError(f"{cfg.data}: label(s) {unknown[:8]} are not among the run's classes {classes[:12]}; "
+                        f"expected series of the classes the run was trained on")
+    if scored.channels != int(info["channels"]):
+        raise DataError(f"{cfg.data}: {scored.channels} channel(s); the run was trained on {info['channels']}")
+    labels = torch.tensor([index[n] for n in names], dtype=torch.int64)
+    return SeriesDataset(scored.values, scored.lengths, labels, classes, scored.name)

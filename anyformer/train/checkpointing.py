@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .own_model import config_dict
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -30,7 +31,7 @@ def save(t: Trainer) -> Path | None:
     rngs = t.dist.gather(rng)  # each rank's own, so dropout continues exactly on every rank
     state: dict[str, Any] = {
         "step": t.step, "model": model_state, "optimizer": optim_state,
-        "model_config": dict(t.model.config.__dict__), "sums": t.sums, "rng": rngs,
+        "model_config": config_dict(t.model), "sums": t.sums, "rng": rngs,
         "metrics_lines": t.metrics_lines, "elapsed": t.elapsed, "last_line": t.last_line,
         "total_steps": t.total_steps, "plan": t.step_plan.state()}
     if t.scaler is not None:
@@ -54,9 +55,9 @@ def restore(t: Trainer) -> bool:
         return False
     path = ckpts[-1]
     state = load_checkpoint(path)
-    if state.get("model_config") != t.model.config.__dict__:
+    if state.get("model_config") != config_dict(t.model):
         raise CheckpointError(f"checkpoint {path} belongs to another model ({state.get('model_config')}), "
-                              f"not to {t.cfg.model} ({t.model.config.__dict__})")
+                              f"not to {t.cfg.model} ({config_dict(t.model)})")
     try:  # every rank reads the same file; nothing on disk changes until it has all been read
         rngs = state["rng"]
         mine = rngs[t.dist.rank] if len(rngs) == t.dist.world else rngs[0]

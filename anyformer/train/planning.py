@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from ..nn import set_training_kernel
 from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner
 from .config import TrainConfig
+from .own_model import config_dict
 from .distributed import Distributed
 from .optim import param_groups
 from .precision import autocast, resolve_amp
@@ -79,7 +80,7 @@ class StepPlan:
         cfg, device = self.cfg, self.device
         amp = resolve_amp(cfg.amp, device)
         self.compiled_shape = tuple(chunk.shape)
-        config = json.dumps(model.config.__dict__, sort_keys=True, default=str)
+        config = json.dumps(config_dict(model), sort_keys=True, default=str)
         fields = {"model": f"{type(model).__name__}-{hashlib.sha1(config.encode()).hexdigest()[:10]}",
                   "task": cfg.task, "batch": "x".join(map(str, chunk.shape)), "amp": amp, "device": device.type}
         # --compile / --no-compile, else the recorded choice (eager, compiled, graphs), else the plan's.

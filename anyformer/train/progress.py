@@ -8,6 +8,7 @@ import torch
 
 from ..plan import planner
 from ..plan.host import cpu_info
+from .own_model import count_params, is_own
 from .precision import resolve_amp
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ def intro(t: Trainer) -> str:
     budget = f", at most {cfg.time_budget:.0f} s" if cfg.time_budget else ""
     world = f" x {t.dist.world} processes" if t.dist.world > 1 else ""
     precision = PRECISION[resolve_amp(cfg.amp, t.device)]
-    return (f"train {cfg.model} ({t.model.num_params():,} parameters) on {data} | {device_name(t.device)}{world} | "
+    name = type(t.model).__name__ if is_own(t.model) else cfg.model
+    return (f"train {name} ({count_params(t.model):,} parameters) on {data} | {device_name(t.device)}{world} | "
             f"{precision} | {steps}{budget} -> {t.run_dir}")
 
 
@@ -65,7 +67,7 @@ def summary(t: Trainer, line: dict[str, Any], resumed: bool) -> dict[str, Any]:
     cfg, peak, unit = t.cfg, t.peak(), f"{t.task.unit}_per_s"
     s = {"recipe": cfg.recipe, "model": cfg.model, "steps": t.step,
          "epochs": round(t.step / t.task.steps_per_epoch, 3), "train_seconds": round(t.elapsed, 2),
-         "params": t.model.num_params(), "device": str(t.device), "device_name": device_name(t.device),
+         "params": count_params(t.model), "device": str(t.device), "device_name": device_name(t.device),
          "world_size": t.dist.world, "amp": resolve_amp(cfg.amp, t.device), unit: round(line.get(unit, 0.0), 1),
          "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops": peak,
          "peak_flops_source": t.peak_source(), "resumed": resumed,

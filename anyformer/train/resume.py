@@ -19,10 +19,20 @@ FREE_ON_RESUME = frozenset({"out", "resume", "overwrite", "progress", "plots", "
 def recorded_settings(run_dir: str | Path) -> dict[str, Any] | None:
     """The training settings a run recorded in its config.json (None where it holds no run's);
     a damaged config.json is refused by `read_config` in one line."""
-    if not (Path(run_dir) / "config.json").is_file():
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
         return None
-    train = read_config(run_dir).get("train")
+    meta = json.loads(path.read_text()) if _own_run(path) else read_config(run_dir)
+    train = meta.get("train")
     return train if isinstance(train, dict) else None
+
+
+def _own_run(path: Path) -> bool:
+    """A run of the user's own module (train.fit), whose config.json names no preset to read."""
+    try:
+        return json.loads(path.read_text()).get("family") == "own"
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return False  # read_config says what is wrong with it
 
 
 def contradictions(recorded: dict[str, Any], asked: dict[str, Any]) -> list[str]:

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from ..data.transfer import float64_on
 from ..models import REGISTRY, Model
 from ..plan import planner
-from . import checkpointing, progress
+from . import checkpointing, own_model, progress
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR
 from .config import TrainConfig
@@ -50,8 +50,10 @@ MAX_SYNC_STEPS = 1000   # however fast the steps, the steps awaiting a read stay
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, task: Task | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, task: Task | None = None, model: nn.Module | None = None) -> None:
+        """`model`: a module of your own to train instead of the preset `cfg.model` names (`fit`)."""
         self.cfg = cfg
+        self._own_model = model
         self.dist = Distributed.from_env(pick_device(cfg.device), cfg.fsdp)
         self.device = self.dist.device
         self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
@@ -101,14 +103,16 @@ class Trainer:
         cfg = self.cfg
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         self.task = task or make_task(cfg, self.device)
-        self.model = build_model(cfg, self.task, self.device, self.dist.world if self.dist.fsdp else 1)
+        if self._own_model is None:
+            self.model = build_model(cfg, self.task, self.device, self.dist.world if self.dist.fsdp else 1)
+        else:
+            self.model = own_model.adopt(self._own_model, self.task, self.device, self.dist.fsdp)
         self.model.to(self.device)
         if cfg.ema and self.dist.fsdp:
             raise ValueError("--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp")
         self.ema = EMA(self.model, cfg.ema) if cfg.ema else None  # what is evaluated and saved, when asked for
         torch.manual_seed(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
-        c = self.model.config  # `auto` precision measured for this model's size, with the run's threads
-        size = dict(width=c.width, hidden=getattr(c, "mlp_hidden", None) or 4 * c.width)
+        size = own_model.model_size(self.model)  # `auto` precision measured at this size, with the run's threads
         # Under torchrun rank 0 measures and every rank takes its answer: ranks that timed each other's
         # load could settle on different precisions.
         amp = settle_amp(cfg.amp, self.device, **size) if self.dist.is_main else None
@@ -300,7 +304,7 @@ class Trainer:
         self.write_plan()
         if self.budget is not None:
             self.budget.steady(self.step, self.elapsed)
-        fpi = self.task.flops_per_item(self.model)
+        fpi = own_model.flops_per_item(self.task, self.model)
         bar = progress.progress_bar(self.total_steps, self.step, cfg.progress and self.dist.is_main)
         line = self.last_line
         self._synced, self._next_sync = (self.step, time.perf_counter()), self.step + 1
@@ -371,6 +375,8 @@ class Trainer:
     def _draw_on_main(self, run_dir: Path) -> None:
         """The task's pictures from the last evaluation (rank 0; `finish` and `_draw` run it there)."""
         model = self._cpu_copy if self.dist.fsdp else self.model if self.ema is None else self.ema.model
+        if own_model.is_own(model):  # the task's pictures read a preset's attention; curves.png is drawn still
+            return
         self.task.draw(model, self.last_eval, run_dir)
 
     def _draw(self, run_dir: Path) -> None:
@@ -380,7 +386,7 @@ class Trainer:
         model = self._plain_model() if self.ema is None else self.ema.model
         extra = {"train": self.cfg.to_dict(), "data": self.task.run_info()}
         self.files.on_main("write the model", self.run_dir / "model.safetensors",
-                           lambda: model.save(self.run_dir, extra=extra))
+                           lambda: own_model.save_model(model, self.run_dir, extra))
 
     def peak(self) -> float:
         """The peak MFU divides by (anyformer.train.perf): a known GPU's data sheet, or the measured

@@ -1,0 +1,103 @@
+"""`anyformer train --data PATH` with no recipe: what the data is, the settings derived from it (each
+printed and recorded with its reason, each overridden by a flag), a run kept by absolute path and
+scored from another directory, and a finished run continued past its end."""
+import json
+import os
+
+import pytest
+
+from anyformer.cli import main
+from anyformer.data import DataError
+from anyformer.data.detect import detect_kind
+from anyformer.train import recipe_config
+from anyformer.train.derive import image_patch
+
+
+def test_the_kind_of_data_comes_from_its_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("Grüße aus Köln — 日本語も\n" * 50, encoding="utf-8")
+    (tmp_path / "utf16.txt").write_text("hello\n" * 20, encoding="utf-16")
+    (tmp_path / "series.csv").write_text("label,t0,t1\na,1,2\n")
+    (tmp_path / "blob.bin").write_bytes(bytes(range(256)) * 10)
+    assert detect_kind(tmp_path / "notes.txt").kind == "text"
+    assert detect_kind(tmp_path / "utf16.txt").kind == "text"
+    assert detect_kind(tmp_path / "series.csv").kind == "series"
+    with pytest.raises(DataError, match="is neither text"):
+        detect_kind(tmp_path / "blob.bin")
+    photos = tmp_path / "photos"
+    for cls in ("cats", "dogs"):
+        (photos / cls).mkdir(parents=True)
+        (photos / cls / "a.png").write_bytes(b"\x89PNG")  # names decide here; the pixels are read later
+    (photos / ".DS_Store").write_bytes(b"\0")
+    (photos / "README.txt").write_text("my photos")
+    kind = detect_kind(photos)
+    assert kind.kind == "images" and "2 images in 2 folders" in kind.why
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="is empty"):
+        detect_kind(tmp_path / "empty")
+    with pytest.raises(DataError, match="is one image"):
+        detect_kind(photos / "cats" / "a.png")
+
+
+def test_the_patch_tiles_the_image_into_about_64_tokens():
+    assert image_patch(28, 28) == 4 and image_patch(32, 32) == 4 and image_patch(64, 64) == 8
+    assert image_patch(48, 64) == 8 and image_patch(16, 16) == 2
+    with pytest.raises(ValueError, match="sides divisible by 4"):
+        image_patch(27, 27)
+
+
+def test_text_settings_follow_the_corpus_and_flags_win(tmp_path):
+    small = tmp_path / "small.txt"
+    small.write_text("the quick brown fox jumps over the lazy dog\n" * 2000)  # 88 KB
+    cfg = recipe_config(None, data=str(small))
+    assert cfg.task == "lm" and cfg.tokenizer == "char" and cfg.data == str(small.resolve())
+    windows = int(0.9 * small.stat().st_size) // cfg.seq_len
+    assert cfg.batch_size <= windows // 4 and cfg.warmup_steps <= cfg.max_steps // 10
+    assert set(cfg.derived) >= {"task", "tokenizer", "model", "batch_size", "max_steps", "warmup_steps"}
+    assert cfg.out == "runs/small"
+    given = recipe_config(None, data=str(small), batch_size=4, max_steps=50, tokenizer="gpt2")
+    assert (given.batch_size, given.max_steps, given.tokenizer) == (4, 50, "gpt2")
+    assert not {"batch_size", "max_steps", "tokenizer"} & set(given.derived)
+    assert given.warmup_steps <= 5  # a tenth of the 50 steps asked for, not of the derived length
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * (1 << 20))
+    assert recipe_config(None, data=str(big)).tokenizer == "bpe"
+
+
+def test_a_named_dataset_is_a_name_and_the_default_job_is_unchanged(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mnist").mkdir()  # a folder named like the dataset does not turn the name into a path
+    cfg = recipe_config(None)
+    assert (cfg.recipe, cfg.data, cfg.batch_size, cfg.warmup_steps, cfg.derived) == ("mnist", "mnist", 128, 469, {})
+
+
+@pytest.mark.slow
+def test_a_text_run_is_derived_scored_from_elsewhere_and_continued_past_its_end(tmp_path, monkeypatch, capsys):
+    corpus = tmp_path / "data" / "lieder.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("Sah ein Knab ein Röslein stehn, Röslein auf der Heiden.\n" * 400, encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    tiny = ["--set", "depth=1", "--set", "width=32", "--set", "heads=2", "--no-progress", "--no-plots"]
+    assert main(["train", "--data", "../data/lieder.txt", "--max-steps", "6", *tiny]) == 0
+    out = capsys.readouterr().out
+    assert "derived: task = lm: a text file" in out and "derived: tokenizer = char" in out
+    run = work / "runs" / "lieder"
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["train"]["data"] == str(corpus.resolve()) and meta["train"]["derived"]["tokenizer"].startswith("char")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["eval", str(run)]) == 0
+    scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads((run / "summary.json").read_text())
+    assert scored["eval_loss"] == pytest.approx(summary["val_loss"], rel=1e-5)
+
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "10", "--no-progress", "--no-plots"]) == 0
+    assert "continuing" in capsys.readouterr().out
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["train"]["max_steps"] == 10 and meta["train"]["extended"][0]["from_step"] == 6
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 10 and json.loads((run / "summary.json").read_text())["steps"] == 10
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "8"]) == 2
+    assert "must be past that" in capsys.readouterr().err

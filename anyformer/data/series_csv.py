@@ -2,9 +2,10 @@
 
 Wide: one row per series. The label column is found by its name (label, class, target, y or
 category, in any case) or named by `--label-column`; an id column (id, series_id, name) is an
-identifier and is skipped; every other column is a time step. A shorter series ends with empty
-cells or NaN (trailing ones are padding, its length is kept); a missing cell with numbers after it
-is a gap, refused with its row and column.
+identifier and is skipped, as is a first column without a name (the index pandas writes); every
+other column is a time step. A shorter series ends with empty cells or NaN (trailing ones are
+padding, its length is kept); a missing cell with numbers after it is a gap, refused with its row
+and column.
 
 Long: one row per value, columns found by name: id (id, series, series_id), time (time, t,
 timestamp, step), value (value, v), an optional channel (channel, dim, dimension, variable) and the
@@ -51,6 +52,9 @@ def read_series_csv(path: str | Path, label_column: str | None = None) -> RawSer
     if not rows:
         raise DataError(f"{path}: empty; {EXPECTED}")
     header, body = [h.strip() for h in rows[0][1]], rows[1:]
+    if len(header) > 1 and header[0] == "":
+        # pandas' to_csv writes its row index first, under no name: a row number, not a step of the series.
+        header, body = header[1:], [(line, fields[1:]) for line, fields in body]
     if all(is_number(h) for h in header if h):
         raise DataError(f"{path}:1: the first line holds numbers, not column names; {EXPECTED} (a file of "
                         f"label-first rows without a header is read as the archive's .tsv: rename it so)")

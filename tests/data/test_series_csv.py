@@ -35,6 +35,12 @@ def test_wide_csv_with_ragged_ends_an_id_column_and_a_label_found_by_name(tmp_pa
     assert train.name == "my"
 
 
+def test_the_unnamed_index_column_pandas_writes_is_not_a_step(tmp_path):
+    p = write(tmp_path / "pd.csv", ",label,a,b\n0,x,1.5,2\n1,y,3,\n")
+    ds, _ = load_series_data(str(p))
+    assert ds.values[:, 0].tolist() == [[1.5, 2], [3, 0]] and ds.lengths.tolist() == [2, 1]
+
+
 def test_wide_label_column_named_by_the_user_in_any_case(tmp_path):
     p = write(tmp_path / "s.csv", "species,x1,x2,label2\nA,1,2,3\nB,4,5,6\n")
     ds, _ = load_series_data(str(p), label_column="SPECIES")
@@ -173,8 +179,8 @@ def test_an_archive_dataset_as_a_wide_csv_pair_reads_as_its_ts(tmp_path):
                        r"class, target, y or category, or pass --label-column NAME"),
     ("label,class,a\nx,y,1\n", r"bad\.csv: columns 'label' and 'class' could each be the label column; expected one; "
                                r"pass --label-column NAME"),
-    ("label,a,b,c\nx,1,,3\n", r"bad\.csv: row 1 \(line 2\), column 'b': missing value inside the series \(values follow "
-                              r"it\); expected empty cells or NaN only at the end"),
+    ("label,a,b,c\nx,1,,3\n", r"bad\.csv: row 1 \(line 2\), column 'b': missing value inside the series "
+                              r"\(values follow it\); expected empty cells or NaN only at the end"),
     ("label,a,b\nx,1,2\ny,1,abc\n", r"bad\.csv: row 2 \(line 3\), column 'b': 'abc' is not a number; expected decimal"),
     ("label,a,b\nx,1,inf\n", r"row 1 \(line 2\), column 'b': infinite value"),
     ("label,a,b\n,1,2\n", r"row 1 \(line 2\), column 'label': no label"),
@@ -273,7 +279,7 @@ def test_files_and_folders_that_are_not_series_data(tmp_path):
     with pytest.raises(DataError, match=r"two holds 2 series files and no _TRAIN/_TEST pair \(a\.csv, b\.npy\)"):
         load_series_data(str(tmp_path / "two"))
     (tmp_path / "none").mkdir()
-    with pytest.raises(DataError, match=r"none holds no series file; expected a <problem>_TRAIN/_TEST pair or one file"):
+    with pytest.raises(DataError, match=r"none holds no series file; expected a <problem>_TRAIN/_TEST pair or one"):
         load_series_data(str(tmp_path / "none"))
 
 

@@ -1,8 +1,14 @@
-"""Tokenizers for language models: characters, and GPT-2's byte-level BPE.
+"""Tokenizers for language models: characters, GPT-2's byte-level BPE, a BPE learned from the corpus,
+or a tokenizer file.
 
 `CharTokenizer` gives one id per character of the training alphabet (the alphabet is saved with
 the run); `BPETokenizer` is GPT-2's byte-level BPE through tiktoken, read from the local
-``r50k_base.tiktoken`` when one is found, else tiktoken's own cache/download.
+``r50k_base.tiktoken`` when one is found, else tiktoken's own cache/download. A byte-level BPE
+learned from the run's training text, or a Hugging Face tokenizer.json, is an `HFTokenizer`
+(data/bpe.py), saved in the run directory as tokenizer.json.
+
+Every tokenizer offers `token_byte_lengths()`: the UTF-8 bytes each token id stands for, which turns
+a validation loss in nats a token into bits per byte, comparable across tokenizers.
 """
 
 from __future__ import annotations
@@ -16,12 +22,14 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..files import sha256_file
+from .bpe import TOKENIZER_FILE, HFTokenizer, bpe_vocab_size, learn_bpe, read_tokenizer_file
 from .errors import DataError
 from .registry import default_cache_dir
 
 __all__ = [
     "BPETokenizer",
     "CharTokenizer",
+    "HFTokenizer",
     "StreamDecoder",
     "gpt2_encoding",
     "load_tokenizer",
@@ -102,6 +110,10 @@ class CharTokenizer:
     def decoder(self) -> StreamDecoder:
         return StreamDecoder(lambda i: self.decode([i]).encode())
 
+    def token_byte_lengths(self) -> np.ndarray:
+        """(vocab_size,) int64: the UTF-8 bytes of each character."""
+        return np.array([len(c.encode("utf-8", errors="surrogatepass")) for c in self.chars], dtype=np.int64)
+
     def to_info(self) -> dict[str, Any]:
         return {"tokenizer": "char", "vocab_size": self.vocab_size, "chars": self.chars}
 
@@ -143,6 +155,12 @@ class BPETokenizer:
     def decoder(self) -> StreamDecoder:
         """Incremental decoding for streaming: a character split over tokens is printed once whole."""
         return StreamDecoder(self.encoding.decode_single_token_bytes)
+
+    def token_byte_lengths(self) -> np.ndarray:
+        """(vocab_size,) int64: the bytes of each token; <|endoftext|> stands for no text (0)."""
+        special = {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
+        return np.array([0 if i in special else len(self.encoding.decode_single_token_bytes(i))
+                         for i in range(self.vocab_size)], dtype=np.int64)
 
     def to_info(self) -> dict[str, Any]:
         return {"tokenizer": "gpt2", "vocab_size": self.vocab_size}
@@ -192,21 +210,49 @@ def gpt2_encoding(path: str | os.PathLike[str] | None = None):
     return _gpt2_encoding_cached(str(local.resolve()) if local is not None else None)
 
 
+TOKENIZER_KINDS = ("char", "bpe", "gpt2")
+
+
 def load_tokenizer(spec: str, text: str | None = None):
-    """"char" (built from `text`), "gpt2", or a path to GPT-2's r50k_base.tiktoken (or its folder)."""
-    if spec == "char":
+    """A tokenizer from --tokenizer's value: "char" or "bpe" (built from `text`, the training text),
+    "gpt2", or a file: a Hugging Face tokenizer.json, or GPT-2's r50k_base.tiktoken (or a folder
+    holding one of them). `load_corpus` is what learns "bpe" from a whole text source."""
+    if spec in ("char", "bpe"):
         if text is None:
-            raise ValueError("a character tokenizer is built from its training text; pass text=")
-        return CharTokenizer.from_text(text)
-    if spec in ("gpt2", "bpe", "r50k_base"):
+            raise ValueError(f"a {spec} tokenizer is learned from its training text; pass text=")
+        if spec == "char":
+            return CharTokenizer.from_text(text)
+        return learn_bpe([text], bpe_vocab_size(len(text.encode("utf-8", errors="surrogatepass"))))
+    if spec in ("gpt2", "r50k_base"):
         return BPETokenizer()
-    if Path(spec).expanduser().exists():
-        return BPETokenizer(path=spec)
-    raise ValueError(f"unknown tokenizer {spec!r}; expected 'char', 'gpt2', or the path of {GPT2_TIKTOKEN_FILE}")
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        found = [path / n for n in (TOKENIZER_FILE, GPT2_TIKTOKEN_FILE) if (path / n).is_file()]
+        if not found:
+            raise DataError(f"the folder {path} holds no tokenizer: expected {TOKENIZER_FILE} or {GPT2_TIKTOKEN_FILE} in it")
+        path = found[0]
+    if path.is_file():
+        return _tokenizer_file(path)
+    raise ValueError(f"unknown tokenizer {spec!r}; expected char, bpe (learned from your text), gpt2, or a tokenizer "
+                     f"file ({TOKENIZER_FILE}, {GPT2_TIKTOKEN_FILE}), and there is no file at {path}")
 
 
-def tokenizer_from_info(info: dict[str, Any]):
-    """The tokenizer a run was trained with, from the "data" section of its config.json."""
+def _tokenizer_file(path: Path):
+    """GPT-2's r50k_base.tiktoken (checksum verified) or a tokenizer.json; anything else refused in one line."""
+    with open(path, "rb") as f:
+        head = f.read(64).lstrip()
+    if path.suffix == ".tiktoken":
+        return BPETokenizer(path=path)
+    if not head.startswith(b"{"):
+        raise DataError(f"{path} is not a tokenizer file: expected a Hugging Face {TOKENIZER_FILE} (JSON) or GPT-2's "
+                        f"{GPT2_TIKTOKEN_FILE}, got a file that starts {head[:16]!r}")
+    return read_tokenizer_file(path)
+
+
+def tokenizer_from_info(info: dict[str, Any], run_dir: str | os.PathLike[str] | None = None):
+    """The tokenizer a run was trained with, from the "data" section of its config.json; a learned or
+    given tokenizer is read from the run directory (`run_dir`, else `info["run_dir"]`), where the run
+    saved it as tokenizer.json, and checked against the checksum the run recorded."""
     kind = info.get("tokenizer") if isinstance(info, dict) else None
     if kind == "char":
         chars = info.get("chars")
@@ -215,6 +261,26 @@ def tokenizer_from_info(info: dict[str, Any]):
         return CharTokenizer(chars)
     if kind == "gpt2":
         return BPETokenizer()
+    if kind in ("bpe", "file"):
+        return _saved_tokenizer(info, kind, run_dir if run_dir is not None else info.get("run_dir"))
     raise ValueError(f"the run directory describes no text tokenizer (data.tokenizer = {kind!r}); expected a "
                      f"language model run written by `anyformer train` with a text recipe")
 
+
+def _saved_tokenizer(info: dict[str, Any], kind: str, run_dir: str | os.PathLike[str] | None) -> HFTokenizer:
+    name = info.get("tokenizer_file") or TOKENIZER_FILE
+    if run_dir is None:
+        raise ValueError(f"the run's {kind} tokenizer is saved in its run directory as {name}: pass the directory "
+                         f"(tokenizer_from_info(info, run_dir))")
+    path = Path(run_dir) / name
+    if not path.is_file():
+        raise DataError(f"{path} is missing: the run's tokenizer (data.tokenizer = {kind!r}) is saved there; "
+                        f"a run directory needs the {name} that `anyformer train` wrote beside config.json")
+    want = info.get("tokenizer_sha256")
+    if want and sha256_file(path) != want:
+        raise DataError(f"{path} is not the tokenizer the run was trained with: sha256 {sha256_file(path)}, "
+                        f"config.json records {want}")
+    tok = read_tokenizer_file(path, kind)
+    if info.get("vocab_size") not in (None, tok.vocab_size):
+        raise DataError(f"{path} has {tok.vocab_size} tokens, but the run was trained with {info['vocab_size']}")
+    return tok

@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 from types import FrameType
-from typing import Iterator
+from typing import Callable, Iterator
 
 import uvicorn
 
@@ -28,10 +28,18 @@ SHUTDOWN_GRACE_SECONDS = 10  # after a drain's cancellations every request ends 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, which on a signal first drains the app's guard (anyformer/serve/guard.py)."""
 
-    def __init__(self, config: uvicorn.Config, guard: Guard) -> None:
+    def __init__(self, config: uvicorn.Config, guard: Guard,
+                 on_ready: Callable[[int], None] | None = None) -> None:
         super().__init__(config)
         self.guard = guard
+        self.on_ready = on_ready
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # Listening now: a connection made from here on is accepted (the loop runs it next turn).
+        if self.started and not self.should_exit and self.on_ready is not None:
+            self.on_ready(self.servers[0].sockets[0].getsockname()[1])
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
@@ -62,10 +70,16 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(run_dir: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None) -> None:
+    """Serve the run in `run_dir` until SIGTERM or Ctrl-C. `serving RUN at URL` is printed once the
+    model is loaded and warmed up and the socket listens, so a client that waits for the line is
+    answered; port 0 picks a free port, which the line names."""
     app = create_app(run_dir, limits)
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s: anyone who can reach this address can use the model", host)
-    print(f"serving {run_dir} at http://{host if ':' not in host else f'[{host}]'}:{port}/", flush=True)
+
+    def announce(bound_port: int) -> None:
+        print(f"serving {run_dir} at http://{host if ':' not in host else f'[{host}]'}:{bound_port}/", flush=True)
+
     config = uvicorn.Config(app, host=host, port=port, log_level="info",
                             timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
-    DrainingServer(config, app.state.guard).run()
+    DrainingServer(config, app.state.guard, on_ready=announce).run()

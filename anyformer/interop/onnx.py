@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -92,6 +93,31 @@ _SIGNATURE = {
 }
 
 
+class _NoTorchvisionNotice(logging.Filter):
+    """Drops the exporter's 'torchvision is not installed. Skipping torchvision::nms' (and roi_align,
+    roi_pool, deform_conv2d): four lines on every export where torchvision is absent.
+
+    Why a filter: torch.onnx.export builds its operator registry from all of onnxscript's torchlib,
+    whose torchvision operators it looks up and, without torchvision, logs a warning for; the export
+    imports nothing from torchvision, and torch.onnx.export takes no registry of our own. Only that
+    message from that logger is dropped, and only while export_onnx runs."""
+
+    LOGGER = "torch.onnx._internal.exporter._registration"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("torchvision is not installed")
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls) -> Iterator[None]:
+        logger, f = logging.getLogger(cls.LOGGER), cls()
+        logger.addFilter(f)
+        try:
+            yield
+        finally:
+            logger.removeFilter(f)
+
+
 def export_onnx(model: nn.Module, path: str | os.PathLike[str], *, opset: int | None = None,
                 metadata: dict[str, str] | None = None) -> Path:
     """Write `model` (ViT, GPT or TextEncoder) to the ONNX file `path`, atomically, and return it.
@@ -116,7 +142,8 @@ def export_onnx(model: nn.Module, path: str | os.PathLike[str], *, opset: int | 
             kwargs: dict[str, Any] = {"opset_version": opset} if opset is not None else {}
             # The exporter reports its progress on stdout (a command's stdout is its answer), and the
             # libraries under it warn about their own internals: nothing a user can act on.
-            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), \
+                    _NoTorchvisionNotice.installed():
                 for category in (FutureWarning, DeprecationWarning):
                     warnings.simplefilter("ignore", category)
                 warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|torchvision|onnxscript|onnx)\b")

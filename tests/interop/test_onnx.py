@@ -3,12 +3,16 @@ exported family, at batch sizes 1 and 3, and for the sequence models at two leng
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import anyformer as af
 from anyformer.interop.onnx import export_onnx, onnx_inputs, onnx_metadata, run_onnx
+from tests.conftest import REPO
 
 TOL = 1e-4
 
@@ -84,6 +88,7 @@ def test_export_command_writes_a_run_that_onnx_runtime_reproduces(tmp_path, caps
     printed = capsys.readouterr()
     assert printed.out == f"wrote {out} (vit, onnx; its metadata holds the signature and the run's data facts)\n"
     assert "Warning" not in printed.err, printed.err  # the exporter's libraries keep their notes to themselves
+    assert "torchvision" not in printed.err, printed.err
     meta = onnx_metadata(out)
     assert meta["anyformer.family"] == "vit" and meta["anyformer.signature"].startswith("input images float32 (B, C, H, W)")
     assert json.loads(meta["anyformer.config"])["patch_size"] == 7
@@ -93,3 +98,35 @@ def test_export_command_writes_a_run_that_onnx_runtime_reproduces(tmp_path, caps
         assert float((run_onnx(out, x) - model(x["images"])).abs().max()) <= TOL
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "no" / "m.onnx")]) == 2
     assert "anyformer: error: cannot write" in capsys.readouterr().err
+
+
+# `anyformer ARGS` where torchvision is not installed (the onnx extra does not bring it): the import
+# system finds no torchvision, as in a fresh environment.
+WITHOUT_TORCHVISION = """
+import importlib.machinery, importlib.util, sys
+find = importlib.machinery.PathFinder.find_spec
+def hidden(name, path=None, target=None):
+    return None if name.partition(".")[0] == "torchvision" else find(name, path, target)
+importlib.machinery.PathFinder.find_spec = staticmethod(hidden)
+assert importlib.util.find_spec("torchvision") is None
+from anyformer.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_export_without_torchvision_prints_nothing_about_it(tmp_path):
+    # torch.onnx's registry logs 'torchvision is not installed. Skipping torchvision::nms' (and three
+    # more) on stderr on every export there; the export needs none of torchvision's operators.
+    model = af.ViT.preset("vit-mnist", width=32, depth=1, heads=2, mlp_hidden=64, patch_size=7)
+    model.save(tmp_path / "run", extra={"data": {"kind": "images", "classes": list("0123456789"),
+                                                 "mean": [0.13], "std": [0.31]}})
+    out = tmp_path / "model.onnx"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("ANYFORMER_DEBUG", None)
+    r = subprocess.run([sys.executable, "-c", WITHOUT_TORCHVISION, "export", str(tmp_path / "run"),
+                        "--format", "onnx", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith(f"wrote {out} (vit, onnx;") and out.is_file()
+    assert "torchvision" not in r.stderr, r.stderr

@@ -181,11 +181,27 @@ def _text(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
 # ------------------------------------------------------------------------------------------ series
 
 def _series(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The series recipe, which derives its sizes from the training split itself (train/series.py's
+    `derive`); they are worked out here too, to be printed before the run starts."""
+    from ..data.series import load_series_data
     from .recipes import RECIPES
+    from .series import derive as series_sizes
     values = {k: v for k, v in RECIPES["series"].items() if k != "about"}
     values["data"] = data
-    why = {"recipe": "series: the series recipe derives its patch, batch (at most a quarter of the training "
-                     "series) and model size from the training split (config.json's data.derived)"}
+    train, test = load_series_data(data, asked.get("label_column"))
+    n_train, why = len(train), {}
+    if test is None:
+        fraction = holdout_fraction(train.labels, asked.get("val_fraction"))
+        held = sum(round(fraction * int(c)) for c in torch.bincount(train.labels) if c)
+        n_train -= held
+        why["val_fraction"] = (f"{fraction:.2f}: no _TEST file, so a seeded share of each class is held out "
+                               f"({held:,} of {len(train):,} series)")
+    patching = {**values.get("model_overrides", {}), **(asked.get("model_overrides") or {})}.get("patching", "across")
+    sizes = series_sizes(n_train, train.channels, train.length, patching, asked.get("batch_size") or values["batch_size"])
+    why["batch_size"] = f"{sizes['batch']}: about four updates an epoch, at most a quarter of the {n_train:,} training series"
+    why["model"] = (f"series-small at width {sizes['width']}, depth {sizes['depth']}, patches of {sizes['patch_size']} "
+                    f"steps every {sizes['patch_stride']} (about 32 tokens of a {train.length}-step series)")
+    why["max_steps"] = f"{values['max_steps']}: the series recipe's updates, within its {values['time_budget']:.0f} s budget"
     return values, why
 
 

@@ -9,7 +9,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed distribution's version; from a source tree that is not installed, pyproject's."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("anyformer")
+    except PackageNotFoundError:
+        import re
+        from pathlib import Path
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M) if pyproject.is_file() else None
+        return m[1] if m else "unknown"
+
 
 _EXPORTS = {
     "DiT": "models", "MAE": "models", "GPT": "models", "TextEncoder": "models", "ViT": "models", "load": "models", "PRESETS": "models",
@@ -20,6 +32,7 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
+    __version__: str
     from .models import DiT, GPT, MAE, PRESETS, TextEncoder, ViT, load
     from .nn import (MLP, ClassifierHead, ClassToken, LinearEmbedding, LMHead, MultiHeadAttention,
                      PatchEmbedding, PatchOutput, TokenEmbedding, Transformer, TransformerBlock)
@@ -33,6 +46,9 @@ _SUBPACKAGES = ("nn", "models", "data", "train", "viz", "plan", "interop", "serv
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read on first use: importlib.metadata costs 30 ms, on every command
+        globals()[name] = value = _version()
+        return value
     if name in _SUBPACKAGES:
         return importlib.import_module(f".{name}", __name__)
     if name in _EXPORTS:

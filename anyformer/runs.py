@@ -75,7 +75,7 @@ def open_run(directory: str | Path) -> Run:
     info = meta.get("data") or {}
     run = Run(Path(directory), load(directory).eval(), info)
     if info.get("kind") == "text":
-        run.tokenizer = tokenizer_from_info(info)
+        run.tokenizer = tokenizer_from_info(info, directory)  # a learned one is saved beside config.json
     elif info.get("kind") == "images":
         run.preprocess = ImagePreprocess.from_info(info)
         run.classes = [str(c) for c in info["classes"]] if info.get("classes") else None

@@ -34,7 +34,7 @@ def attention(args: argparse.Namespace) -> int:
                                  class_names=info.get("classes"))
     elif model.family == "gpt":
         from ..data.text import tokenizer_from_info
-        tok = tokenizer_from_info(info)
+        tok = tokenizer_from_info(info, args.dir)
         ids = tok.encode(args.input)[-model.config.context:]
         with torch.no_grad():
             _, attn = model(torch.tensor([ids]), return_attention=args.layers or True)

@@ -26,7 +26,7 @@ def generate(args: argparse.Namespace) -> int:
     model, meta = run_info(args.dir)
     if model.family != "gpt":
         raise ValueError(f"{args.dir} holds a {model.family} model; `generate` needs a language model run")
-    tok = tokenizer_from_info(meta.get("data", {}))
+    tok = tokenizer_from_info(meta.get("data", {}), args.dir)  # a learned tokenizer is in the run directory
     ids = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     sys.stdout.write(args.prompt)

@@ -100,7 +100,7 @@ def most_tokens(ctx: Context, prompt: int) -> int:
 
 
 def routes(ctx: Context) -> list[Route]:
-    tok = tokenizer_from_info(ctx.data)
+    tok = tokenizer_from_info(ctx.data, ctx.run_dir)
 
     def pieces(ids: list[int], req: dict[str, Any]) -> Iterator[str]:
         gen = torch.Generator().manual_seed(req["seed"]) if req["seed"] is not None else None

@@ -127,6 +127,23 @@ def test_data_warnings_in_a_real_process_have_no_file_or_source_line():
     assert "UserWarning: not a data warning" in lines[2]  # the other kind, with its file:line, as Python shows it
 
 
+@pytest.mark.slow
+def test_a_text_folder_with_binary_files_warns_once_in_one_line(tmp_path):
+    # A real trigger: the text reader skips the binary files (and says so in a DataWarning) both when
+    # the settings are derived from the data and when it is read; the user sees it once.
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("To be, or not to be, that is the question.\n" * 400)
+    (folder / "photo.bin").write_bytes(bytes(range(256)) * 8)
+    r = run("train", "--data", str(folder), "--max-steps", "2", "--eval-every", "2", "--out", str(tmp_path / "run"),
+            "--set", "width=32", "--set", "depth=1", "--set", "heads=2", "--threads", "1", "--no-progress",
+            "--no-plots")
+    assert r.returncode == 0, r.stderr
+    skipped = [line for line in r.stderr.splitlines() if "photo.bin" in line]
+    assert len(skipped) == 1 and skipped[0].startswith(f"anyformer: warning: {folder}: skipped 1 file"), r.stderr
+    assert all(line.startswith("anyformer: warning: ") for line in r.stderr.splitlines()), r.stderr
+
+
 # ---------------------------------------------------------------------------------------- MNIST missing
 
 @pytest.mark.slow

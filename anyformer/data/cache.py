@@ -18,14 +18,16 @@ import torch
 
 from ..files import atomic_write
 from .dataset import ImageDataset
-from .images import walk_images
+from .images import list_folder
 from .readers import idx_pair
-from .registry import TITLES, Source
+from .registry import IDX_FILES, TITLES, Source, find_idx
 
 __all__ = ["cache_file", "cache_load", "cache_save", "fingerprint"]
 
-# Bump when the decoded-cache layout or decoding rules change, so stale caches are ignored.
-_CACHE_VERSION = 1
+# Bump when the decoded-cache layout or decoding rules change, so stale caches are ignored. 2: EXIF
+# orientation applied, unreadable images skipped, what was skipped stored beside the pixels.
+# (The resizing rule has its own name, images.RESIZE_RULE, in the key the caller gives.)
+_CACHE_VERSION = 2
 
 
 def _stat_key(p: Path) -> list[Any]:
@@ -36,13 +38,21 @@ def _stat_key(p: Path) -> list[Any]:
 def fingerprint(src: Source, split: str) -> list[Any]:
     """What identifies the source's current content, cheaply (stat, not a hash of the data)."""
     if src.kind == "idx":
-        return [_stat_key(p) for p in idx_pair(src.path, split, TITLES.get(src.named or "", src.name), src.hint)]
+        title = TITLES.get(src.named or "", src.name)
+        splits = [split] if split in IDX_FILES else [s for s, names in IDX_FILES.items()
+                                                             if all(find_idx(src.path, n) for n in names)]
+        return [_stat_key(p) for s in splits for p in idx_pair(src.path, s, title, src.hint)]
     if src.kind == "folder":
-        # Any added, removed or edited image changes the key; hashed as built, there is no file to hash.
+        # Any added, removed or edited image changes the key (and with it which images are unreadable);
+        # so does any stray file or unreadable photo added or removed, which the cache's warnings name.
+        # Hashed as built, there is no file to hash.
+        listing = list_folder(src.path)
         h = hashlib.sha256()
-        for rel in sorted(walk_images(src.path)):
+        for rel in listing.images:
             st = (src.path / rel).stat()
             h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        for rel in [*listing.strays, *(f for f, _ in listing.unsupported)]:
+            h.update(f"skipped\0{rel}\n".encode())
         return [str(src.path.resolve()), h.hexdigest()]
     return [_stat_key(src.path)]
 
@@ -63,7 +73,10 @@ def cache_load(path: Path) -> ImageDataset | None:
             images, labels = z["images"], z["labels"]
             classes = [str(c) for c in z["classes"].tolist()]
             name = str(z["name"])
-        return ImageDataset(torch.from_numpy(images), torch.from_numpy(labels), classes, name)
+            left_out = json.loads(str(z["left_out"]))
+        return ImageDataset(torch.from_numpy(images), torch.from_numpy(labels), classes, name,
+                            skipped=left_out["skipped"], unreadable=[tuple(u) for u in left_out["unreadable"]],
+                            derived_size=left_out["derived_size"])
     except Exception as e:  # noqa: BLE001 - any broken cache is simply rebuilt
         warnings.warn(f"ignoring unreadable dataset cache {path}: {e}", stacklevel=3)
         return None
@@ -80,6 +93,9 @@ def cache_save(path: Path, ds: ImageDataset) -> None:
             labels=ds.labels.numpy(),
             classes=np.array(ds.classes, dtype=np.str_),
             name=np.array(ds.name, dtype=np.str_),
+            # What decoding skipped and chose, so that a cache hit warns and reports as the first load did.
+            left_out=np.array(json.dumps({"skipped": ds.skipped, "unreadable": ds.unreadable,
+                                          "derived_size": ds.derived_size}), dtype=np.str_),
         )
 
     try:

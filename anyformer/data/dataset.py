@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,12 +17,19 @@ class ImageDataset:
 
     images: uint8 (N, C, H, W), C is 1 (grey) or 3 (RGB); labels: int64 (N,)
     indexing `classes`; name: where it came from ("mnist", a folder name, ...).
+    What a folder's or tar's decoding left out or chose, for the warnings and the run's record:
+    skipped: stray files that are not images; unreadable: (file, reason) of images that could not
+    be decoded; derived_size: why the images were resized to their size, where it was derived
+    because they came in several sizes (None: as asked, or as stored).
     """
 
     images: torch.Tensor  # uint8 (N, C, H, W)
     labels: torch.Tensor  # int64 (N,)
     classes: list[str]
     name: str
+    skipped: list[str] = field(default_factory=list, repr=False)
+    unreadable: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    derived_size: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Fail here, at construction, rather than deep inside a training step.

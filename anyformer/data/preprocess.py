@@ -9,7 +9,7 @@ evaluation and its predictions reproduce its training inputs bit for bit.
 A user's picture is framed the way the training images were (drawn.py: polarity, crop, aspect,
 centre), when the training images were objects on a plain dark background; the framing and the
 training images' statistics are saved with the run, so a run written before either loads as it did
-(plain resizing, no warnings).
+(no framing, no warnings). Otherwise a picture is decoded as a training image was (`load_image`).
 """
 from __future__ import annotations
 
@@ -36,9 +36,10 @@ class ImagePreprocess:
 
     `ImagePreprocess(mean, std, channels, image_size)`; `pre(images)` takes uint8 (B, C, H, W) or
     (C, H, W) and returns float32 of the same shape on the images' device; `pre.load(source)` reads
-    a picture as this preprocessing expects it (framed, or grey or RGB and resized), still uint8;
+    a picture as this preprocessing expects it (framed, or decoded and fitted to the image size as the
+    training images were: scaled to cover it, then centre-cropped), still uint8;
     `pre.check(x)` says in one line why a loaded picture is unlike the training images, or None.
-    framing: how the training images were framed (None: plain resizing); stats: the 0.1% and 99.9%
+    framing: how the training images were framed (None: decoded as training images were); stats: the 0.1% and 99.9%
     quantiles of the training images' per-image pixel mean, std and ink fill (drawn.ink_fill) on
     [0, 1] ({"mean": [lo, hi], "std": [lo, hi], "fill": [lo, hi]}), which `check` compares against.
     """
@@ -114,7 +115,9 @@ class ImagePreprocess:
     # ------------------------------------------------------------------ used
     def load(self, source: Source, raw: bool = False) -> Tensor:
         """A picture (a path, a binary file object or a PIL image) as uint8 (C, H, W): framed like
-        the training images when the run has a framing, else (or with raw) grey or RGB resized."""
+        the training images when the run has a framing, else (or with raw) decoded exactly as a
+        training image was (`vision.load_image`: upright, grey or RGB, scaled to cover the image size
+        and centre-cropped), so that the model sees the numbers it would have seen in training."""
         return self.load_checked(source, raw)[0]
 
     def load_checked(self, source: Source, raw: bool = False) -> tuple[Tensor, str | None]:

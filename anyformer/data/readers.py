@@ -1,7 +1,8 @@
 """Readers: one per kind of `Source` (IDX folder, mnist.pkl.gz, image folder, tar), chosen by `READERS`.
 
 A reader turns a resolved source into an `ImageDataset`; a source that resolved from a dataset
-name is also checked to be that dataset (checksums, classes, image size).
+name is also checked to be that dataset (checksums, classes, image size). A split is "train",
+"test", "val" (image folders with such a folder) or "all" (every image the source holds).
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from ..files import sha256_file
 from .dataset import ImageDataset
 from .errors import DataError
 from .idx import parse_idx, read_idx_bytes
-from .images import decode_folder, decode_tar
+from .image_scan import derive_image_size, describe_image_size, scan_images
+from .images import Decoded, ImageSizesDiffer, decode_folder, decode_tar, fit_image
 from .numpy_pickle import decode_mnist_pickle
 from .registry import CIFAR10_TAR, CLASSES, IDX_FILES, IDX_SHA256, TITLES, Source, find_idx
 
 __all__ = ["READERS", "idx_pair", "read_source"]
 
-# (source, the spec as the user wrote it, split, limit_per_class, image_size (H, W) or None)
-Reader = Callable[[Source, str, str, int | None, tuple[int, int] | None], ImageDataset]
+# (source, the spec as the user wrote it, split, limit_per_class, image_size (H, W) or None,
+#  channels: 1 or 3 where the caller fixes them, None: as the images are)
+Reader = Callable[[Source, str, str, int | None, tuple[int, int] | None, int | None], ImageDataset]
 
 
 def idx_pair(folder: Path, split: str, title: str, hint: str) -> tuple[Path, Path]:
@@ -93,9 +96,10 @@ def _limit_array(labels: np.ndarray, limit: int | None) -> np.ndarray | None:
 
 def _grey_dataset(
     src: Source, images: np.ndarray, labels: np.ndarray, detected: str | None, spec: str,
-    limit: int | None, image_size: tuple[int, int] | None,
+    limit: int | None, image_size: tuple[int, int] | None, channels: int | None,
 ) -> ImageDataset:
-    """The grey (N, H, W) images of an IDX folder or pickle as a dataset: named, limited, resized."""
+    """The grey (N, H, W) images of an IDX folder or pickle as a dataset: named, limited, resized
+    (images.fit_image's rule, as every image source), and replicated into RGB where 3 channels are asked."""
     name = detected if src.named is None and detected is not None else src.name
     classes = _idx_classes(labels, detected, spec)
     labels = labels.astype(np.int64)
@@ -103,25 +107,47 @@ def _grey_dataset(
     if keep is not None:
         images, labels = images[keep], labels[keep]
     if image_size is not None and images.shape[1:] != image_size:
-        h, w = image_size
-        chw = np.stack([np.asarray(Image.fromarray(a).resize((w, h), Image.Resampling.BILINEAR)) for a in images])
-        chw = chw[:, None]
-    else:
-        chw = images[:, None]
+        images = np.stack([np.asarray(fit_image(Image.fromarray(a), image_size)) for a in images])
+    chw = images[:, None] if channels != 3 else np.repeat(images[:, None], 3, axis=1)
     return ImageDataset(torch.from_numpy(np.ascontiguousarray(chw)), torch.from_numpy(labels), classes, name)
 
 
+def _idx_splits(src: Source) -> list[str]:
+    """The splits whose two IDX files are both in the folder."""
+    return [s for s, names in IDX_FILES.items() if all(find_idx(src.path, n) for n in names)]
+
+
+def _both_splits(src: Source, read_one: Callable[[str], tuple[np.ndarray, np.ndarray, str | None]],
+                 split: str) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(images, labels, detected) of one split, or with split "all" of every split there, in turn."""
+    if split == "val":
+        raise DataError(f"{src.path} holds train and test splits only (IDX or pickle files), no val split; "
+                        f"expected split 'train', 'test' or 'all'")
+    if split != "all":
+        return read_one(split)
+    parts = [read_one(s) for s in (_idx_splits(src) if src.kind == "idx" else list(IDX_FILES))]
+    if not parts:
+        return read_one("train")  # refused there, naming the files it expected
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            parts[0][2] if all(p[2] == parts[0][2] for p in parts) else None)
+
+
 def read_idx_source(src: Source, spec: str, split: str, limit: int | None,
-                    image_size: tuple[int, int] | None) -> ImageDataset:
+                    image_size: tuple[int, int] | None, channels: int | None = None) -> ImageDataset:
     title = TITLES.get(src.named or "", src.name)
-    images, labels, detected = _decode_idx_folder(src.path, split, src.named, title, src.hint)
-    return _grey_dataset(src, images, labels, detected, spec, limit, image_size)
+    images, labels, detected = _both_splits(
+        src, lambda s: _decode_idx_folder(src.path, s, src.named, title, src.hint), split)
+    return _grey_dataset(src, images, labels, detected, spec, limit, image_size, channels)
 
 
 def read_pickle_source(src: Source, spec: str, split: str, limit: int | None,
-                       image_size: tuple[int, int] | None) -> ImageDataset:
-    images, labels, matched = decode_mnist_pickle(src.path, split, verify=src.named is not None)
-    return _grey_dataset(src, images, labels, "mnist" if matched else None, spec, limit, image_size)
+                       image_size: tuple[int, int] | None, channels: int | None = None) -> ImageDataset:
+    def one(s: str) -> tuple[np.ndarray, np.ndarray, str | None]:
+        images, labels, matched = decode_mnist_pickle(src.path, s, verify=src.named is not None)
+        return images, labels, "mnist" if matched else None
+
+    images, labels, detected = _both_splits(src, one, split)
+    return _grey_dataset(src, images, labels, detected, spec, limit, image_size, channels)
 
 
 def _check_cifar10_tar(src: Source) -> None:
@@ -134,25 +160,41 @@ def _check_cifar10_tar(src: Source) -> None:
             )
 
 
-def _image_dataset(src: Source, images: np.ndarray, labels: np.ndarray, classes: list[str]) -> ImageDataset:
+def _image_dataset(src: Source, d: Decoded) -> ImageDataset:
     if src.named == "cifar10":
-        if classes != CLASSES["cifar10"] or images.shape[1:] != (3, 32, 32):
+        if d.classes != CLASSES["cifar10"] or d.images.shape[1:] != (3, 32, 32):
             raise DataError(
-                f"{src.path} is not CIFAR-10: classes {classes} images {images.shape[1:]}, expected "
+                f"{src.path} is not CIFAR-10: classes {d.classes} images {d.images.shape[1:]}, expected "
                 f"{CLASSES['cifar10']} and (3, 32, 32); pass it as a path instead of 'cifar10'"
             )
-    return ImageDataset(torch.from_numpy(images), torch.from_numpy(labels), classes, src.name)
+    return ImageDataset(torch.from_numpy(d.images), torch.from_numpy(d.labels), d.classes, src.name,
+                        skipped=d.strays, unreadable=d.unreadable)
+
+
+def _decode_sized(src: Source, split: str, limit: int | None, image_size: tuple[int, int] | None,
+                  channels: int | None, decode: Callable[..., Decoded]) -> ImageDataset:
+    """Decode a folder or tar; where no size is asked and its images differ in size, derive one from
+    the headers of every image of every split (so that train and test agree) and decode again."""
+    try:
+        return _image_dataset(src, decode(src.path, split, limit, image_size, channels))
+    except ImageSizesDiffer:
+        if image_size is not None:
+            raise
+    scan = scan_images(src.path)
+    ds = _image_dataset(src, decode(src.path, split, limit, derive_image_size(scan.sizes), channels))
+    ds.derived_size = describe_image_size(scan.sizes)
+    return ds
 
 
 def read_folder_source(src: Source, spec: str, split: str, limit: int | None,
-                       image_size: tuple[int, int] | None) -> ImageDataset:
-    return _image_dataset(src, *decode_folder(src.path, split, limit, image_size))
+                       image_size: tuple[int, int] | None, channels: int | None = None) -> ImageDataset:
+    return _decode_sized(src, split, limit, image_size, channels, decode_folder)
 
 
 def read_tar_source(src: Source, spec: str, split: str, limit: int | None,
-                    image_size: tuple[int, int] | None) -> ImageDataset:
+                    image_size: tuple[int, int] | None, channels: int | None = None) -> ImageDataset:
     _check_cifar10_tar(src)
-    return _image_dataset(src, *decode_tar(src.path, split, limit, image_size))
+    return _decode_sized(src, split, limit, image_size, channels, decode_tar)
 
 
 READERS: dict[str, Reader] = {
@@ -164,6 +206,6 @@ READERS: dict[str, Reader] = {
 
 
 def read_source(src: Source, spec: str, split: str, limit: int | None,
-                image_size: tuple[int, int] | None) -> ImageDataset:
+                image_size: tuple[int, int] | None, channels: int | None = None) -> ImageDataset:
     """Decode `src` with the reader its kind names."""
-    return READERS[src.kind](src, spec, split, limit, image_size)
+    return READERS[src.kind](src, spec, split, limit, image_size, channels)

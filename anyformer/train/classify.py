@@ -1,8 +1,13 @@
 """Image classification: labelled images in memory as uint8, a cross-entropy loss, accuracy, and a
-confusion matrix and attention maps drawn at the end of the run."""
+confusion matrix and attention maps drawn at the end of the run.
+
+The data is scored on its test/ split, else its val/ split, else a seeded stratified share of it
+held out (`image_splits`); a finished run is scored again on the same examples, or on other data
+with its classes (`load_splits` with `info`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import ImageDataset, load_image_dataset, random_affine, random_crop_flip
+from ..data import DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip
 from ..data.preprocess import ImagePreprocess
+from ..data.split import check_classes, holdout_fraction, stratified_holdout
+from ..data.vision import source_splits, warn_skipped
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig
 from .scoring import ClassifierReport, score_classifier
@@ -27,9 +34,12 @@ class ImageClassification(ClassifierReport):
     def __init__(self, cfg: TrainConfig, device: torch.device, train: ImageDataset | None = None,
                  test: ImageDataset | None = None, *, info: dict[str, Any] | None = None) -> None:
         self.cfg, self.device = cfg, device
-        self.train, self.test = image_splits(cfg, train, test)
-        # A finished run is scored with the statistics it was trained with, whatever part of the
-        # training split is loaded now (`anyformer eval` loads one example of it).
+        self.splits = load_splits(cfg, train, test, info=info)
+        self.train, self.test = self.splits.train, self.splits.test
+        self.eval_split = self.splits.eval_split  # "validation" where a share of the training data is scored
+        # A finished run is scored with the statistics it was trained with, not those of whatever part
+        # of the training data is loaded now (`anyformer eval` loads none, or the training part of a
+        # held-out split cut to one example).
         if cfg.normalize == "series":
             raise ValueError("normalize='series' standardises each time series by itself; images take 'dataset' "
                              "or 'symmetric'")
@@ -48,7 +58,7 @@ class ImageClassification(ClassifierReport):
             self.train = balanced_subset(self.train, cfg.label_fraction, cfg.seed)
         self.images = self.train.images.to(device)
         self.labels = self.train.labels.to(device)
-        self.steps_per_epoch = math.ceil(len(self.train) / cfg.batch_size)
+        self.steps_per_epoch = max(1, math.ceil(len(self.train) / cfg.batch_size))
 
     def model_overrides(self) -> dict[str, Any]:
         _, c, h, w = self.train.images.shape
@@ -102,31 +112,193 @@ class ImageClassification(ClassifierReport):
         plot_digit_attention(model, images, self.test.labels[:8], self.test.classes, run_dir / "attention.png")
 
     def run_info(self) -> dict[str, Any]:
+        """The data's description: classes, channels, image size, statistics, and where the scored
+        examples came from (eval_split, and where a share was held out, its fraction and size), so that
+        `anyformer eval` of the run scores exactly the same examples."""
         _, c, h, w = self.train.images.shape
-        return {"kind": "images", "dataset": self.cfg.data, "classes": self.train.classes,
+        s = self.splits
+        info = {"kind": "images", "dataset": self.cfg.data, "classes": self.train.classes,
                 "channels": c, "image_size": [h, w], "mean": self.preprocess.mean, "std": self.preprocess.std,
                 "train_examples": len(self.train), "test_examples": len(self.test),
-                "preprocess": self.preprocess.to_dict()}
+                "preprocess": self.preprocess.to_dict(), "eval_split": s.eval_split, "eval_source": s.eval_source}
+        if s.held_out_fraction is not None:
+            info.update(held_out_fraction=s.held_out_fraction, held_out_examples=s.held_out)
+        if s.derived_size is not None:
+            info["image_size_derived"] = s.derived_size
+        if s.skipped or s.unreadable:
+            info.update(skipped_files=len(s.skipped), unreadable_images=[f for f, _ in s.unreadable])
+        return info
+
+
+@dataclass
+class ImageSplits:
+    """What a classifier trains and is scored on, and where each came from. eval_split: "test" (the
+    data's test/ split, or other data a finished run is scored on) or "validation" (its val/ folder,
+    or a held-out share of the training data). eval_source: "test", "val", "held out", or the other
+    data's part ("test of PATH", "all of PATH"). held_out_fraction and held_out: the share held out
+    and how many examples it holds (before limit_eval), where one was. skipped, unreadable and
+    derived_size: what decoding left out or chose (ImageDataset's fields, over every split loaded)."""
+
+    train: ImageDataset
+    test: ImageDataset
+    eval_split: str = "test"
+    eval_source: str = "test"
+    held_out_fraction: float | None = None
+    held_out: int = 0
+    skipped: list[str] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    derived_size: str | None = None
 
 
 def image_splits(cfg: TrainConfig, train: ImageDataset | None = None,
                  test: ImageDataset | None = None) -> tuple[ImageDataset, ImageDataset]:
-    """The train and test splits of `cfg.data` (or those given), cut to `limit_train`/`limit_eval`,
-    refused in one line when either is empty or their image shapes differ. Image tasks share it."""
-    # `is None`, not `or`: an empty dataset given by the caller must be refused, not replaced.
-    train = load_image_dataset(cfg.data, "train") if train is None else train
-    test = load_image_dataset(cfg.data, "test") if test is None else test
+    """The train and eval splits of `cfg.data` (or those given), cut to `limit_train`/`limit_eval`,
+    refused in one line when either is empty or their image shapes differ. Image tasks share it.
+
+    The eval split is the data's test/ where it has one, else its val/ (reported as validation),
+    else a seeded stratified share of the training data held out (data/split.py): where there is no
+    test split, every image is loaded as training data and `cfg.val_fraction` of each class (derived
+    from the data where unset) is held out by `cfg.seed`, so a run, its resume and `anyformer eval`
+    hold out exactly the same examples. `load_splits` says which it chose."""
+    s = load_splits(cfg, train, test)
+    return s.train, s.test
+
+
+def load_splits(cfg: TrainConfig, train: ImageDataset | None = None, test: ImageDataset | None = None, *,
+                info: dict[str, Any] | None = None) -> ImageSplits:
+    """`image_splits` with where the eval split came from. `info`: a finished run's data section, to
+    score it again: its own data's eval split, decoded at the run's image size and channels (the
+    training split is then not loaded), or, where `cfg.data` is other data, that data's test split
+    (else all of it) with its classes mapped to the run's."""
+    if info is not None and train is None and test is None and not same_data(cfg.data, info.get("dataset")):
+        return _other_data(cfg, info)
+    kind, splits = ("given", ("train", "test")) if train is not None and test is not None else source_splits(cfg.data)
+    load = _Loader(cfg, kind, info)
+    if test is not None or "test" in splits or "val" in splits:
+        part = "test" if test is not None or "test" in splits else "val"
+        if train is None and info is None:
+            train = load(cfg.data, "train")
+            check_classes(train.labels, train.classes, f"the training split of {cfg.data}")
+            if kind in ("folder", "tar"):  # one colour image in the test split alone must not upset the shapes
+                load.channels = train.channels
+        test = _run_classes(load(cfg.data, part) if test is None else test, info, cfg.data)
+        # A finished run scored again needs no training images: its statistics are saved with it.
+        train = _none_of(test) if train is None else _run_classes(train, info, cfg.data)
+        out = ImageSplits(train, test, "test" if part == "test" else "validation", part)
+    else:
+        full = load(cfg.data, "train" if "train" in splits else "all") if train is None else train
+        out = _held_out(cfg, _run_classes(full, info, cfg.data), info)
+    out.skipped, out.unreadable, out.derived_size = load.report()
+    return _limited(cfg, out, trains=info is None or out.held_out_fraction is not None)
+
+
+def _held_out(cfg: TrainConfig, full: ImageDataset, info: dict[str, Any] | None) -> ImageSplits:
+    """All of the training data split into a training part and a held-out share, by (data, seed,
+    fraction) alone; the fraction a finished run recorded is the one it is scored with again."""
+    check_classes(full.labels, full.classes, f"{cfg.data} (no test/ split: all of it is training data)")
+    recorded = (info or {}).get("held_out_fraction")
+    fraction = float(recorded) if recorded is not None else holdout_fraction(full.labels, cfg.val_fraction)
+    train_idx, held_idx = stratified_holdout(full.labels, fraction, cfg.seed, full.classes)
+    return ImageSplits(_take(full, train_idx), _take(full, held_idx), "validation", "held out", fraction,
+                       len(held_idx))
+
+
+def _other_data(cfg: TrainConfig, info: dict[str, Any]) -> ImageSplits:
+    """Other data a finished run is scored on: its test split where it has one, else all of it, at the
+    run's image size and channels, its classes mapped to the run's (a class the run does not know is
+    refused)."""
+    kind, splits = source_splits(cfg.data)
+    part = "test" if "test" in splits else "all"
+    load = _Loader(cfg, kind, info)
+    test = _run_classes(load(cfg.data, part), info, cfg.data)
+    out = ImageSplits(_none_of(test), test, "test", f"{part} of {cfg.data}")
+    out.skipped, out.unreadable, out.derived_size = load.report()
+    return _limited(cfg, out, trains=False)
+
+
+class _Loader:
+    """load_image_dataset with the options a split needs: the run's image size and channels where a
+    finished run is scored, else the asked image size; what each load skipped gathered to be said
+    once (`report`), not once per split. Only options that are set are passed on."""
+
+    def __init__(self, cfg: TrainConfig, kind: str, info: dict[str, Any] | None) -> None:
+        self.kind, self.data, self.image_size = kind, cfg.data, cfg.image_size
+        self.channels: int | None = None
+        if info is not None:
+            self.image_size, self.channels = info["image_size"], int(info["channels"])
+        self.loaded: list[ImageDataset] = []
+
+    def __call__(self, data: str, split: str) -> ImageDataset:
+        opts: dict[str, Any] = {}
+        if self.image_size is not None:
+            opts["image_size"] = tuple(self.image_size) if isinstance(self.image_size, list) else self.image_size
+        if self.channels is not None:
+            opts["channels"] = self.channels
+        if self.kind in ("folder", "tar"):
+            opts["warn"] = False  # said once for all splits, by `report`
+        ds = load_image_dataset(data, split, **opts)
+        self.loaded.append(ds)
+        return ds
+
+    def report(self) -> tuple[list[str], list[tuple[str, str]], str | None]:
+        """(stray files, unreadable images, why the size was derived) over every load, warned once each."""
+        skipped = list(dict.fromkeys(f for ds in self.loaded for f in ds.skipped))
+        unreadable = list(dict.fromkeys(tuple(u) for ds in self.loaded for u in ds.unreadable))
+        derived = next((ds.derived_size for ds in self.loaded if ds.derived_size), None)
+        if self.kind in ("folder", "tar"):
+            warn_skipped(str(Path(self.data).expanduser()), skipped, unreadable)
+        return skipped, unreadable, derived
+
+
+def _run_classes(ds: ImageDataset, info: dict[str, Any] | None, source: str) -> ImageDataset:
+    """`ds` labelled by a finished run's classes (by name; a subset is fine), or as it is without a run.
+    A class with examples here that the run does not know is refused in one line."""
+    if info is None or not info.get("classes"):
+        return ds
+    known = [str(c) for c in info["classes"]]
+    if ds.classes == known:
+        return ds
+    present = [ds.classes[i] for i in torch.unique(ds.labels).tolist()]
+    unknown = [c for c in present if c not in known]
+    if unknown:
+        raise DataError(f"{source} has {'a class' if len(unknown) == 1 else 'classes'} the run does not know: "
+                        f"{', '.join(unknown)}; expected only the run's classes ({', '.join(known)})")
+    mapping = torch.tensor([known.index(c) if c in known else -1 for c in ds.classes], dtype=torch.int64)
+    return ImageDataset(ds.images, mapping[ds.labels], known, ds.name)
+
+
+def _limited(cfg: TrainConfig, s: ImageSplits, trains: bool) -> ImageSplits:
+    """`s` cut to limit_train/limit_eval (after any hold-out), refused where a part is empty or the
+    shapes differ. `trains`: whether the training part must hold examples (not where a finished run
+    is only scored)."""
     if cfg.limit_train:
-        train = _head(train, cfg.limit_train)
+        s.train = _head(s.train, cfg.limit_train)
     if cfg.limit_eval:
-        test = _head(test, cfg.limit_eval)
-    if len(train) == 0 or len(test) == 0:
-        raise ValueError(f"dataset {cfg.data!r} has no examples in its train or test split "
-                         f"({len(train)} train, {len(test)} test)")
-    if train.images.shape[1:] != test.images.shape[1:]:
-        raise ValueError(f"train and test images differ in shape: {tuple(train.images.shape[1:])} "
-                         f"vs {tuple(test.images.shape[1:])}")
-    return train, test
+        s.test = _head(s.test, cfg.limit_eval)
+    if (trains and len(s.train) == 0) or len(s.test) == 0:
+        raise ValueError(f"dataset {cfg.data!r} has no examples in its train or {s.eval_source} split "
+                         f"({len(s.train)} train, {len(s.test)} {s.eval_split})")
+    if s.train.images.shape[1:] != s.test.images.shape[1:]:
+        raise ValueError(f"train and {s.eval_split} images differ in shape: {tuple(s.train.images.shape[1:])} "
+                         f"vs {tuple(s.test.images.shape[1:])}")
+    return s
+
+
+def same_data(data: str, recorded: Any) -> bool:
+    """Whether `data` names what a run recorded as its dataset (the same spelling, or the same path)."""
+    if recorded is None or str(data) == str(recorded):
+        return True
+    a, b = Path(str(data)).expanduser(), Path(str(recorded)).expanduser()
+    return a.exists() and b.exists() and a.resolve() == b.resolve()
+
+
+def _take(ds: ImageDataset, idx: Tensor) -> ImageDataset:
+    return ImageDataset(ds.images[idx], ds.labels[idx], ds.classes, ds.name)
+
+
+def _none_of(ds: ImageDataset) -> ImageDataset:
+    """No examples, in `ds`'s shape and classes: the training part of a run that is only scored."""
+    return ImageDataset(ds.images[:0], ds.labels[:0], ds.classes, ds.name)
 
 
 def _head(ds: ImageDataset, n: int) -> ImageDataset:

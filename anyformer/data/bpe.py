@@ -17,11 +17,14 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
 from .errors import DataError
+
+if TYPE_CHECKING:
+    from .tokenizers import StreamDecoder
 
 __all__ = ["EOT", "HFTokenizer", "TOKENIZER_FILE", "bpe_vocab_size", "learn_bpe", "read_tokenizer_file"]
 
@@ -147,7 +150,7 @@ class HFTokenizer:
         """(vocab_size,) int64: the UTF-8 bytes of each token (what bits per byte divides by)."""
         return np.array([len(self.token_bytes(i)) for i in range(self.vocab_size)], dtype=np.int64)
 
-    def decoder(self) -> "StreamText":
+    def decoder(self) -> "StreamDecoder | StreamText":
         """Incremental decoding for streaming: a character split over tokens is given once whole."""
         if self._byte_level:
             from .tokenizers import StreamDecoder

@@ -115,6 +115,10 @@ def _looks_binary(path: Path) -> bool:
             head = f.read(_SNIFF_BYTES)
     except OSError:
         return False  # read later, and refused then with the reason
+    return _binary_head(head)
+
+
+def _binary_head(head: bytes) -> bool:
     if any(head.startswith(bom) for bom, _, _ in _BOMS):
         return False
     return b"\0" in head or head.startswith(_BINARY_MAGIC)
@@ -170,6 +174,10 @@ def _read_chunks(path: Path) -> Iterator[str]:
                 text = decoder.decode(raw, final=final)
             except UnicodeDecodeError as e:
                 name = "UTF-8" if codec == "utf-8" else "UTF-16"
+                if start == consumed == 0 and _binary_head(raw[:_SNIFF_BYTES]):
+                    raise DataError(f"{path} is not text: the byte at offset {e.start} cannot be decoded, and the "
+                                    f"file starts like a binary one (an image, an archive, a PDF); expected UTF-8 "
+                                    f"text, or UTF-16 with a byte-order mark") from None
                 raise DataError(f"{path} is not {name} text: the byte at offset {start + e.start} cannot be decoded "
                                 f"({e.reason}); convert it to UTF-8 or leave it out of the folder") from None
             nul = text.find("\0")

@@ -119,7 +119,7 @@ def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
     `data` naming the user's own files, the task and its settings are derived from them
     (`derive.auto_settings`); a recipe on the user's files has its batch and warm-up fitted to them."""
     data = overrides.get("data")
-    if name is None and is_own_data(data):
+    if name is None and is_own_data(data) and not _mnist_format(str(data)):
         return _auto_config(str(data), overrides)
     name = name or "mnist"
     if name not in RECIPES:
@@ -132,7 +132,7 @@ def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
     values.update({k: v for k, v in overrides.items() if v is not None})
     if is_own_data(values.get("data")):
         values["data"] = str(Path(values["data"]).expanduser().resolve())  # eval and resume from anywhere
-        fitted = fit_recipe_to_data(values, overrides)
+        fitted = {} if _mnist_format(values["data"]) else fit_recipe_to_data(values, overrides)
         if fitted:
             values["derived"] = fitted
     return TrainConfig.from_dict({**values, "recipe": name, "model_overrides": model_overrides})
@@ -146,6 +146,14 @@ def is_own_data(data: Any) -> bool:
     text = str(data)
     named = text.strip().lower() in ALIASES or text.strip().lower() in TEXT_NAMES
     return Path(text).expanduser().exists() and not (named and "/" not in text and os.sep not in text)
+
+
+def _mnist_format(data: str) -> bool:
+    """IDX files or a classic mnist.pkl.gz: MNIST's own formats, which the default recipe reads, as
+    before anything was derived from data (`anyformer train --data ../shared/data/mnist`)."""
+    from ..data.registry import has_idx
+    path = Path(data).expanduser()
+    return (path.is_dir() and has_idx(path)) or path.name.endswith((".pkl", ".pkl.gz"))
 
 
 def default_out(data: str) -> str:

@@ -191,7 +191,7 @@ CLI_CASES = {
     "not a number": (["--batch-size", "many"], "argument --batch-size: invalid int value: 'many'"),
     "unknown choice": (["--amp", "fp8"], "argument --amp: invalid choice: 'fp8'"),
     "no such data": (["--data", "/nonexistent/digits"], "no dataset '/nonexistent/digits'"),
-    "empty data folder": (["--data", "{empty}"], "no images found in"),
+    "empty data folder": (["--data", "{empty}"], "is empty (hidden files aside); expected class folders of images"),
     "unreadable data file": (["--data", "{garbage}"], "unsupported dataset file"),
     "out under a file": (["--out", "{garbage}/run"], "cannot create the run directory {garbage}/run: Not a directory"),
     "fp16 on a CPU": (["--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a CUDA device"),

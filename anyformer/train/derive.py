@@ -34,12 +34,16 @@ BPE_FROM_BYTES = 1 << 20       # a corpus this large learns a BPE; a smaller one
 TOKENS_PER_IMAGE = 64          # the patch is chosen so that an image is about this many tokens
 
 
-def auto_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any]) -> tuple[str, dict[str, Any],
+                                                                                            dict[str, str]]:
     """(what the data is, the recipe-like settings for it, why each derived one was chosen). `asked`
-    holds the flags given (None where not): a value given is taken as it is and not derived."""
+    holds the flags given (None where not): a value given is taken as it is and not derived.
+    `series_recipe`: the series recipe's settings, which series data starts from."""
     kind = detect_kind(data)
-    derive = {"images": _images, "text": _text, "series": _series}[kind.kind]
-    values, why = derive(data, asked)
+    if kind.kind == "series":
+        values, why = _series(data, asked, series_recipe)
+    else:
+        values, why = (_images if kind.kind == "images" else _text)(data, asked)
     for key in [k for k in why if asked.get(k) is not None]:  # a flag given wins, and is not "derived"
         del why[key]
     return kind.why, values, why
@@ -180,13 +184,12 @@ def _text(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
 
 # ------------------------------------------------------------------------------------------ series
 
-def _series(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def _series(data: str, asked: dict[str, Any], recipe: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The series recipe, which derives its sizes from the training split itself (train/series.py's
     `derive`); they are worked out here too, to be printed before the run starts."""
     from ..data.series import load_series_data
-    from .recipes import RECIPES
     from .series import derive as series_sizes
-    values = {k: v for k, v in RECIPES["series"].items() if k != "about"}
+    values = {k: v for k, v in recipe.items() if k != "about"}
     values["data"] = data
     train, test = load_series_data(data, asked.get("label_column"))
     n_train, why = len(train), {}

@@ -163,7 +163,7 @@ def default_out(data: str) -> str:
 
 def _auto_config(data: str, overrides: dict[str, Any]) -> TrainConfig:
     data = str(Path(data).expanduser().resolve())
-    what, values, why = auto_settings(data, overrides)
+    what, values, why = auto_settings(data, overrides, RECIPES["series"])
     if overrides.get("time_budget") is None and any(overrides.get(k) is not None for k in ("epochs", "max_steps")):
         values.pop("time_budget", None)  # as for a recipe: a length asked for is taken as asked
     if overrides.get("max_steps") is not None:

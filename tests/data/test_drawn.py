@@ -78,8 +78,9 @@ def test_ten_paper_digits_come_back_close_to_their_originals(mnist, pre, tmp_pat
         assert x.shape == (1, 28, 28) and x.dtype == torch.uint8
         assert closeness(images[i], x[0].numpy()) > 0.9, (style, i)
         assert warning is None, (style, warning)
-        # Plain resizing, as before: dark on light and off-centre, nothing like the digit.
-        assert closeness(images[i], pre.load(path, raw=True)[0].numpy()) < 0.5, (style, i)
+        # Plain fitting (scaled to cover, centre-cropped), unframed: dark on light and off-centre, far from
+        # the digit (0.504 at most over the styles; squashing to 28x28 instead of cropping gave 0.489).
+        assert closeness(images[i], pre.load(path, raw=True)[0].numpy()) < 0.6, (style, i)
 
 
 def test_both_polarities_frame_alike(mnist, pre):

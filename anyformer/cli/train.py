@@ -106,13 +106,13 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def train(args: argparse.Namespace) -> int:
     from ..train import Trainer, TrainConfig, recipe_config
-    from ..train.resume import extended_settings, resumed_settings
+    from ..train.resume import continues_past_end, extended_settings, resumed_settings
     values = settings(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.
     asked = {k: v for k, v in values.items() if v is not None and v != {}}
     if args.recipe is not None:
         asked["recipe"] = args.recipe
-    if args.resume and args.max_steps is not None:  # past a finished run's end: continue it
+    if args.resume and args.max_steps is not None and continues_past_end(run_dir_of(args), args.max_steps):
         recorded = extended_settings(run_dir_of(args), args.max_steps, asked)
         print(f"continuing {run_dir_of(args)}: {recorded['extended'][-1]['schedule']}")
     else:

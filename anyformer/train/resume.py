@@ -91,6 +91,15 @@ def check_fresh_out(run_dir: str | Path, resume: bool, overwrite: bool) -> None:
                          f"to replace it, or choose another --out")
 
 
+def continues_past_end(run_dir: str | Path, max_steps: int) -> bool:
+    """Whether `--resume --max-steps N` asks to continue a finished run past its end: the run has
+    finished (summary.json) and recorded another length. The same --max-steps as recorded is a plain
+    resume (the command repeated with --resume); an unfinished run's is a contradiction, refused."""
+    recorded = recorded_settings(run_dir)
+    return (recorded is not None and recorded.get("max_steps") != max_steps
+            and (Path(run_dir) / "summary.json").is_file())
+
+
 def extended_settings(run_dir: str | Path, max_steps: int, asked: dict[str, Any]) -> dict[str, Any]:
     """The settings that continue a finished run past its end (`--resume --max-steps N`): those it
     recorded, now `max_steps` long, without a time budget (a length asked for is taken as asked),

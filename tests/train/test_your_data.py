@@ -101,3 +101,47 @@ def test_a_text_run_is_derived_scored_from_elsewhere_and_continued_past_its_end(
     assert steps[-1] == 10 and json.loads((run / "summary.json").read_text())["steps"] == 10
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "8"]) == 2
     assert "must be past that" in capsys.readouterr().err
+
+
+def photos(root, sizes, colour=True, per_class=12, classes=("cat", "dog", "owl")):
+    """A made-up folder of class folders: mixed sizes and formats, no split, stray files."""
+    from PIL import Image
+    import numpy as np
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            h, w = sizes[(c * per_class + i) % len(sizes)]
+            a = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            a[..., c] = 255  # each class leans to a colour
+            im = Image.fromarray(a) if colour else Image.fromarray(a[..., c]).convert("L")
+            im.save(root / name / f"{i}.{('png', 'jpg', 'webp', 'bmp')[i % 4]}")
+    (root / ".DS_Store").write_bytes(b"\0")
+    (root / "README.txt").write_text("my pictures")
+    return root
+
+
+def test_image_settings_are_derived_from_the_folder(tmp_path):
+    folder = photos(tmp_path / "pics", [(40, 60), (52, 70), (50, 50), (60, 100)])
+    cfg = recipe_config(None, data=str(folder))
+    assert cfg.task == "classify" and cfg.val_fraction == pytest.approx(0.2) and cfg.augment == "crop_flip"
+    assert cfg.image_size == [48, 48]  # the median shorter side, 52 px, rounded down to a multiple of 8
+    n_train = 3 * (12 - round(0.2 * 12))
+    per_epoch = -(-n_train // cfg.batch_size)
+    assert cfg.batch_size == n_train // 4 and cfg.warmup_steps <= cfg.epochs * per_epoch // 10
+    assert cfg.model_overrides["patch_size"] == 8 and cfg.derived["image_size"].startswith("48x48")
+    grey = recipe_config(None, data=str(photos(tmp_path / "grey", [(28, 28)], colour=False)))
+    assert grey.image_size == [28, 28] and grey.augment == "digits" and grey.model_overrides["patch_size"] == 4
+    flagged = recipe_config(None, data=str(folder), image_size=32, batch_size=5, val_fraction=0.25)
+    assert (flagged.image_size, flagged.batch_size, flagged.val_fraction) == (32, 5, 0.25)
+    assert not {"image_size", "batch_size", "val_fraction"} & set(flagged.derived)
+
+
+def test_a_recipe_on_your_images_fits_its_batch_and_warm_up_to_them(tmp_path):
+    folder = photos(tmp_path / "pics", [(32, 32)])
+    cfg = recipe_config("cifar10", data=str(folder))
+    n_train = 3 * (12 - round(0.2 * 12))
+    assert cfg.batch_size == n_train // 4 and "batch_size" in cfg.derived  # the recipe's 256 is over the data
+    total = cfg.epochs * -(-n_train // cfg.batch_size)
+    assert cfg.warmup_steps == total // 10 and "warmup_steps" in cfg.derived  # the recipe's 500 is over the run
+    assert recipe_config("cifar10", data=str(folder), batch_size=64).batch_size == 64  # a flag still wins

@@ -115,7 +115,9 @@ def photos(root, sizes, colour=True, per_class=12, classes=("cat", "dog", "owl")
             a = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
             a[..., c] = 255  # each class leans to a colour
             im = Image.fromarray(a) if colour else Image.fromarray(a[..., c]).convert("L")
-            im.save(root / name / f"{i}.{('png', 'jpg', 'webp', 'bmp')[i % 4]}")
+            # Grey as PNG or JPEG: a WebP holds no grey mode (Pillow writes it as RGB, read back as colour).
+            formats = ("png", "jpg", "webp", "bmp") if colour else ("png", "jpg")
+            im.save(root / name / f"{i}.{formats[i % len(formats)]}")
     (root / ".DS_Store").write_bytes(b"\0")
     (root / "README.txt").write_text("my pictures")
     return root

@@ -57,25 +57,24 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
 
 # ------------------------------------------------------------------------------------------ images
 
-def _image_counts(data: str, asked: dict[str, Any]):
-    """(the scan, per-class training counts, the held-out share or None where the data has a test split)."""
+def _image_counts(data: str, asked: dict[str, Any]) -> tuple[Any, int, int, float | None]:
+    """(the scan, the images of the training split, those left to train on, the held-out share or
+    None where the data has a test/ or val/ folder). Counted from file headers: an image found
+    unreadable when it is decoded is still counted here."""
     from ..data.image_scan import scan_images
     scan = scan_images(data)
-    splits = scan.splits
-    train = splits.get("train") or splits.get("all") or {}
-    has_eval = any(s in splits for s in ("test", "val"))
-    fraction = None
-    if not has_eval and train:
+    train = scan.splits.get("train") or scan.splits.get("all") or {}
+    n, fraction = sum(train.values()), None
+    if train and not any(s in scan.splits for s in ("test", "val")):
         labels = torch.repeat_interleave(torch.arange(len(train)), torch.tensor(list(train.values())))
         fraction = holdout_fraction(labels, asked.get("val_fraction"))
-    return scan, train, fraction
+    held = sum(round(fraction * c) for c in train.values()) if fraction else 0
+    return scan, n, n - held, fraction
 
 
 def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     from ..data.image_scan import derive_image_size
-    scan, train, fraction = _image_counts(data, asked)
-    n = sum(train.values())
-    n_train = n - (sum(round(fraction * c) for c in train.values()) if fraction else 0)
+    scan, n, n_train, fraction = _image_counts(data, asked)
     why: dict[str, str] = {}
     if fraction is not None:
         why["val_fraction"] = (f"{fraction:.2f}: no test/ or val/ folder, so a seeded share of each class is held "
@@ -225,9 +224,7 @@ def fit_recipe_to_data(values: dict[str, Any], asked: dict[str, Any]) -> dict[st
     if task not in ("classify", "lm") or not Path(str(values["data"])).exists():
         return why
     if task == "classify":
-        _, train, fraction = _image_counts(values["data"], asked)
-        n = sum(train.values())
-        n_train = n - (sum(round(fraction * c) for c in train.values()) if fraction else 0)
+        _, _, n_train, _ = _image_counts(values["data"], asked)
         unit = "training images"
     else:
         n_train = int(0.9 * _text_bytes(values["data"]) // max(1, values.get("seq_len") or 256))

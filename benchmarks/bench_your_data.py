@@ -117,8 +117,9 @@ def main() -> None:
         commands = "\n".join(f"    {json.loads((r / 'config.json').read_text())['train'].get('data')} -> {r}"
                              for r in args.runs)
         write_results(RESULTS / "your_data.md", "Your own data: runs against simple baselines",
-                      "Each run trained by `anyformer train --data PATH --out DIR` and nothing else; each baseline "
-                      "scored on the same examples (bench_your_data.py). Data and runs:\n\n" + commands,
+                      "Data made by `python benchmarks/make_your_data.py DIR`; each run trained by `anyformer train "
+                      "--data PATH --out DIR` and nothing else, from a fresh clone; each baseline scored on the same "
+                      "examples (bench_your_data.py). Data and runs:\n\n" + commands,
                       machine(), [("Results", text)])
 
 

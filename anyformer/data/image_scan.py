@@ -21,8 +21,8 @@ from typing import IO
 from PIL import Image
 
 from .errors import DataError
-from .images import (_GRAY_MODES, FolderLayout, Listing, UnreadableImage, _open, list_folder, list_names,
-                     open_tar, parse_layout, tar_members, upright_size)
+from .images import FolderLayout, Listing, list_folder, list_names, open_tar, parse_layout, tar_members
+from .picture import GRAY_MODES, UnreadableImage, open_header, upright_size
 
 __all__ = ["ImageFolderScan", "derive_image_size", "describe_image_size", "scan_images"]
 
@@ -56,7 +56,7 @@ class ImageFolderScan:
 def _header_is_grey(im: Image.Image) -> bool:
     """Grey by the header: a grey mode, or a palette whose entries are all grey (read from the
     header's palette; `getpalette` would decode the image)."""
-    if im.mode in _GRAY_MODES:
+    if im.mode in GRAY_MODES:
         return True
     if im.mode != "P" or im.palette is None:  # as decoding judges it (images._is_gray)
         return False
@@ -70,7 +70,7 @@ def _headers(layout: FolderLayout,
     for split, cls, rel in layout.entries:
         try:
             with open_file(rel) as f:
-                im = _open(f, rel)
+                im = open_header(f, rel)
                 yield split, cls, rel, im
                 im.close()
         except UnreadableImage as e:

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ..shapes import pair
 from .drawn import Framing, fit_framing, frame, ink_fill
-from .images import read_picture
+from .picture import read_picture
 from .vision import load_image
 
 Source = "str | os.PathLike[str] | IO[bytes] | Image.Image"

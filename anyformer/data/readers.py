@@ -20,8 +20,9 @@ from .dataset import ImageDataset
 from .errors import DataError
 from .idx import parse_idx, read_idx_bytes
 from .image_scan import derive_image_size, describe_image_size, scan_images
-from .images import Decoded, ImageSizesDiffer, decode_folder, decode_tar, fit_image
+from .images import Decoded, ImageSizesDiffer, decode_folder, decode_tar
 from .numpy_pickle import decode_mnist_pickle
+from .picture import fit_image
 from .registry import CIFAR10_TAR, CLASSES, IDX_FILES, IDX_SHA256, TITLES, Source, find_idx
 
 __all__ = ["READERS", "idx_pair", "read_source"]

@@ -24,9 +24,9 @@ from PIL import Image
 from .cache import cache_file, cache_load, cache_save, fingerprint
 from .dataset import ImageDataset
 from .errors import DataError, DataWarning
-from .images import (RESIZE_RULE, list_folder, list_names, open_tar, parse_layout, read_picture, size_hw,
-                     tar_members, to_pixels)
+from .images import list_folder, list_names, open_tar, parse_layout, tar_members
 from .numpy_pickle import load_numpy_pickle
+from .picture import RESIZE_RULE, read_picture, size_hw, to_pixels
 from .readers import read_source
 from .registry import (ALIASES, DATASET_NAMES, IDX_FILES, SPLITS, TITLES, Source, default_cache_dir, find_idx,
                        resolve_named, resolve_path)

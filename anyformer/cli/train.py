@@ -130,10 +130,10 @@ def train(args: argparse.Namespace) -> int:
 
 def run_dir_of(args: argparse.Namespace) -> str:
     """The run directory train writes: --out, else runs/RECIPE, else (your own data) runs/<its name>."""
-    from ..train.recipes import is_own_data, default_out
+    from ..train.recipes import default_out, derives_from_data
     if args.out:
         return args.out
-    if args.recipe is None and is_own_data(args.data):
+    if derives_from_data(args.recipe, args.data):
         return default_out(str(Path(args.data).expanduser().resolve()))
     return f"runs/{args.recipe or 'mnist'}"
 

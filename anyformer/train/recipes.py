@@ -119,7 +119,7 @@ def recipe_config(name: str | None, **overrides: Any) -> TrainConfig:
     `data` naming the user's own files, the task and its settings are derived from them
     (`derive.auto_settings`); a recipe on the user's files has its batch and warm-up fitted to them."""
     data = overrides.get("data")
-    if name is None and is_own_data(data) and not _mnist_format(str(data)):
+    if derives_from_data(name, data):
         return _auto_config(str(data), overrides)
     name = name or "mnist"
     if name not in RECIPES:
@@ -146,6 +146,11 @@ def is_own_data(data: Any) -> bool:
     text = str(data)
     named = text.strip().lower() in ALIASES or text.strip().lower() in TEXT_NAMES
     return Path(text).expanduser().exists() and not (named and "/" not in text and os.sep not in text)
+
+
+def derives_from_data(recipe: str | None, data: Any) -> bool:
+    """No recipe and the user's own files: the task and its settings come from the data."""
+    return recipe is None and is_own_data(data) and not _mnist_format(str(data))
 
 
 def _mnist_format(data: str) -> bool:

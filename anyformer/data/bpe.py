@@ -9,7 +9,6 @@ its ``tokenizer.json``.
 """
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
 import math
@@ -126,10 +125,8 @@ class HFTokenizer:
         return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encoded])
 
     def decode(self, ids: Iterable[int]) -> str:
-        ids = [int(i) for i in ids]
-        for pos, i in enumerate(ids):
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} at position {pos} is outside the vocabulary [0, {self.vocab_size})")
+        from .tokenizers import checked_ids  # the floor above, which imports this module
+        ids = checked_ids(ids, self.vocab_size)
         return self._tok.decode(ids, skip_special_tokens=False)
 
     def token_bytes(self, i: int) -> bytes:

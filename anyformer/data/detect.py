@@ -12,10 +12,12 @@ from pathlib import Path
 
 from .errors import DataError
 from .images import IMAGE_EXTS
+from .series_format import SERIES_SUFFIXES
 
 __all__ = ["DataKind", "detect_kind", "SERIES_EXTS"]
 
-SERIES_EXTS = {".csv", ".ts", ".tsv", ".npy", ".npz", ".arff"}
+# What the series loader reads, and ARFF, which it names as unsupported (rather than text to model).
+SERIES_EXTS = {*SERIES_SUFFIXES, ".arff"}
 TAR_ENDINGS = (".tar", ".tar.gz", ".tgz")
 # Files that are neither data nor a reason to refuse it: what operating systems and editors leave behind.
 _DEBRIS = {".ds_store", "thumbs.db", "desktop.ini"}

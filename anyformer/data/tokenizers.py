@@ -44,6 +44,15 @@ GPT2_EOT = 50256
 GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
+def checked_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
+    """Token ids as ints, each in [0, vocab_size): one outside is a ValueError naming it and its place."""
+    ids = [int(i) for i in ids]
+    for pos, i in enumerate(ids):
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"token id {i} at position {pos} is outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
 class StreamDecoder:
     """Turns token ids into text as they arrive, holding back the bytes of an unfinished character.
 
@@ -101,10 +110,7 @@ class CharTokenizer:
         return pos.astype(np.int64)
 
     def decode(self, ids: Iterable[int]) -> str:
-        ids = [int(i) for i in ids]
-        for pos, i in enumerate(ids):
-            if not 0 <= i < len(self.chars):
-                raise ValueError(f"token id {i} at position {pos} is outside the vocabulary [0, {len(self.chars)})")
+        ids = checked_ids(ids, len(self.chars))
         return "".join(self.chars[i] for i in ids)
 
     def decoder(self) -> StreamDecoder:
@@ -146,10 +152,7 @@ class BPETokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Whole-sequence decode; bytes that do not form UTF-8 become U+FFFD."""
-        ids = [int(i) for i in ids]
-        for pos, i in enumerate(ids):
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} at position {pos} is outside the vocabulary [0, {self.vocab_size})")
+        ids = checked_ids(ids, self.vocab_size)
         return self.encoding.decode(ids, errors="replace")
 
     def decoder(self) -> StreamDecoder:

@@ -21,6 +21,7 @@ from ..data.split import check_classes, holdout_fraction, stratified_holdout
 from ..data.vision import source_splits, warn_skipped
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig
+from .protocol import scores_other_data
 from .scoring import ClassifierReport, score_classifier
 
 
@@ -170,7 +171,7 @@ def load_splits(cfg: TrainConfig, train: ImageDataset | None = None, test: Image
     score it again: its own data's eval split, decoded at the run's image size and channels (the
     training split is then not loaded), or, where `cfg.data` is other data, that data's test split
     (else all of it) with its classes mapped to the run's."""
-    if info is not None and train is None and test is None and not same_data(cfg.data, info.get("dataset")):
+    if train is None and test is None and scores_other_data(cfg.data, info):
         return _other_data(cfg, info)
     kind, splits = ("given", ("train", "test")) if train is not None and test is not None else source_splits(cfg.data)
     load = _Loader(cfg, kind, info)
@@ -282,14 +283,6 @@ def _limited(cfg: TrainConfig, s: ImageSplits, trains: bool) -> ImageSplits:
         raise ValueError(f"train and {s.eval_split} images differ in shape: {tuple(s.train.images.shape[1:])} "
                          f"vs {tuple(s.test.images.shape[1:])}")
     return s
-
-
-def same_data(data: str, recorded: Any) -> bool:
-    """Whether `data` names what a run recorded as its dataset (the same spelling, or the same path)."""
-    if recorded is None or str(data) == str(recorded):
-        return True
-    a, b = Path(str(data)).expanduser(), Path(str(recorded)).expanduser()
-    return a.exists() and b.exists() and a.resolve() == b.resolve()
 
 
 def _take(ds: ImageDataset, idx: Tensor) -> ImageDataset:

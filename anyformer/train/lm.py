@@ -31,6 +31,7 @@ from ..models import PRESETS
 from .batches import rank_share, step_generator
 from .config import TrainConfig
 from .precision import autocast
+from .protocol import scores_other_data
 
 VAL_FRACTION = 0.1  # the last 10% of the text is the validation split (nanoGPT's split)
 IGNORE = -100       # a target that is not scored (F.nll_loss's ignore_index)
@@ -50,7 +51,7 @@ class LanguageModelling:
         if cfg.model not in PRESETS or PRESETS[cfg.model][0] != self.family:
             gpts = sorted(n for n, (f, _) in PRESETS.items() if f == self.family)
             raise ValueError(f"a language model run needs a GPT preset, got {cfg.model!r}; valid: {gpts}")
-        self.other_text = info is not None and not _same_source(cfg.data, info.get("dataset"))
+        self.other_text = scores_other_data(cfg.data, info)
         self.corpus = corpus or self._load_corpus()
         self.tokenizer = self.corpus.tokenizer
         self.context = int(cfg.model_overrides.get("context", PRESETS[cfg.model][1].get("context", 1024)))
@@ -218,15 +219,6 @@ class LanguageModelling:
         return {"kind": "text", **self.tokenizer.to_info(), **self.corpus.info(), "seq_len": self.seq_len,
                 "val_fraction": VAL_FRACTION, "train_tokens_used": len(self.train_tokens),
                 "val_tokens_used": len(self.val_tokens)}
-
-
-def _same_source(data: str, dataset: Any) -> bool:
-    """Whether --data names the text a run recorded (`info["dataset"]`); a run that recorded none is
-    scored on its own data."""
-    if dataset is None or str(data) == str(dataset):
-        return True
-    a, b = Path(str(data)).expanduser(), Path(str(dataset)).expanduser()
-    return a.exists() and b.exists() and a.resolve() == b.resolve()
 
 
 def _tiles(n: int, seq_len: int) -> tuple[np.ndarray, np.ndarray]:

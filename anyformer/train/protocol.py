@@ -86,3 +86,14 @@ class Task(Protocol):
 
     def run_info(self) -> dict[str, Any]:
         """The data's description, saved as config.json's "data" (and given back as `info`)."""
+
+
+def scores_other_data(data: str, info: dict[str, Any] | None) -> bool:
+    """Whether a finished run (`info`, its data section) is to be scored on other data than its own:
+    `data` names neither what it recorded as its dataset nor the same path spelt otherwise. A run
+    that recorded no dataset is scored on its own."""
+    recorded = (info or {}).get("dataset")
+    if info is None or recorded is None or str(data) == str(recorded):
+        return False
+    a, b = Path(str(data)).expanduser(), Path(str(recorded)).expanduser()
+    return not (a.exists() and b.exists() and a.resolve() == b.resolve())

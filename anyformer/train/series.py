@@ -26,6 +26,7 @@ from ..data.series_augment import augment_series, resample_to
 from ..data.split import check_classes, holdout_fraction, stratified_holdout
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig
+from .protocol import scores_other_data
 from .scoring import ClassifierReport, score_classifier
 
 # Patch starts per series the stride is chosen for: attention's cost grows with their square.
@@ -78,7 +79,7 @@ class SeriesClassification(ClassifierReport):
         self.cfg, self.device = cfg, device
         self.val_fraction: float | None = None
         if train is None or test is None:
-            if info is not None and cfg.data != info.get("dataset"):
+            if scores_other_data(cfg.data, info):
                 train = test = other_data(cfg, info)  # scored only: its first series stand in for training data
             else:
                 train, test = self._splits(cfg, info)

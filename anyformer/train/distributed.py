@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from . import rendezvous
+
 
 @dataclass
 class Distributed:
@@ -27,6 +29,7 @@ class Distributed:
     fsdp: bool = False
 
     joined: bool = False  # a process group is joined (torchrun), perhaps of one process
+    restarts: int = 0     # how many times torchrun had started this job's workers before (elastic restarts)
 
     @property
     def enabled(self) -> bool:
@@ -49,9 +52,18 @@ class Distributed:
         if device.type == "cuda":
             device = torch.device("cuda", local)  # one GPU per local rank
             torch.cuda.set_device(device)
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        return cls(rank, world, local, local_world, device, fsdp, joined=True)
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            if rendezvous.shared_store():  # torchrun's c10d store outlives a start: a namespace of this one's own
+                store, restarts = rendezvous.fresh_store(rank, world)
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+            else:  # each agent counts only its own workers' failures: the most any counted
+                dist.init_process_group(backend)
+                counts: list[Any] = [None] * world
+                dist.all_gather_object(counts, restarts)
+                restarts = max(counts)
+        return cls(rank, world, local, local_world, device, fsdp, joined=True, restarts=restarts)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """DDP: a wrapper that all-reduces gradients. FSDP: shards `model` in place, block by block."""
@@ -140,6 +152,14 @@ class Distributed:
             return [obj]
         out = [None] * self.world if self.is_main else None
         dist.gather_object(obj, out, dst=0)
+        return out
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, in rank order, on every rank."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
         return out
 
     def barrier(self) -> None:

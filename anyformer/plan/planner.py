@@ -130,6 +130,21 @@ class Planner:
                 self._pinned = previous
                 self._memo.clear()
 
+    def pinned(self) -> dict[str, str]:
+        """The answers pinned so far in the plan being recorded (empty outside `recording`)."""
+        with self._lock:
+            return dict(self._pinned or {})
+
+    def adopt(self, answers: Mapping[str, str]) -> None:
+        """Pin another process's answers in the plan being recorded (under torchrun, rank 0's): this
+        process then gives the same for those keys, whatever its own plan file holds or lacks (on
+        another machine it holds none of rank 0's measurements). Forcing still wins."""
+        with self._lock:
+            if self._pinned is None:
+                raise RuntimeError("adopt() pins answers in a recorded plan: call it inside recording()")
+            self._pinned.update(answers)
+            self._memo.clear()
+
     # --- state ---------------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget what this process remembers; the environment and the plan file are read again."""

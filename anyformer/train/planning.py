@@ -123,8 +123,9 @@ def plan_on_rank0(model: nn.Module, task: Task, dist: Distributed, cfg: TrainCon
     """Under torchrun: rank 0 takes one training forward and backward of stand-ins shaped like its
     share of the first batch (before the model is wrapped: no collectives; gradients discarded, RNG
     untouched) and asks for AdamW's kernel, so that the plan measures the step's choices once, while
-    the other ranks wait. They then read its answers from the plan file instead of timing the same
-    cores under each other's load (and perhaps choosing differently)."""
+    the other ranks wait. They then take its answers, broadcast, instead of timing the same cores
+    under each other's load (and perhaps choosing differently); not from the plan file, which is each
+    machine's own: on another node it holds none of rank 0's measurements."""
     device = dist.device
     if dist.is_main:
         chunk = stand_ins(task, 0, dist, cfg)
@@ -135,6 +136,7 @@ def plan_on_rank0(model: nn.Module, task: Task, dist: Distributed, cfg: TrainCon
                 loss.backward()
             model.zero_grad(set_to_none=True)
         adamw_impl(param_groups(model, cfg.weight_decay, cfg.decay_all), device=device)
-    dist.barrier()
+    answers = dist.broadcast(planner().pinned() if dist.is_main else None)
     if not dist.is_main:
-        planner().reset()  # read the plan file again: rank 0's measurements are in it
+        planner().reset()  # read the plan file again: on rank 0's machine its measurements are in it
+        planner().adopt(answers)

@@ -272,3 +272,16 @@ def test_max_error_is_relative_to_the_reference_scale():
     assert max_error(torch.tensor([1.0, 2.0, float("nan")]), torch.tensor([1.0, 2.0, 3.0])) == float("inf")
     assert max_error(torch.zeros(0), torch.zeros(0)) == 0.0
     assert max_error(ref.bfloat16(), ref) < 1e-2
+
+
+def test_adopted_answers_win_over_this_process_own_plan_file(toy, planner_with):
+    """Under torchrun a rank on another machine adopts rank 0's answers: its own plan file (here
+    one that would pick "fast") is not asked for the keys rank 0 answered."""
+    t = toy()
+    assert _decide(planner_with({"stock": 1.0, "fast": 0.5, "faster": 0.9}), t) == "fast"  # this machine's file
+    p = planner_with({"stock": 1.0, "fast": 0.5, "faster": 0.9})
+    with p.recording() as answers:
+        p.adopt({"toy n=4": "faster"})  # rank 0's
+        assert _decide(p, t) == "faster" and answers["toy n=4"] == "faster" and p.pinned() == answers
+    with pytest.raises(RuntimeError, match="inside recording"):
+        p.adopt({"toy n=4": "faster"})

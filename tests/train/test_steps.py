@@ -196,9 +196,10 @@ def test_a_precision_settled_elsewhere_is_taken_without_measuring(monkeypatch):
 
 
 def test_under_torchrun_rank_0_plans_the_step_and_the_others_read_its_answers(tmp_path, mnist_slice, monkeypatch):
-    """A stand-in for a 2-process group (no collectives run: the barrier and broadcast are the
-    group's, stood in for): rank 0 measures the training step's kernel choices and AdamW's before the
-    model is wrapped; rank 1 then answers the same choices from the plan file, measuring none."""
+    """A stand-in for a 2-process group (no collectives run: the barrier, broadcast and all_gather
+    are the group's, stood in for): rank 0 measures the training step's kernel choices and AdamW's
+    before the model is wrapped; rank 1 then answers the same choices from what rank 0 broadcast
+    (on another machine its own plan file holds none of them), measuring none."""
     from anyformer.plan import Planner, using
     from anyformer.plan.timing import Measurement
     from anyformer.train.distributed import Distributed
@@ -210,7 +211,15 @@ def test_under_torchrun_rank_0_plans_the_step_and_the_others_read_its_answers(tm
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("ANYFORMER_PLAN", raising=False)
     monkeypatch.setattr(Distributed, "barrier", lambda self: None)
-    monkeypatch.setattr(Distributed, "broadcast", lambda self, obj: obj if obj is not None else "none")
+    sent: list = []  # what rank 0 broadcast, in order: rank 1 receives the same
+
+    def broadcast(self, obj):
+        if self.rank == 0:
+            sent.append(obj)
+            return obj
+        return sent.pop(0)
+    monkeypatch.setattr(Distributed, "broadcast", broadcast)
+    monkeypatch.setattr(Distributed, "all_gather", lambda self, obj: [obj] * self.world)
     monkeypatch.setattr(Distributed, "wrap", lambda self, model: model)
     cfg = tiny_config(tmp_path, amp="none", compile=False)
     trained = {}

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
-__all__ = ["atomic_write", "atomic_path", "atomic_write_text", "sha256_file", "remove_temp_files"]
+__all__ = ["atomic_write", "atomic_path", "atomic_write_text", "commit", "sha256_file", "remove_temp_files",
+           "write_temp"]
 
 _CHUNK = 1 << 20
 
@@ -64,14 +65,22 @@ def _temp_beside(path: Path, suffix: str = "") -> tuple[int, str]:
     return fd, tmp
 
 
-def _commit(tmp: str, path: Path) -> None:
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Rename a temporary file written by `write_temp` onto `path`, and sync the folder so that the
+    rename survives a power cut. On failure the temporary file is removed."""
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(Path(path).parent)
 
 
-def atomic_write(path: str | os.PathLike[str], writer: Callable[[IO[bytes]], Any]) -> None:
-    """Call writer(file) on a temporary file beside `path`, fsync, then rename it onto `path`.
-    On any failure the temporary file is removed and `path` is left as it was."""
+def write_temp(path: str | os.PathLike[str], writer: Callable[[IO[bytes]], Any]) -> str:
+    """The first half of `atomic_write`: call writer(file) on a temporary file beside `path` and
+    fsync it; its name, for `commit` (or removal) once whoever must agree to it has. `path` is not
+    touched. On any failure the temporary file is removed."""
     path = Path(path)
     fd, tmp = _temp_beside(path)
     f = None
@@ -81,13 +90,19 @@ def atomic_write(path: str | os.PathLike[str], writer: Callable[[IO[bytes]], Any
             writer(f)
             f.flush()
             os.fsync(f.fileno())
-        _commit(tmp, path)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if f is not None and f.error is not None and f.error is not e:
             raise f.error from None
         raise
+    return tmp
+
+
+def atomic_write(path: str | os.PathLike[str], writer: Callable[[IO[bytes]], Any]) -> None:
+    """Call writer(file) on a temporary file beside `path`, fsync, then rename it onto `path`.
+    On any failure the temporary file is removed and `path` is left as it was."""
+    commit(write_temp(path, writer), path)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -105,7 +120,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[str]
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        _commit(tmp, path)
+        commit(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -3,9 +3,12 @@
 A checkpoint holds the model (and its EMA, when the run keeps one), optimiser, step, the running
 epoch sums, every RNG state, and how many metrics lines had been written, so a resumed run
 continues exactly where the other stopped.
-It is written to a temporary file, flushed to disk, then renamed; the last K are kept. It carries
-a SHA-256 of its contents: the zip format does not check the tensor bytes, and a flipped byte
-would otherwise load as a silently different weight.
+It is written to a temporary file and flushed to disk (`stage_checkpoint`), then renamed to its
+name (`commit_checkpoint`): under torchrun only once every rank has seen it whole (checkpointing.py),
+so the name `step-N.pt` is the mark that a checkpoint is complete, and a temporary file that a kill
+left half-written is never read (RunDir.prepare removes it). The last K are kept. It carries a SHA-256
+of its contents: the zip format does not check the tensor bytes, and a flipped byte would otherwise
+load as a silently different weight.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..files import atomic_write
+from ..files import commit, write_temp
 
 CKPT_DIR = "checkpoints"
 _NAME = re.compile(r"^step-(\d{9})\.pt$")
@@ -52,10 +55,22 @@ def digest(obj: Any) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
-    path = Path(run_dir) / CKPT_DIR / f"step-{step:09d}.pt"
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / CKPT_DIR / f"step-{step:09d}.pt"
+
+
+def stage_checkpoint(run_dir: Path, step: int, state: dict[str, Any]) -> tuple[str, int]:
+    """Write step `step`'s checkpoint to a temporary file beside its name, flushed to disk:
+    (its temporary name, its size in bytes). Nothing reads it until `commit_checkpoint` names it."""
     state = {**state, _DIGEST: digest(state)}
-    atomic_write(path, lambda f: torch.save(state, f))
+    tmp = write_temp(checkpoint_path(run_dir, step), lambda f: torch.save(state, f))
+    return tmp, Path(tmp).stat().st_size
+
+
+def commit_checkpoint(run_dir: Path, step: int, tmp: str, keep: int = 2) -> Path:
+    """Give a staged checkpoint its name (an atomic rename), then drop all but the last `keep`."""
+    path = checkpoint_path(run_dir, step)
+    commit(tmp, path)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path

@@ -1,6 +1,12 @@
 """A run's checkpoints from the trainer's side: what a checkpoint holds (weights, optimiser, each
 rank's RNG, the loop's sums and counters, the plan in force) and how --resume puts it back, so that
-a resumed run continues to the bit where the uninterrupted one would have gone."""
+a resumed run continues to the bit where the uninterrupted one would have gone.
+
+Under torchrun a checkpoint is committed in two phases: rank 0 writes it under a temporary name,
+every rank checks that it sees that file whole (on several machines: that the run directory is
+on a file system they share), and only then does rank 0 rename it to `step-N.pt`. A rank that dies
+anywhere before the rename leaves no `step-N.pt`, so a restarted job resumes from the last
+checkpoint that every rank finished; rank 0 chooses it and every rank reads it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .checkpoint import CKPT_DIR, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_path, commit_checkpoint, list_checkpoints,
+                         load_checkpoint, stage_checkpoint)
+from .rundir import TrainingError
 from .own_model import config_dict
 
 if TYPE_CHECKING:
@@ -38,23 +46,52 @@ def save(t: Trainer) -> Path | None:
         state["scaler"] = t.scaler.state_dict()
     if t.ema is not None:
         state["ema"] = t.ema.state_dict()
-    path = t.run_dir / CKPT_DIR / f"step-{t.step:09d}.pt"
-    t.files.on_main("write the checkpoint", path,
-                    lambda: save_checkpoint(t.run_dir, t.step, state, keep=t.cfg.keep_checkpoints))
+    path = checkpoint_path(t.run_dir, t.step)
+    staged = t.files.on_main("write the checkpoint", path, lambda: stage_checkpoint(t.run_dir, t.step, state))
+    try:
+        tmp, size = t.dist.broadcast(staged)
+        blind = [rank for rank, seen in enumerate(t.dist.all_gather(_sees(tmp, size))) if not seen]
+        if blind:  # a run directory on each machine's own disk: the others could never resume from it
+            raise TrainingError(f"rank {', '.join(map(str, blind))} cannot see the checkpoint rank 0 wrote ({tmp}, "
+                                f"{size} bytes): under torchrun --out must be a folder every machine sees (a "
+                                f"shared file system), since rank 0 alone writes it and every rank reads it")
+        t.files.on_main("write the checkpoint", path,
+                        lambda: commit_checkpoint(t.run_dir, t.step, tmp, keep=t.cfg.keep_checkpoints))
+    except BaseException:  # a rank lost, or blind: the staged file is never named, and goes
+        if t.dist.is_main:
+            Path(staged[0]).unlink(missing_ok=True)
+        raise
     t.write_plan()
     t.saved_step = t.step
     return path if t.dist.is_main else None
 
 
+def _sees(tmp: str, size: int) -> bool:
+    try:
+        return Path(tmp).stat().st_size == size
+    except OSError:
+        return False
+
+
 def restore(t: Trainer) -> bool:
-    """--resume: load the run's last checkpoint into `t`; False where it has none (from step 0)."""
-    ckpts = list_checkpoints(t.run_dir)
-    if not ckpts:
+    """--resume: load the run's last checkpoint into `t`; False where it has none (from step 0).
+    Rank 0 chooses it, every rank reads it, and a rank that cannot stops every rank with its error."""
+    last = list_checkpoints(t.run_dir)[-1:] if t.dist.is_main else None
+    path = t.dist.broadcast(last)
+    if not path:
         if t.dist.is_main:
             print(f"--resume: no checkpoint in {t.run_dir}/{CKPT_DIR}, starting from step 0")
         return False
-    path = ckpts[-1]
-    state = load_checkpoint(path)
+    path = path[0]
+    state, error = None, None
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError as e:
+        error = str(e)
+    errors = [(rank, e) for rank, e in enumerate(t.dist.all_gather(error)) if e]
+    if errors:
+        rank, first = errors[0]
+        raise CheckpointError(first if t.dist.world == 1 else f"rank {rank}: {first}")
     if state.get("model_config") != config_dict(t.model):
         raise CheckpointError(f"checkpoint {path} belongs to another model ({state.get('model_config')}), "
                               f"not to {t.cfg.model} ({config_dict(t.model)})")

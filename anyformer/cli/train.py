@@ -78,8 +78,10 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--seed", type=int)
     t.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (besides each evaluation)")
     t.add_argument("--keep-checkpoints", type=int)
-    t.add_argument("--resume", action="store_true", default=None,
-                   help="continue from the run's last checkpoint, with the settings the run recorded")
+    t.add_argument("--resume", action=Resume, nargs="?", default=None, metavar="auto",
+                   help="continue from the run's last checkpoint, with the settings the run recorded; "
+                        "--resume auto: resume where --out holds a run, else start one (the command for "
+                        "torchrun --max-restarts and for relaunching a preempted job)")
     t.add_argument("--overwrite", action="store_true", default=None,
                    help="replace the run that --out holds (without it, train refuses a directory that holds one)")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None)
@@ -97,8 +99,23 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
 
 
 
+class Resume(argparse.Action):
+    """`--resume` (True) or `--resume auto` ("auto"). `--resume mnist` keeps its old meaning: a word
+    other than auto after a bare --resume is the recipe (`recipe_after_resume`, taken by `settings`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, "auto" if values == "auto" else True)
+        if values not in (None, "auto"):
+            namespace.recipe_after_resume = values
+
+
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """The parsed options as `recipe_config`'s keyword arguments (None: the recipe's own value)."""
+    spilled = vars(args).pop("recipe_after_resume", None)
+    if spilled is not None and args.recipe is not None:
+        raise ValueError(f"two recipes given: {args.recipe} and {spilled}")
+    args.recipe = args.recipe if spilled is None else spilled
     values = {k: v for k, v in vars(args).items() if k not in ("command", "handler", "recipe", "save")}
     values["model_overrides"] = dict(args.model_overrides or [])
     return values
@@ -108,6 +125,8 @@ def train(args: argparse.Namespace) -> int:
     from ..train import Trainer, TrainConfig, recipe_config
     from ..train.resume import continues_past_end, extended_settings, resumed_settings
     values = settings(args)
+    if args.resume == "auto":
+        args.resume = values["resume"] = resume_auto(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.
     asked = {k: v for k, v in values.items() if v is not None and v != {}}
     if args.recipe is not None:
@@ -126,6 +145,21 @@ def train(args: argparse.Namespace) -> int:
         print(trainer.task.final_line(summary))
         print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
     return 0
+
+
+def resume_auto(args: argparse.Namespace) -> bool:
+    """`--resume auto`: resume where the run directory holds a run, start one where it holds none.
+    Under torchrun every rank decides before any rank writes (a rank writes only once all have
+    joined), and the trainer checks that they decided alike."""
+    import os
+    from ..train.resume import resumes
+    if args.overwrite:
+        raise ValueError("--resume auto continues the run --out holds, and --overwrite replaces it: give one of them")
+    if resumes(run_dir_of(args)):
+        return True
+    if os.environ.get("RANK", "0") == "0":
+        print(f"--resume auto: no run in {run_dir_of(args)} yet; starting one")
+    return False
 
 
 def run_dir_of(args: argparse.Namespace) -> str:
@@ -152,6 +186,7 @@ def tune(args: argparse.Namespace) -> int:
     from ..train import Trainer, recipe_config
     from ..train.runplan import write_plan
     values = settings(args)
+    values["resume"] = values["resume"] is True  # "auto" asks nothing of a scratch directory
     with tempfile.TemporaryDirectory(prefix="anyformer-tune-") as scratch:
         values["out"] = str(Path(scratch) / "run")  # a run directory is needed, and nothing is written there
         plan = Trainer(recipe_config(args.recipe, **values)).tune()

@@ -59,7 +59,7 @@ class TrainConfig:
     deterministic: bool = False              # deterministic kernels only (CUDA: bitwise-repeatable steps, slower)
     checkpoint_every: int = 0                # steps; 0 = only at evaluations
     keep_checkpoints: int = 2
-    resume: bool = False
+    resume: bool | str = False               # True: continue the run in `out`; "auto": where it holds one
     overwrite: bool = False                  # replace the run that `out` holds (else refused, unless resuming)
     progress: bool = True
     plots: bool = True                       # draw curves.png and the task's pictures (the results do not depend on it)
@@ -130,6 +130,8 @@ class TrainConfig:
                 raise ValueError(f"image_size must be a positive size N or [H, W] (or unset), got {self.image_size!r}")
         if self.compile is not None and not isinstance(self.compile, bool):
             raise TypeError(f"compile must be true, false or null (the plan decides), got {self.compile!r}")
+        if self.resume not in (True, False, "auto"):
+            raise ValueError(f"resume must be true, false or \"auto\", got {self.resume!r}")
         if not isinstance(self.fsdp, bool):
             raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
         self.betas = tuple(self.betas)

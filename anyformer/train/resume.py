@@ -1,6 +1,7 @@
 """A run keeps its own settings: `--resume` continues a run with the settings its config.json
 recorded, a setting asked for that contradicts them is refused, and `--out` never replaces a run
-unless `--overwrite` says so."""
+unless `--overwrite` says so. `--resume auto` decides by what the directory holds (`resumes`): the
+one command that both starts a run and, relaunched or restarted by torchrun, continues it."""
 from __future__ import annotations
 
 import json
@@ -80,15 +81,46 @@ def check_resume(run_dir: str | Path, recorded: dict[str, Any], asked: dict[str,
                          f"or start afresh with --overwrite")
 
 
-def check_fresh_out(run_dir: str | Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to train into a directory that holds a run, unless resuming it or told to overwrite it."""
+# What marks a directory as holding a run (a fresh run refuses it; --resume auto resumes it).
+RUN_MARKS = ("config.json", "model.safetensors", CKPT_DIR)
+
+
+def held(run_dir: str | Path) -> list[str]:
+    """The names in `run_dir` that mark a run (RUN_MARKS), in that order."""
     d = Path(run_dir)
-    if resume or overwrite or not d.is_dir():
+    return [name for name in RUN_MARKS if (d / name).exists()] if d.is_dir() else []
+
+
+def resumes(run_dir: str | Path) -> bool:
+    """`--resume auto`: True where `run_dir` holds a training run (its config.json records the
+    settings to resume with), False where it holds none (start one). A directory that holds a run's
+    files but no training run's config.json (a saved model, another program's files) is refused."""
+    marks = held(run_dir)
+    if not marks:
+        return False
+    try:
+        if recorded_settings(run_dir) is not None:
+            return True
+        why = ("its config.json records no training settings" if (Path(run_dir) / "config.json").is_file()
+               else "no config.json records its settings")
+    except (ValueError, OSError) as e:  # a config.json that is not a run's, or not readable
+        why = " ".join(str(e).split())[:200]
+    raise ValueError(f"--resume auto: {run_dir} holds {', '.join(marks)} but no training run to resume ({why}); "
+                     f"choose another --out, or --overwrite to replace what it holds")
+
+
+def check_fresh_out(run_dir: str | Path, resume: bool, overwrite: bool, restarted: bool = False) -> None:
+    """Refuse to train into a directory that holds a run, unless resuming it or told to overwrite it.
+    `restarted`: torchrun restarted the workers (the refusal then says how to launch instead)."""
+    if resume or overwrite:
         return
-    held = [name for name in ("config.json", "model.safetensors", CKPT_DIR) if (d / name).exists()]
-    if held:
-        raise ValueError(f"{d} holds a run already ({', '.join(held)}); pass --resume to continue it, --overwrite "
-                         f"to replace it, or choose another --out")
+    marks = held(run_dir)
+    if marks and restarted:
+        raise ValueError(f"{run_dir} holds the run this job began ({', '.join(marks)}), and torchrun has restarted "
+                         f"its workers: launch with --resume auto, so that a restart continues the run")
+    if marks:
+        raise ValueError(f"{run_dir} holds a run already ({', '.join(marks)}); pass --resume to continue it, "
+                         f"--overwrite to replace it, or choose another --out")
 
 
 def continues_past_end(run_dir: str | Path, max_steps: int) -> bool:

@@ -1,5 +1,10 @@
 """SIGINT and SIGTERM while training: the first lets the step in flight finish, then the run writes
-a checkpoint and stops (raising Interrupted); a second stops at once, the last checkpoint intact."""
+a checkpoint and stops (raising Interrupted); a second stops at once, the last checkpoint intact.
+
+Under torchrun a second signal is not a second request: a preempted job's scheduler signals every
+process, and the agent, signalled too, forwards the same signal to its workers a moment later. There
+the stop is escalated by the agent itself, which kills its workers with SIGKILL once its
+--shutdown-timeout (30 s by default) has passed."""
 from __future__ import annotations
 
 import signal
@@ -19,15 +24,19 @@ class Interrupted(Exception):
 
 
 class StopSignals:
-    """While entered, SIGINT and SIGTERM are recorded in `received` instead of killing the process."""
+    """While entered, SIGINT and SIGTERM are recorded in `received` instead of killing the process.
+    `escalate`: a second signal stops at once (KeyboardInterrupt); without it a second is ignored."""
 
-    def __init__(self) -> None:
+    def __init__(self, escalate: bool = True) -> None:
+        self.escalate = escalate
         self.received: int | None = None
         self._old: dict[int, Callable[..., Any] | int | None] = {}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is not None:  # asked twice: stop now
-            raise KeyboardInterrupt
+        if self.received is not None:  # asked twice: stop now, unless it is the same request again
+            if self.escalate:
+                raise KeyboardInterrupt
+            return
         self.received = signum
 
     def __enter__(self) -> "StopSignals":

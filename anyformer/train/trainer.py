@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from ..data.transfer import float64_on
 from ..models import REGISTRY, Model
 from ..plan import planner
-from . import checkpointing, own_model, progress
+from . import checkpointing, elastic, own_model, progress
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR
 from .config import TrainConfig
@@ -36,7 +36,7 @@ from .perf import peak_flops
 from .planning import StepPlan, plan_on_rank0, stand_ins
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, settle_amp
 from .protocol import Task
-from .resume import check_fresh_out, check_resume, recorded_settings
+from .resume import check_fresh_out, check_resume, recorded_settings, resumes
 from .runplan import PLAN_FILE, write_plan
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
@@ -56,8 +56,12 @@ class Trainer:
         self._own_model = model
         self.dist = Distributed.from_env(pick_device(cfg.device), cfg.fsdp)
         self.device = self.dist.device
+        elastic.announce(self.dist)
         self.run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
-        check_fresh_out(self.run_dir, cfg.resume, cfg.overwrite)  # before any work: nothing is lost by mistake
+        if cfg.resume == "auto":  # the command line decides this itself, to resume with the recorded settings
+            cfg.resume = resumes(self.run_dir)
+        elastic.check_same_run(self.dist, cfg.to_dict())
+        check_fresh_out(self.run_dir, cfg.resume, cfg.overwrite, self.dist.restarts > 0)  # nothing is lost by mistake
         recorded = recorded_settings(self.run_dir) if cfg.resume else None
         if recorded is not None:
             check_resume(self.run_dir, recorded, cfg.to_dict())
@@ -89,7 +93,7 @@ class Trainer:
         self.last_line: dict[str, Any] = {}
         self.last_eval: dict[str, Any] | None = None
         self.last_loss: float | None = None
-        self.signals = StopSignals()
+        self.signals = StopSignals(escalate=not self.dist.enabled)  # torchrun's agent escalates
         self.pending: list[tuple[int, int, list[str], Tensor]] = []  # (step, global batch, stat names, sums)
         self._stop_agreed = False
         self._next_sync = 0
@@ -258,8 +262,10 @@ class Trainer:
             # together. One rank tearing its process group down while another still uses it aborts both.
             self.dist.close(wait=True)
             raise
-        except BaseException:
+        except BaseException as e:
             self.dist.close(wait=False)  # the other ranks may be gone already
+            if (lost := elastic.lost_rank(e)) is not None:
+                raise TrainingError(lost) from None
             raise
         self.dist.close(wait=True)
         return summary

@@ -45,6 +45,9 @@ def build_model(cfg: TrainConfig, task: Task, device: torch.device | None = None
         probe = REGISTRY[family].preset(cfg.model, **kwargs)
     _check_fits(probe, device or torch.device("cpu"), shards)
     model = REGISTRY[family].preset(cfg.model, **kwargs)
+    fit = getattr(task, "fit_model", None)  # optional: see protocol.py
+    if fit is not None:
+        fit(model)
     if cfg.init_from is not None:
         init_from(model, cfg.init_from, cfg.model)
     return plan_kernels(model)  # the trainer's linear layers on the plan's kernel (anyformer/nn/linear.py)

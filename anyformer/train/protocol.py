@@ -24,6 +24,10 @@ not know is refused in one line.
 Optional: a task with a method `run_files() -> dict[str, bytes]` has those files written into the run
 directory when the run starts (a tokenizer learned from the corpus, which the run needs to be used).
 
+Optional: a task with a method `fit_model(model) -> None` has it called once the model is built, before
+its weights may be loaded from elsewhere: parts of a model fitted to the training data rather than
+learned (the series kernel stem's biases and feature statistics), saved with its weights.
+
 Optional: a task with a class attribute `draw_each_evaluation = True` has `draw` called after every
 evaluation too (a generator's samples.png shows each evaluation's samples), not only at the end.
 """

@@ -89,7 +89,7 @@ def test_an_existing_run_is_resumed_to_the_bit(reference, tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"resumed from {run / 'checkpoints' / 'step-000000009.pt'} at step 9/12" in out and "--resume auto" not in out
     assert same_weights(reference, run)
-    assert (run / "metrics.jsonl").read_text() .count("\n") == 2
+    assert (run / "metrics.jsonl").read_text().count("\n") == 2
     assert json.loads((run / "summary.json").read_text())["resumed"] is True
 
 

@@ -193,7 +193,7 @@ class SeriesTransformer(Model):
 
     def _patch_tokens(self, series: Tensor, lengths: Tensor | None) -> Tensor:
         """The linear patch stem: (B, C, T) -> (B, L, D), or (B, C' L, D) per channel."""
-        c, (B, C, T) = self.config, series.shape
+        c, (_, C, T) = self.config, series.shape
         # Whatever lies past a series' end is not part of it (nor is the step down to zero there).
         keep = None if lengths is None else (torch.arange(T, device=series.device)
                                              < lengths.to(series.device)[:, None])[:, None]

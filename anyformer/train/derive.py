@@ -204,12 +204,17 @@ def _series(data: str, asked: dict[str, Any], recipe: dict[str, Any]) -> tuple[d
         n_train -= held
         why["val_fraction"] = (f"{fraction:.2f}: no _TEST file, so a seeded share of each class is held out "
                                f"({held:,} of {len(train):,} series)")
-    patching = {**values.get("model_overrides", {}), **(asked.get("model_overrides") or {})}.get("patching", "across")
-    sizes = series_sizes(n_train, train.channels, train.length, patching, asked.get("batch_size") or values["batch_size"])
+    model = {**values.get("model_overrides", {}), **(asked.get("model_overrides") or {})}
+    sizes = series_sizes(n_train, train.channels, train.length, model.get("patching", "across"),
+                         asked.get("batch_size") or values["batch_size"], model.get("stem", "patches"))
     why["batch_size"] = f"{sizes['batch']}: about four updates an epoch, at most a quarter of the {n_train:,} training series"
-    why["model"] = (f"series-small at width {sizes['width']}, depth {sizes['depth']}, patches of {sizes['patch_size']} "
-                    f"steps every {sizes['patch_stride']} (about 32 tokens of a {train.length}-step series)")
-    why["max_steps"] = f"{values['max_steps']}: the series recipe's updates, within its {values['time_budget']:.0f} s budget"
+    tokens = "random-kernel features of " if sizes.get("stem") == "kernels" else ""
+    why["model"] = (f"series-small at width {sizes['width']}, depth {sizes['depth']}, {tokens}patches of "
+                    f"{sizes['patch_size']} steps every {sizes['patch_stride']} (about 32 tokens of a "
+                    f"{train.length}-step series)")
+    budget = values.get("time_budget")
+    why["max_steps"] = (f"{values['max_steps']}: the series recipe's updates"
+                        + (f", within its {budget:.0f} s budget" if budget else ", the same on any machine"))
     return values, why
 
 

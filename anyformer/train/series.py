@@ -31,11 +31,16 @@ from .scoring import ClassifierReport, score_classifier
 
 # Patch starts per series the stride is chosen for: attention's cost grows with their square.
 PATCH_STARTS = 32
+# The most memory the kernel stem's features of one split may keep (they are computed once per series
+# where they fit: 33 tokens of 4,000 proportions are about half a megabyte a series).
+CACHE_BYTES = 2 * 2 ** 30
 
 
-def derive(n_train: int, channels: int, length: int, patching: str, batch_cap: int) -> dict[str, Any]:
+def derive(n_train: int, channels: int, length: int, patching: str, batch_cap: int, stem: str = "patches",
+           seed: int = 0) -> dict[str, Any]:
     """The sizes one recipe needs on any archive dataset, from the training split's shape alone."""
-    per_step = channels if patching == "channel" else 1
+    kernels = stem == "kernels"
+    per_step = channels if patching == "channel" and not kernels else 1
     # Patches twice as long as the stride, so each overlaps its neighbours by half, as PatchTST's
     # 16-step patches every 8 steps (Nie et al. 2023): about 32 tokens a series. On ArrowHead (seed 0)
     # this scored 0.783 where 64 non-overlapping 4-step patches scored 0.709, 32 of 8 steps 0.669 and
@@ -47,14 +52,18 @@ def derive(n_train: int, channels: int, length: int, patching: str, batch_cap: i
     # a quarter is 8 or more anyway, so the archive's sets of 36 and more get the batches they always had.
     batch = int(max(1, min(batch_cap, math.ceil(n_train / 4))))
     big = n_train >= 1000  # a wider, deeper model only where there are enough series to fit it
+    sizes = {"patch_size": 2 * stride, "patch_stride": stride, "patching": "across" if kernels else patching,
+             "width": 128 if big else 64, "depth": 4 if big else 3, "heads": 4, "mlp_hidden": 256 if big else 128,
+             "batch": batch}
+    if kernels:
+        # The kernels read every channel and make their own slopes; their random draws (channel subsets,
+        # the series biases come from) follow the run's seed, as MiniRocket's follow its random_state.
+        return {**sizes, "stem": "kernels", "difference": False, "position": "learned", "kernel_seed": seed}
     # Rotary positions are relative: on ArrowHead (36 series) they scored 0.686 where learned ones scored
     # 0.64-0.66, with a lower test loss; per-channel tokens are not in time order, so they keep learned ones.
-    position = "rotary" if patching == "across" else "learned"
     # Each token also reads the first differences of its steps (the second representation of
     # MultiRocket, Tan et al. 2022): the slope beside the level.
-    return {"patch_size": 2 * stride, "patch_stride": stride, "difference": True, "patching": patching,
-            "position": position, "width": 128 if big else 64, "depth": 4 if big else 3,
-            "heads": 4, "mlp_hidden": 256 if big else 128, "batch": batch}
+    return {**sizes, "difference": True, "position": "rotary" if patching == "across" else "learned"}
 
 
 def fit_length(ds: SeriesDataset, length: int) -> SeriesDataset:
@@ -97,14 +106,35 @@ class SeriesClassification(ClassifierReport):
             train, per_series=cfg.normalize == "series")
         self.length = int(info["length"]) if info is not None else train.length
         patching = cfg.model_overrides.get("patching", "across")
+        stem = cfg.model_overrides.get("stem", "patches")
         self.derived = info["derived"] if info is not None else derive(len(train), train.channels, self.length,
-                                                                        patching, cfg.batch_size)
+                                                                        patching, cfg.batch_size, stem, cfg.seed)
         self.train, self.test = train, fit_length(test, self.length)
         self.classes = train.classes if info is None else list(info["classes"])
         self.batch_size = int(self.derived["batch"])
         self.values = self.preprocess(train.values, train.lengths).to(device)
         self.lengths, self.labels = train.lengths.to(device), train.labels.to(device)
         self.steps_per_epoch = math.ceil(len(train) / self.batch_size)
+        # The kernel stem's output, computed once per series where nothing changes a series between
+        # epochs (no augmentation): set by fit_model.
+        self.train_features: Tensor | None = None
+        self.test_features: Tensor | None = None
+
+    def fit_model(self, model: nn.Module) -> None:
+        """A kernel stem fitted to the training series (biases, feature statistics); their features,
+        and the evaluated series', kept for the run where they fit in CACHE_BYTES each (else each
+        batch computes its own: the same numbers, more slowly)."""
+        if getattr(model.config, "stem", "patches") != "kernels":
+            return
+        feats = model.fit_stem(self.values.cpu(), self.lengths.cpu())
+        per_series = feats[0].numel() * feats.element_size()
+        if self.cfg.augment != "series" and len(feats) * per_series <= CACHE_BYTES:
+            self.train_features = feats.to(self.device)
+        if len(self.test) * per_series <= CACHE_BYTES:
+            test, lengths = self.normalise(self.test, 0, len(self.test))
+            with torch.no_grad():
+                self.test_features = torch.cat([model.stem_features(test[i:i + 16].cpu(), lengths[i:i + 16].cpu())
+                                                for i in range(0, len(test), 16)]).to(self.device)
 
     def _splits(self, cfg: TrainConfig, info: dict[str, Any] | None) -> tuple[SeriesDataset, SeriesDataset]:
         """(train, evaluated): the data's test split where it has one, else a share held out of it."""
@@ -133,6 +163,9 @@ class SeriesClassification(ClassifierReport):
         epoch, i = divmod(step, self.steps_per_epoch)
         rows = slice(i * self.batch_size, (i + 1) * self.batch_size)
         idx = epoch_order(len(self.train), self.cfg.seed, epoch, self.device)[rows]
+        if self.train_features is not None:
+            share = rank_share(len(idx), rank, world)
+            return (self.train_features[idx][share], self.lengths[idx][share], self.labels[idx][share]), len(idx)
         x, lengths = self.values[idx], self.lengths[idx]
         if self.cfg.augment == "series":  # drawn from the lengths on the host: no copy back from the device
             host_lengths = self.train.lengths[epoch_order(len(self.train), self.cfg.seed, epoch)[rows]]
@@ -142,7 +175,8 @@ class SeriesClassification(ClassifierReport):
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, dict[str, Any]]:
         x, lengths, y = batch
-        logits = model(x, lengths)
+        # x: the series, or the kernel stem's features of them where those were computed once (fit_model)
+        logits = model(None, lengths, features=x) if self.train_features is not None else model(x, lengths)
         loss = F.cross_entropy(logits.float(), y, label_smoothing=self.cfg.label_smoothing)
         return loss, {"correct": (logits.argmax(-1) == y).sum(), "count": y.numel()}
 
@@ -153,8 +187,13 @@ class SeriesClassification(ClassifierReport):
     def evaluate(self, model: nn.Module, dist: Any) -> dict[str, Any]:
         """Each rank scores its shard of the test split; the sums are added across ranks."""
         model.eval()
-        result = score_classifier(lambda i, j: model(*self.normalise(self.test, i, j)), self.test.labels,
-                                  len(self.classes), dist, self.cfg.eval_batch_size, self.cfg.amp, self.device)
+        if self.test_features is not None:
+            lengths = self.test.lengths.to(self.device)
+            logits = lambda i, j: model(None, lengths[i:j], features=self.test_features[i:j])
+        else:
+            logits = lambda i, j: model(*self.normalise(self.test, i, j))
+        result = score_classifier(logits, self.test.labels, len(self.classes), dist, self.cfg.eval_batch_size,
+                                  self.cfg.amp, self.device)
         model.train()
         return result
 

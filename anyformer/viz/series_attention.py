@@ -1,7 +1,7 @@
 """Attention over time: where a series classifier's class token draws from, drawn on the series.
 
 The class token's row of the attention rollout (Abnar & Zuidema, 2020) over all layers gives one
-weight per patch token; a patch's weight is spread over its steps, and with per-channel patching
+weight per patch token (for a model whose head reads the mean of the tokens, the mean of their rows); a patch's weight is spread over its steps, and with per-channel patching
 the channels' tokens of one time are added, so that the map is one weight per time step.
 """
 from __future__ import annotations
@@ -34,7 +34,15 @@ def series_attention(model: nn.Module, series: Tensor, lengths: Tensor | None = 
     model.train(was)
     c = model.config
     B, _, T = series.shape
-    cls_row = attention_rollout(attn)[:, 0, 1:]                          # (B, N) from the class token
+    rollout = attention_rollout(attn)                                    # (B, 1 + N, 1 + N)
+    if getattr(c, "pool", "cls") == "mean":
+        # The head reads the mean of the tokens a series has: their rows of the rollout, averaged.
+        steps_had = torch.full((B,), T) if lengths is None else lengths.cpu().clamp(max=T)
+        has = torch.arange(rollout.shape[1] - 1)[None] % c.patches * c.stride < steps_had[:, None]
+        rows = torch.cat([torch.ones(B, 1, dtype=torch.bool), has], dim=1).float()
+        cls_row = (rows[:, :, None] * rollout).sum(1)[:, 1:] / rows.sum(1, keepdim=True)
+    else:
+        cls_row = rollout[:, 0, 1:]                                      # (B, N) from the class token
     per_time = cls_row.reshape(B, -1, c.patches).sum(1) if c.patching == "channel" else cls_row
     # Each patch's weight spread evenly over the steps it covers (overlapping patches add up).
     cover = torch.zeros(B, (c.patches - 1) * c.stride + c.patch_size)

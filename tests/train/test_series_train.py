@@ -107,3 +107,48 @@ def test_per_series_normalisation_is_chosen_by_the_config_and_saved_with_the_run
     torch.testing.assert_close(valid.mean(-1), torch.zeros(6), atol=1e-5, rtol=0)  # each channel of each series
     plain = SeriesClassification(recipe_config("series", data="BasicMotions", threads=1), torch.device("cpu"))
     assert plain.run_info()["preprocess"]["per_series"] is False
+
+
+def test_the_kernel_stem_takes_every_channel_and_the_runs_seed():
+    from anyformer.train.series import derive
+    sizes = derive(270, 12, 26, "channel", batch_cap=64, stem="kernels", seed=7)
+    # Patches along time only (the kernels mix the channels), no difference channels, the seed's kernels.
+    assert (sizes["patching"], sizes["patch_stride"], sizes["patch_size"]) == ("across", 1, 2)
+    assert (sizes["stem"], sizes["difference"], sizes["position"], sizes["kernel_seed"]) == ("kernels", False,
+                                                                                              "learned", 7)
+    assert derive(50, 1, 150, "across", 64, "kernels", 0)["batch"] == 13
+
+
+def _short_kernel_run(out, **kw):
+    cfg = recipe_config("series", data="GunPoint", max_steps=12, eval_every=12, out=str(out), progress=False,
+                        threads=1, plan="stock", plots=False, **kw)
+    summary = Trainer(cfg).run()
+    return summary, __import__("anyformer").load(out).state_dict()
+
+
+def test_kernel_features_computed_once_or_per_batch_train_the_same(tmp_path, monkeypatch):
+    """The stem is fixed, so features kept from the start and features computed for each batch are the
+    same numbers: the two runs end with the same weights and the same score."""
+    import anyformer.train.series as series_task
+    kept, kept_weights = _short_kernel_run(tmp_path / "kept")
+    monkeypatch.setattr(series_task, "CACHE_BYTES", 0)
+    each, each_weights = _short_kernel_run(tmp_path / "each")
+    assert kept["test_accuracy"] == each["test_accuracy"]
+    for name, value in kept_weights.items():
+        torch.testing.assert_close(each_weights[name], value, atol=1e-5, rtol=1e-5, msg=name)
+    config = json.loads((tmp_path / "kept" / "config.json").read_text())
+    assert config["config"]["stem"] == "kernels" and config["config"]["pool"] == "mean"
+
+
+def test_a_series_run_on_the_linear_stem_still_trains_and_predicts(tmp_path, capsys):
+    out = tmp_path / "patches"
+    cfg = recipe_config("series", data="GunPoint", max_steps=12, eval_every=12, out=str(out), progress=False,
+                        threads=1, plan="stock", plots=False, model_overrides={"stem": "patches", "pool": "cls"})
+    Trainer(cfg).run()
+    config = json.loads((out / "config.json").read_text())
+    assert config["config"]["stem"] == "patches" and config["data"]["derived"]["difference"] is True
+    _, test = load_series_splits("GunPoint")
+    np.save(tmp_path / "s.npy", test.values[0].numpy())
+    capsys.readouterr()
+    assert main(["predict", str(out), str(tmp_path / "s.npy"), "--top", "1"]) == 0
+    assert capsys.readouterr().out.strip().split(": ")[1].split()[0] in ("1", "2")  # GunPoint's classes

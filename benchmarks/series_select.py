@@ -131,22 +131,24 @@ def write_table(raw: Path, out: Path) -> None:
     rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
+    # The mean over the datasets every variant was scored on, so that the means compare like with like.
+    common = [d for d in datasets if all(any(r["variant"] == v and r["dataset"] == d for r in rows) for v in variants)]
     lines = [f"# Choosing the series recipe on training splits ({', '.join(datasets)}: `_TRAIN` files only)", "",
              f"{cpu_words()}; written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, load {load_average()}. "
              "`python benchmarks/series_select.py`: stratified k-fold of each training split, the mean held-out "
-             "accuracy over the folds (train seconds: the mean per fold). Variants as in the script's VARIANTS.", "",
-             "| variant | " + " | ".join(datasets) + " | mean | train s (mean) |",
+             "accuracy over the folds (train seconds: the mean per fold, on cores shared with other work: not a "
+             "speed figure). Variants as in the script's VARIANTS.", "",
+             "| variant | " + " | ".join(datasets) + f" | mean of {', '.join(common)} | train s (mean) |",
              "|---|" + "---:|" * (len(datasets) + 2)]
     for v in variants:
-        cells, means = [], []
+        cells = []
         for d in datasets:
             acc = [r["accuracy"] for r in rows if r["variant"] == v and r["dataset"] == d]
             cells.append(f"{statistics.fmean(acc):.4f} ({len(acc)} folds)" if acc else "-")
-            if acc:
-                means.append(statistics.fmean(acc))
+        mean = statistics.fmean(statistics.fmean(r["accuracy"] for r in rows if r["variant"] == v and r["dataset"] == d)
+                                for d in common) if common else float("nan")
         secs = [r["train_seconds"] for r in rows if r["variant"] == v]
-        mean = f"{statistics.fmean(means):.4f}" if len(means) == len(datasets) else "-"
-        lines.append(f"| {v} | " + " | ".join(cells) + f" | {mean} | {statistics.fmean(secs):.0f} |")
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {mean:.4f} | {statistics.fmean(secs):.0f} |")
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

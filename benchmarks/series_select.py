@@ -49,6 +49,11 @@ VARIANTS: dict[str, dict] = {
     "kernels-rotary": {**_KERNELS, "max_steps": 600, "model": {**_KERNELS["model"], "position": "rotary"}},
     "kernels-ema": {**_KERNELS, "max_steps": 600, "ema": 0.995},
     "kernels-wide": {**_KERNELS, "max_steps": 600, "model": {**_KERNELS["model"], "width": 128, "mlp_hidden": 256}},
+    # Checks of what the recipe inherited from the one before, on top of the recipe as chosen (kernels-10k).
+    "recipe-per-series": {**_KERNELS, "max_steps": 600, "normalize": "series",
+                          "model": {**_KERNELS["model"], "kernel_features": 10000}},
+    "recipe-wide": {**_KERNELS, "max_steps": 600,
+                    "model": {**_KERNELS["model"], "kernel_features": 10000, "width": 128, "mlp_hidden": 256}},
 }
 
 

@@ -79,7 +79,6 @@ class RandomKernelFeatures(nn.Module):
         self.register_buffer("unpadded", (torch.arange(combos) + torch.arange(combos) // KERNELS) % 2 == 1,
                              persistent=False)
         self.register_buffer("biases", torch.zeros(sum(self.shares) * KERNELS))
-        self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
         self.seed = seed
 
     @property
@@ -122,7 +121,6 @@ class RandomKernelFeatures(nn.Module):
                 biases.append(torch.quantile(out, levels[start:start + share]))
                 start += share
         self.biases.copy_(torch.cat(biases).float())
-        self.fitted.fill_(True)
 
     def forward(self, series: Tensor, lengths: Tensor | None = None) -> Tensor:
         """(B, C, T) -> (B, F, 1 + L) proportions: the whole series first, then each patch in order."""

@@ -87,6 +87,13 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown cpu"
 
 
+def cpu_words() -> str:
+    """The processor as lscpu names it, with its family and model: AMD's name ("AMD EPYC") says no generation."""
+    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    fact = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
+    return f"{fact.get('Model name', _cpu_model())} (family {fact.get('CPU family', '?')}, model {fact.get('Model', '?')})"
+
+
 def _cpu_flags() -> list[str]:
     """The instruction-set flags that decide kernel speed (AVX-512, native bf16, AMX)."""
     from anyformer.plan.host import cpu_info

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_common import RESULTS, load_average, processor_folder  # noqa: E402
+from bench_common import RESULTS, cpu_words, load_average, processor_folder  # noqa: E402
 
 # Every classification dataset aeon's wheel ships. The recipe was chosen on none of them
 # (series_select.py: k-fold on the training splits of Coffee, PigCVP and PLAID).
@@ -155,9 +155,7 @@ def main() -> None:
     import aeon
     import torch
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    field = lambda name: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith(name + ":")), "?")
-    model = f"{field('Model name')} (family {field('CPU family')}, model {field('Model')})"
+    model = cpu_words()
     suffix = f"_{args.tag}" if args.tag else ""
     folder = RESULTS / processor_folder()
     folder.mkdir(parents=True, exist_ok=True)

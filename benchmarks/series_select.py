@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_common import RESULTS, load_average, processor_folder  # noqa: E402
+from bench_common import RESULTS, cpu_words, load_average, processor_folder  # noqa: E402
 from series_selection_data import SELECTION  # noqa: E402
 
 # Each variant: TrainConfig settings and model settings (under "model") on top of the recipe.
@@ -112,7 +112,7 @@ def main() -> None:
         for fold, (fit, held) in enumerate(folds(train.labels.numpy(), args.seed)):
             a, b = train.take(torch.as_tensor(fit)), train.take(torch.as_tensor(held))
             for v in args.variants:
-                r = {"dataset": name, "fold": fold, "variant": v, "seed": args.seed,
+                r = {"dataset": name, "fold": fold, "variant": v, "seed": args.seed, "threads": args.threads,
                      **score_fold(name, VARIANTS[v], a, b, args.seed, args.threads)}
                 rows.append(r)
                 print(json.dumps(r), flush=True)
@@ -121,14 +121,6 @@ def main() -> None:
                         f.write(json.dumps({**r, "date": f"{dt.date.today()}", "cpu": cpu_words()}) + "\n")
     if not args.no_write:
         write_table(raw, folder / f"series_select{suffix}.md")
-
-
-def cpu_words() -> str:
-    """The processor as lscpu names it, with its family and model (AMD's names say no generation)."""
-    import subprocess
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    field = lambda name: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith(name + ":")), "?")
-    return f"{field('Model name')} (family {field('CPU family')}, model {field('Model')}), 2 threads"
 
 
 def write_table(raw: Path, out: Path) -> None:

@@ -1,14 +1,24 @@
-"""Resumable checkpoints that cannot be half-written and never run code when read.
+"""A run's checkpoints, all in one place: the file (how it is written, named, listed and read) and
+the trainer's side (what it holds, `save`, and how --resume puts it back with `restore`).
 
 A checkpoint holds the model (and its EMA, when the run keeps one), optimiser, step, the running
-epoch sums, every RNG state, and how many metrics lines had been written, so a resumed run
-continues exactly where the other stopped.
+epoch sums, each rank's RNG state, how many metrics lines had been written, and the plan in force,
+so that a resumed run continues to the bit where the uninterrupted one would have gone.
 It is written to a temporary file and flushed to disk (`stage_checkpoint`), then renamed to its
-name (`commit_checkpoint`): under torchrun only once every rank has seen it whole (checkpointing.py),
-so the name `step-N.pt` is the mark that a checkpoint is complete, and a temporary file that a kill
-left half-written is never read (RunDir.prepare removes it). The last K are kept. It carries a SHA-256
-of its contents: the zip format does not check the tensor bytes, and a flipped byte would otherwise
-load as a silently different weight.
+name (`commit_checkpoint`), so the name `step-N.pt` is the mark that a checkpoint is complete, and a
+temporary file that a kill left half-written is never read (RunDir.prepare removes it). The last K
+are kept. It carries a SHA-256 of its contents: the zip format does not check the tensor bytes, and
+a flipped byte would otherwise load as a silently different weight. It is read with
+`weights_only=True`, so reading one never runs code.
+
+Under torchrun a checkpoint is committed in two phases (`save`): rank 0 stages it, every rank checks
+that it sees that file whole (on several machines: that the run directory is on a file system they
+share), and only then does rank 0 rename it to `step-N.pt`. A rank that dies anywhere before the
+rename leaves no `step-N.pt`, so a restarted job resumes from the last checkpoint that every rank
+finished; rank 0 chooses it and every rank reads it (`restore`).
+
+`TrainingError` (the run cannot go on) is defined here because `save` raises it and rundir.py, which
+raises it too, imports this module; rundir.py and the package export it as before.
 """
 from __future__ import annotations
 
@@ -16,21 +26,30 @@ import hashlib
 import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..files import commit, write_temp
+from .own_model import config_dict
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
 
 CKPT_DIR = "checkpoints"
 _NAME = re.compile(r"^step-(\d{9})\.pt$")
 _DIGEST = "sha256"
 
 
+class TrainingError(ValueError):
+    """The run cannot go on (a non-finite loss, a checkpoint that does not fit, a failed write)."""
+
+
 class CheckpointError(ValueError):
     """A checkpoint that is damaged, foreign, or unsafe to read."""
 
 
+# ---------------------------------------------------------------- the file: stage, commit, list, load
 def digest(obj: Any) -> str:
     """SHA-256 of a state: every tensor's dtype, shape and bytes, every other value's repr, in order."""
     h = hashlib.sha256()
@@ -106,3 +125,106 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is corrupt: its contents do not match the SHA-256 written "
                               f"with it (delete it to resume from an earlier one)")
     return state
+
+# ---------------------------------------------------------------- the trainer's side: save, restore
+def save(t: Trainer) -> Path | None:
+    """Write a checkpoint of step `t.step` (every rank takes part; rank 0 writes) and the plan beside
+    it; its path on rank 0. A step already saved is not written twice."""
+    if t.pending:  # the sums it saves, and a loss found non-finite before it is written
+        t.sync()
+    if t.saved_step == t.step:  # e.g. a signal right after an evaluation's checkpoint
+        return list_checkpoints(t.run_dir)[-1] if t.dist.is_main else None
+    model_state, optim_state = t.dist.state(t.model, t.optimizer)
+    rng = {"cpu": torch.get_rng_state()}
+    if t.device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(t.device)
+    rngs = t.dist.gather(rng)  # each rank's own, so dropout continues exactly on every rank
+    state: dict[str, Any] = {
+        "step": t.step, "model": model_state, "optimizer": optim_state,
+        "model_config": config_dict(t.model), "sums": t.sums, "rng": rngs,
+        "metrics_lines": t.metrics_lines, "elapsed": t.elapsed, "last_line": t.last_line,
+        "total_steps": t.total_steps, "plan": t.step_plan.state()}
+    if t.scaler is not None:
+        state["scaler"] = t.scaler.state_dict()
+    if t.ema is not None:
+        state["ema"] = t.ema.state_dict()
+    path = checkpoint_path(t.run_dir, t.step)
+    staged = t.files.on_main("write the checkpoint", path, lambda: stage_checkpoint(t.run_dir, t.step, state))
+    try:
+        tmp, size = t.dist.broadcast(staged)
+        blind = [rank for rank, seen in enumerate(t.dist.all_gather(_sees(tmp, size))) if not seen]
+        if blind:  # a run directory on each machine's own disk: the others could never resume from it
+            raise TrainingError(f"rank {', '.join(map(str, blind))} cannot see the checkpoint rank 0 wrote ({tmp}, "
+                                f"{size} bytes): under torchrun --out must be a folder every machine sees (a "
+                                f"shared file system), since rank 0 alone writes it and every rank reads it")
+        t.files.on_main("write the checkpoint", path,
+                        lambda: commit_checkpoint(t.run_dir, t.step, tmp, keep=t.cfg.keep_checkpoints))
+    except BaseException:  # a rank lost, or blind: the staged file is never named, and goes
+        if t.dist.is_main:
+            Path(staged[0]).unlink(missing_ok=True)
+        raise
+    t.write_plan()
+    t.saved_step = t.step
+    return path if t.dist.is_main else None
+
+
+def _sees(tmp: str, size: int) -> bool:
+    try:
+        return Path(tmp).stat().st_size == size
+    except OSError:
+        return False
+
+
+def restore(t: Trainer) -> bool:
+    """--resume: load the run's last checkpoint into `t`; False where it has none (from step 0).
+    Rank 0 chooses it, every rank reads it, and a rank that cannot stops every rank with its error."""
+    last = list_checkpoints(t.run_dir)[-1:] if t.dist.is_main else None
+    path = t.dist.broadcast(last)
+    if not path:
+        if t.dist.is_main:
+            print(f"--resume: no checkpoint in {t.run_dir}/{CKPT_DIR}, starting from step 0")
+        return False
+    path = path[0]
+    state, error = None, None
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError as e:
+        error = str(e)
+    errors = [(rank, e) for rank, e in enumerate(t.dist.all_gather(error)) if e]
+    if errors:
+        rank, first = errors[0]
+        raise CheckpointError(first if t.dist.world == 1 else f"rank {rank}: {first}")
+    if state.get("model_config") != config_dict(t.model):
+        raise CheckpointError(f"checkpoint {path} belongs to another model ({state.get('model_config')}), "
+                              f"not to {t.cfg.model} ({config_dict(t.model)})")
+    try:  # every rank reads the same file; nothing on disk changes until it has all been read
+        rngs = state["rng"]
+        mine = rngs[t.dist.rank] if len(rngs) == t.dist.world else rngs[0]
+        # load_state_dict takes the saved run's fused/foreach flags, but the optimiser's loss-scaling
+        # support was set when it was built: keep the implementation this run's plan chose.
+        impl = [(g.get("fused"), g.get("foreach")) for g in t.optimizer.param_groups]
+        t.dist.load_state(t.model, t.optimizer, state["model"], state["optimizer"])
+        for group, (fused, foreach) in zip(t.optimizer.param_groups, impl):
+            group["fused"], group["foreach"] = fused, foreach
+        torch.set_rng_state(mine["cpu"])
+        if "cuda" in mine and t.device.type == "cuda":
+            torch.cuda.set_rng_state(mine["cuda"], t.device)
+        if t.ema is not None:
+            if "ema" not in state:
+                raise KeyError("it holds no EMA weights, and this run keeps an EMA (--ema)")
+            t.ema.load_state_dict(state["ema"])
+        if t.scaler is not None and "scaler" in state:
+            t.scaler.load_state_dict(state["scaler"])
+        t.step, t.sums = int(state["step"]), dict(state["sums"])
+        t.metrics_lines, t.elapsed = int(state["metrics_lines"]), float(state["elapsed"])
+        t.last_line = dict(state["last_line"])
+        if t.budget is not None:  # the steps a time budget fitted; this process re-fits what is left
+            t.total_steps = int(state.get("total_steps", t.total_steps))
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise CheckpointError(f"checkpoint {path} does not fit this run: {str(e).splitlines()[0][:300]} "
+                              f"(delete it to resume from an earlier one)") from None
+    t.saved_step = t.step
+    t.files.keep_metrics(t.metrics_lines)  # lines written after the checkpoint will be written again
+    if t.dist.is_main:
+        print(f"resumed from {path} at step {t.step}/{t.total_steps}")
+    return True

@@ -3,7 +3,7 @@ the log), that every rank runs the same run, and a lost rank said in one line.
 
 Under `torchrun --nnodes=N --rdzv-backend=c10d --max-restarts=K`, when a worker dies the agents stop
 every worker, meet again (a new rendezvous) and start them all afresh; `train --resume auto` then
-resumes from the last checkpoint that every rank finished (checkpointing.py). How many starts came
+resumes from the last checkpoint that every rank finished (checkpoint.py). How many starts came
 before is `Distributed.restarts` (rendezvous.py). The survivors learn of the loss from their next
 collective, which fails; `lost_rank` turns that into one line.
 """

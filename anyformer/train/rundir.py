@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..files import atomic_write, atomic_write_text, remove_temp_files
-from .checkpoint import CKPT_DIR, list_checkpoints
+from .checkpoint import CKPT_DIR, TrainingError, list_checkpoints
 from .config import LOGS
 from .distributed import Distributed
 
@@ -24,10 +24,6 @@ from .distributed import Distributed
 RUN_FILES = ("config.json", "model.safetensors", "metrics.jsonl", "summary.json", "curves.png", "plan.json",
              "tokenizer.json")
 _CKPT_TEMP = re.compile(r"^\.(step-\d{9}\.pt)\.")  # atomic_write's temporary name for a checkpoint
-
-
-class TrainingError(ValueError):
-    """The run cannot go on (a non-finite loss, a checkpoint that does not fit, a failed write)."""
 
 
 class RunDir:

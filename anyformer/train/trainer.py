@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from ..data.transfer import float64_on
 from ..models import REGISTRY, Model
 from ..plan import planner
-from . import checkpointing, elastic, own_model, progress
+from . import checkpoint as checkpointing, elastic, own_model, progress
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR
 from .config import TrainConfig

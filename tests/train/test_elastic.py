@@ -211,7 +211,7 @@ def test_a_lost_rank_is_one_line_and_other_errors_are_left_alone():
 def test_a_run_directory_another_rank_cannot_see_stops_at_the_first_checkpoint(tmp_path, mnist_slice):
     """--out on each machine's own disk: rank 1 does not see the file rank 0 staged. The run stops
     in one line at its first checkpoint, and no step-N.pt (nor the staged file) is left."""
-    from anyformer.train import checkpointing
+    from anyformer.train import checkpoint
     from anyformer.train.rundir import TrainingError
     from .conftest import make_trainer, tiny_config
 
@@ -224,5 +224,5 @@ def test_a_run_directory_another_rank_cannot_see_stops_at_the_first_checkpoint(t
     trainer.dist = trainer.files.dist = Blind()
     with pytest.raises(TrainingError, match=r"rank 1 cannot see the checkpoint rank 0 wrote \(.*\.step-000000001\.pt\."
                                             r".*, \d+ bytes\): under torchrun --out must be a folder every machine sees"):
-        checkpointing.save(trainer)
+        checkpoint.save(trainer)
     assert list((tmp_path / "run" / "checkpoints").iterdir()) == []

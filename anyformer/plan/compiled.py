@@ -37,25 +37,24 @@ COMPILE = register(Decision("compile", ("eager", "compiled", "graphs"), "a train
 
 # Measuring costs a compile. It is spent only on a run whose eager time is at least REPAY times
 # what a compile took on this machine before (the slowest on record), or FIRST_COMPILE_S before any:
-# finding out costs at most about 1/REPAY of the run. By device: on a 2-core AMD EPYC first compiles
-# took 20-61 s, and for the default MNIST run in bf16, 61 s were spent to learn that compiled was 2.7x
-# slower. On a GPU a small step is bound by launching its kernels one by one (the default MNIST run:
-# 21 ms a step eager on an H100; on this CPU its forward and backward alone cost 8 ms of Python and
-# dispatch at batch 2), which a compile with CUDA graphs removes, so there the rule is ski rental's
-# own: measure once the eager run would cost a compile (the answer is recorded, and serves every later
-# run of the shape). The H100's 16-core host compiled GPT-2's decode step in 16-18 s (training steps
-# not yet timed there). Other devices go by the CPU's.
+# finding out costs at most about 1/REPAY of the run. By device: on a CPU a first compile is long,
+# and can be spent only to learn that compiled is slower. On a GPU a small step is bound by launching
+# its kernels one by one (the Python and dispatch cost of a step that a CPU hides), which a compile
+# with CUDA graphs removes, so there the rule is ski rental's own: measure once the eager run would
+# cost a compile (the answer is recorded, and serves every later run of the shape). Other devices go
+# by the CPU's. (measured: docs/results.md, 'Measurements behind the code's choices')
 FIRST_COMPILE_S = {"cpu": 60.0, "cuda": 20.0}
 REPAY = {"cpu": 8.0, "cuda": 1.0}
 # Under a time budget a compile is paid out of the budget: it buys steps only if the share of a step it
-# saves exceeds the share of the budget it takes, B (1 - t_compiled / t_eager) > compile. Small ViTs'
-# fp32 steps saved 7-19% compiled (2-core AMD EPYC, 2-core Intel Xeon); a run is measured only if
-# this much of its budget would repay the compile (a 9-minute budget and a 60-78 s compile: not).
+# saves exceeds the share of the budget it takes, B (1 - t_compiled / t_eager) > compile. BUDGET_GAIN is
+# about the share compiling saved small ViTs' fp32 steps; a run is measured only if this much of its
+# budget would repay the compile (the default 9-minute budget does not)
+# (measured: docs/results.md, 'Measurements behind the code's choices').
 BUDGET_GAIN = 0.1
 BUDGET_S = 2.0          # timing rounds after the compile, calls that are not training (up to 9 rounds)
-# A one-token generation step is a small graph: a GPT's compiled in 3-15 s here (2-core AMD EPYC, the
-# char GPT's and gpt2's shapes), against 20-61 s for whole training steps. Its first compile is
-# estimated at this before one is on record.
+# A one-token generation step is a small graph, compiled in a fraction of a whole training step's
+# time. Its first compile is estimated at this before one is on record
+# (measured: docs/results.md, 'Measurements behind the code's choices').
 FIRST_DECODE_COMPILE_S = 15.0
 _SEED = 20_240_601      # the same random draws (dropout, noise) in every candidate's call
 

@@ -29,13 +29,12 @@ __all__ = ["auto_settings", "fit_recipe_to_data", "image_patch"]
 IMAGES_SEEN = 100_000          # images a run shows the model, over as many epochs as that takes
 EPOCHS = (5, 200)              # ... but never fewer or more passes than these
 TEXT_EPOCHS = 2                # passes over the training text
-# At least 300 steps: on Tiny Shakespeare's validation tenth (2-core AMD EPYC Zen 4, 2026-11-28) its learned
-# BPE reached 2.85 bits per byte after 140 steps (2 passes over its 287k training tokens) and 2.43
-# after 350 (133 s); characters reached 2.69 after 490 steps (2 passes, 123 s).
+# At least 300 steps: on Tiny Shakespeare, two passes over its learned BPE's tokens were too few steps,
+# and the BPE went on improving well past them (measured: docs/results.md, 'Measurements behind the code's choices').
 TEXT_STEPS = (300, 3000)
 # A corpus this large learns a BPE; a smaller one reads characters. On Tiny Shakespeare (1.1 MiB) the
-# BPE was ahead of characters at equal training time: 2.85 against 3.24 bits per byte at 50 s, 2.43
-# against 2.69 at about 125 s (figures above).
+# BPE was ahead of characters at equal training time
+# (measured: docs/results.md, 'Measurements behind the code's choices').
 BPE_FROM_BYTES = 1 << 20
 TOKENS_PER_IMAGE = 64          # the patch is chosen so that an image is about this many tokens
 

@@ -31,7 +31,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
     # Decoupled weight decay in both cases: Keras's Adam(weight_decay=...), which Turner's (2023) MNIST ViT
     # uses, decouples it too.
     # Fused (one pass over every parameter) or foreach (torch's default): the plan's measured choice
-    # for these tensors on this device; fused was 2-4x faster on a 2-core EPYC, where it was tried.
+    # for these tensors on this device; fused was faster where it was tried
+    # (measured: docs/results.md, 'Measurements behind the code's choices').
     impl = adamw_impl(groups, device=device)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **{impl: True})
 

@@ -14,18 +14,18 @@ from .derive import auto_settings, fit_recipe_to_data
 # nanoGPT's config/train_shakespeare_char.py, exactly: 6 x 6 heads x 384, context 256, dropout 0.2, which
 # nanoGPT's model applies to the attention weights too (SDPA's dropout_p; the preset alone does not); and,
 # as nanoGPT's train.py does where the GPU has it, bf16 autocast (amp=auto: bf16 on CUDA, measured on a
-# CPU). In fp32 it ran at 1.0M tokens/s on an H100, 7% of the card's bf16 peak; without the attention
-# dropout its validation loss was lowest at step 1,250 of a 60 s run (1.4893) and rose to 1.5355 by the
-# end, while the training loss kept falling.
+# CPU). In fp32 it used a small share of a GPU's bf16 peak; without the attention dropout its validation
+# loss turned upward during a short run while the training loss kept falling
+# (measured: docs/results.md, 'Measurements behind the code's choices').
 _SHAKESPEARE_CHAR = dict(
     task="lm", model="shakespeare-char", data="shakespeare", tokenizer="char", seq_len=256,
     max_steps=5000, batch_size=64, lr=1e-3, min_lr_ratio=0.1, warmup_steps=100, betas=(0.9, 0.99),
     weight_decay=0.1, grad_clip=1.0, eval_every=250, eval_iters=200, amp="auto",
     model_overrides=dict(attn_dropout=0.2))
 
-# Shared by the generator recipes. Sized from a measured step (shared 2-core AMD EPYC, bf16, batch 128:
-# 0.56 s a step on two quiet cores, 2026-11-23) for about 11 minutes of training, 13 with evaluations; pixels in
-# [-1, 1], no augmentation (the model would learn to generate it). Weight decay off, as DiT trains.
+# Shared by the generator recipes. Sized from a measured step on a 2-core CPU for about 11 minutes of
+# training, 13 with evaluations (measured: docs/results.md, 'Measurements behind the code's choices');
+# pixels in [-1, 1], no augmentation (the model would learn to generate it). Weight decay off, as DiT trains.
 _GEN = dict(
     task="flow", model="dit-mnist", max_steps=1200, batch_size=128, lr=1e-3, min_lr_ratio=0.1,
     warmup_steps=100, weight_decay=0.0, betas=(0.9, 0.99), grad_clip=1.0, eval_every=600, limit_eval=2000,
@@ -34,12 +34,11 @@ _GEN = dict(
 RECIPES: dict[str, dict[str, Any]] = {
     # The default, tuned for test accuracy per minute on a 2-core CPU: the hybrid ViT with 4 blocks, 8 epochs,
     # a one-epoch warm-up then cosine, light affine augmentation, label smoothing, and bf16 where the CPU has it
-    # natively. 4 blocks, not the preset's 6: in fp32 on a 2-core Intel Xeon without native bf16, 6 blocks
-    # trained at 620-730 images/s, so the 9-minute budget held 5.4-5.7 of the 8 epochs and the runs ended at
-    # 98.93-98.99%; 4 blocks trained at 917 images/s, all 8 epochs in the budget, to 99.14%
-    # (benchmarks/results/intel-r-xeon-r-processor-2-50ghz/mnist.md). A 9-minute time budget keeps the whole
-    # job within 10 minutes where 8 epochs take longer. An explicit --epochs or --max-steps drops it
-    # (`recipe_config`); --time-budget none too.
+    # natively. 4 blocks, not the preset's 6: in fp32 on a 2-core CPU without native bf16, 6 blocks fitted
+    # only part of the 8 epochs into the 9-minute budget and ended less accurate, while 4 blocks trained all
+    # 8 epochs in the budget (measured: docs/results.md, 'Measurements behind the code's choices').
+    # A 9-minute time budget keeps the whole job within 10 minutes where 8 epochs take longer. An explicit
+    # --epochs or --max-steps drops it (`recipe_config`); --time-budget none too.
     "mnist": dict(
         about="the default: a small hybrid ViT for MNIST accuracy per minute on a CPU (within 9 minutes of training)",
         task="classify", model="vit-mnist-fast", data="mnist", epochs=8, batch_size=128, lr=2e-3,
@@ -80,10 +79,10 @@ RECIPES: dict[str, dict[str, Any]] = {
         about="nanoGPT's Tiny Shakespeare character model: 6 layers x 6 heads x 384, context 256, "
               "dropout 0.2, batch 64, 5000 steps (a GPU job: val loss ~1.47)",
         **_SHAKESPEARE_CHAR),
-    # Tuned on a shared 2-core AMD EPYC (benchmarks/results/amd-epyc/shakespeare_cpu.md): bf16 autocast halves the
-    # step time there, and amp=auto takes it where the speed plan measures it faster (not on a CPU that emulates
-    # bf16, where a fixed bf16 ran 1.7x slower than fp32); 4 blocks of width 192 at context 128 crossed val loss 1.70 after 3.3M tokens (step
-    # 800 of a 1200-step trial, 1.59 at its end). No dropout, like nanoGPT's CPU recipe.
+    # Tuned on a shared 2-core CPU where bf16 autocast is faster; amp=auto takes it where the speed plan
+    # measures it faster (not on a CPU that emulates bf16, where a fixed bf16 ran slower than fp32); 4 blocks
+    # of width 192 at context 128 crossed val loss 1.70 within this recipe's max_steps
+    # (measured: docs/results.md, 'Measurements behind the code's choices'). No dropout, like nanoGPT's CPU recipe.
     "shakespeare-cpu": dict(
         about="Tiny Shakespeare characters on a CPU: 4 layers x 6 heads x 192, context 128, bf16 where native; "
               "val loss <= 1.70 within 10 minutes on 2 cores",

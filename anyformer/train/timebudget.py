@@ -71,9 +71,9 @@ class TimeBudget:
         if done < 1:
             return current
         # The time per step of the latest stretch (since the fit before, where that held at least
-        # RECENT_STEPS): the steps that remain run as the latest did. On a 2-core Intel Xeon a
-        # compiled run's epochs took 77, 72, 66 and 60 s in turn; the mean since the start fitted
-        # the run to end 35 s short of its budget.
+        # RECENT_STEPS): the steps that remain run as the latest did. A compiled run's epochs grew
+        # shorter in turn, and the mean since the start fitted the run to end short of its budget
+        # (measured: docs/results.md, 'Measurements behind the code's choices').
         last_step, last_elapsed = self._last
         if step - last_step >= RECENT_STEPS:
             per_step = (elapsed - last_elapsed) / (step - last_step)

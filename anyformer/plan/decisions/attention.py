@@ -84,9 +84,10 @@ def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype
     # views into one packed (B, N, 3, H, D_h) projection, its gradients flowing back into that
     # (the first nq positions query where fewer query than attend); or, after a KV cache, the query
     # such a view and the keys and values the first positions of the cache's buffers. The layout
-    # changes the answer: on a 2-core AMD EPYC, plain matmuls over packed views ran at half the
-    # speed of contiguous operands. Each candidate ends where the layer's attention does, with the
-    # heads concatenated (B, nq, H*D_h): a copy after SDPA or the explicit path, none after native.
+    # changes the answer: plain matmuls over packed views ran slower than over contiguous operands
+    # (measured: docs/results.md, 'Measurements behind the code's choices').
+    # Each candidate ends where the layer's attention does, with the heads concatenated
+    # (B, nq, H*D_h): a copy after SDPA or the explicit path, none after native.
     if layout in ("packed", "views"):
         packed = _randn(g, b, max(nq, nk), 3, h, d, dtype=dtype)
         leaves: tuple[torch.Tensor, ...] = (packed,)

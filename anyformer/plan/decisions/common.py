@@ -11,9 +11,9 @@ from .. import planner as _planner
 
 _CALL_FLOPS = 1e9  # one timed call: ~5-20 ms at the 50-200 GFLOP/s of a small CPU
 # A training linear's weight gradient, dy^T x, sums over its rows: timed on fewer rows, that product
-# is another shape, and the answer changes. On a 2-core AMD EPYC (2026-11-24), oneDNN's forward and
-# backward over 384 -> 1152 took 1.24x F.linear's time at 256 rows and 0.82x at 4096 (the whole char
-# GPT step on oneDNN: 0.93x). So a training call may take this much before its rows are cut (~100 ms).
+# is another shape, and the answer changes: which of oneDNN and F.linear is faster flipped between
+# 256 and 4096 rows (measured: docs/results.md, 'Measurements behind the code's choices').
+# So a training call may take this much before its rows are cut (~100 ms).
 _TRAIN_CALL_FLOPS = 16e9
 _MAX_ROWS, _MAX_LEN, _MAX_BATCH = 4096, 2048, 64
 # Inference on at most this many rows reads each weight from memory (the weights of a model do not
@@ -35,10 +35,10 @@ def _bucket(n: int, cap: int) -> int | None:
 
 
 # Sequence lengths of a forward over many queries (a ViT's 50 tokens, a prompt) are keyed finely and
-# timed at the length asked: rounding 50 up to 64 changed the answer (on a 2-core AMD EPYC, SDPA's
-# 32-query blocks fit 64 tokens and leave a ragged block at 50). The key is the next multiple of 8
-# up to 128 tokens, of 32 up to _FINE_LEN (at most 28 keys where a prompt's length varies); longer
-# ones, and a decode step's growing cache (one query), go by powers of two.
+# timed at the length asked: rounding 50 up to 64 changed the answer (SDPA's 32-query blocks fit 64
+# tokens and leave a ragged block at 50) (measured: docs/results.md, 'Measurements behind the code's choices').
+# The key is the next multiple of 8 up to 128 tokens, of 32 up to _FINE_LEN (at most 28 keys where a
+# prompt's length varies); longer ones, and a decode step's growing cache (one query), go by powers of two.
 _FINE_LEN = 512
 
 

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from .models import Model, load, read_config
 
-__all__ = ["Run", "open_run"]
+__all__ = ["Run", "load_prepared", "open_run"]
 
 
 @dataclass
@@ -65,6 +65,13 @@ class Run:
         if self.tokenizer is None:
             raise ValueError(f"{self.path} holds a {self.model.family} model, not a language model: it has no tokenizer")
         return self.tokenizer
+
+
+def load_prepared(directory: str | Path) -> Model:
+    """The run's model in eval mode, prepared by the speed plan (`plan.prepare`) for one input of its
+    kind: what the commands and the server run their passes on."""
+    from .plan import prepare
+    return prepare(load(directory).eval(), "default")
 
 
 def open_run(directory: str | Path) -> Run:

@@ -210,12 +210,31 @@ def _loss(x, y):
     return lambda m: F.cross_entropy(m(x).flatten(0, -2).float(), y.flatten())
 
 
+def prepared(module, x, y=None, *, bf16: bool = False, forced: str | None = None):
+    """anyformer's `module` prepared by the speed plan (`plan.prepare`, the one door) for this
+    benchmark's step, as its trainer prepares a model (a training forward of the step's loss, `y`
+    given) or a command its model for passes without gradients (`y` None: an inference pass, the
+    module in eval mode); under bf16 autocast with `bf16`, with the plan forced to `forced` if given."""
+    import contextlib
+
+    import torch
+    from anyformer import plan
+
+    def example(m):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return m(x) if y is None else _loss(x, y)(m)
+    if y is None:
+        module.eval()
+    with plan.forcing(forced) if forced else contextlib.nullcontext():
+        return plan.prepare(module, example)
+
+
 def planned_linears(key: str, module, x, y) -> str:
     """The kernel the speed plan measured fastest for all of `module`'s linear layers in this
     training step (anyformer.plan.linears: each as planned, all oneDNN, or all mixed), as its trainer
-    settles it; applied to `module`'s layers, and returned."""
-    from anyformer.nn import set_training_kernel
-    from anyformer.plan import linears_for_training
+    settles it once the model is prepared (`prepared`); applied to `module`'s layers, and returned."""
+    from anyformer.plan import linears_for_training, set_training_kernel
+    prepared(module, x, y)
     return linears_for_training(module, lambda kernel: set_training_kernel(module, kernel), _loss(x, y),
                                 fields=_fields(key, x)).choice
 
@@ -244,7 +263,7 @@ def planned_inference(key: str, module, x):
     module itself. No compile-time accounting (calls=None): these rows stand for a process that
     serves many batches. `module` is put in eval mode first, as infer_step runs it."""
     from anyformer.plan import compile_for_inference
-    module.eval()
+    prepared(module, x)
     return _planned(key, x, lambda fields: compile_for_inference(module, lambda m: m(x), fields=fields))
 
 
@@ -312,7 +331,7 @@ def matmul_baseline(shapes: list[Matmul], dtype=None, backend: str = "torch") ->
     """A step that runs every product of `shapes` once (times its count) on preallocated operands.
 
     backend "torch": torch.matmul, i.e. what nn.Linear and the peers use (MKL sgemm for fp32 on
-    CPU). "onednn": the 2-D products through oneDNN, as anyformer.nn.linear does; batched
+    CPU). "onednn": the 2-D products through oneDNN, as anyformer.plan.layers does; batched
     (attention) products stay on torch.matmul, as anyformer's attention does.
     """
     import torch
@@ -342,20 +361,8 @@ def matmul_baselines(shapes: list[Matmul], items: int, flops: float) -> list[Con
     import torch
     return [Contestant("matmul torch", matmul_baseline(shapes), items, flops, "MKL, as nn.Linear"),
             Contestant("matmul oneDNN", matmul_baseline(shapes, backend="onednn"), items, flops,
-                       "2-D products on oneDNN, as anyformer.nn.linear"),
+                       "2-D products on oneDNN, as anyformer.plan.layers"),
             Contestant("matmul bf16", matmul_baseline(shapes, dtype=torch.bfloat16), items, flops)]
-
-
-def with_plan(step: Callable[[], object], spec: str) -> Callable[[], object]:
-    """`step` run under the speed plan forced to `spec` (e.g. "linear=stock": every linear on
-    F.linear), so that one contestant shows the same model without the plan's choices while every
-    other contestant, timed in the same rounds, keeps the plan anyformer picks on this machine."""
-    from anyformer import plan
-
-    def wrapped():
-        with plan.forcing(spec):
-            return step()
-    return wrapped
 
 
 # ---------------------------------------------------------------------------------------------

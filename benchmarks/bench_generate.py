@@ -8,7 +8,7 @@ package we may use): speed does not depend on their values. Greedy decoding (tem
 
 Against HF (run first): as a process's first requests, and in the steady state of a process that
 keeps generating, once anyformer's speed plan has had the eager steps it takes to decide on the
-compiled static decode step (anyformer/models/gpt_decode.py; the cache-vs-no-cache rows force it
+compiled static decode step (anyformer/plan/decode.py; the cache-vs-no-cache rows force it
 eager). Also timed, alternated in one process: one cached step through the model's forward under
 `torch.no_grad()` and under `torch.inference_mode()` (what `generate` uses), and the step, eager
 and compiled, against its memory floor (every weight read once, and the bare matrix-vector products
@@ -44,7 +44,6 @@ runtime.configure()  # before torch is imported, as the CLI does
 import torch  # noqa: E402
 
 import anyformer as af  # noqa: E402
-from anyformer.nn import plan_kernels  # noqa: E402
 from anyformer import plan  # noqa: E402
 
 
@@ -165,10 +164,10 @@ MV_MKL = "matrix-vector products, torch F.linear (MKL)"
 def compiled_step_setup(gpt, prefix: int, total: int):
     """(rewind, step) for the compiled static decode step that `generate` runs for `total`-token
     requests, if its plan has chosen it in this process (the HF comparison runs first); else None."""
-    from anyformer.models import decode_plan
-    from anyformer.models.gpt_decode import cache_length, static_step
+    from anyformer.models.generation import cache_length
+    from anyformer.plan.decode import PLANNED_DECODER, static_step
     size = cache_length(gpt, total)
-    compiled = decode_plan._DECODE_STEPS.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
+    compiled = PLANNED_DECODER._steps.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
     if compiled is None:
         return None
     step_fn = static_step(gpt, compiled)
@@ -258,7 +257,8 @@ def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2, serve_max: int
     except ImportError:
         print("transformers is not importable: Hugging Face comparison skipped")
         return None
-    from anyformer.models.gpt_decode import cache_length, plan_fields
+    from anyformer.models.generation import cache_length
+    from anyformer.plan.decode import plan_fields
     hf = gpt.to_hf()  # anyformer.interop: the same weights in a GPT2LMHeadModel
     prompt = torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(1))
     # No end-of-text token (random weights may emit it): both make exactly new_tokens, and HF needs
@@ -340,7 +340,7 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
                   f"caches, best of {args.hf_repeats} runs taken alternately; the same weights (converted by "
                   f"`GPT.to_hf`); HF attention implementation `{hf_row['attn']}`. anyformer runs as it ships, "
                   "its speed plan choosing (no flags). Its plan compiles the one-token step "
-                  "(anyformer/models/gpt_decode.py) only once the eager steps a process has taken have cost about "
+                  "(anyformer/plan/decode.py) only once the eager steps a process has taken have cost about "
                   "a compile (ski rental), so it is measured twice: as a process's first requests, and in the "
                   f"steady state of a process that keeps generating, after serving {hf_row['served']} more requests "
                   f"({hf_row['served_s']:.0f} s, untimed) until its plan had decided.", "",
@@ -395,7 +395,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     overrides = {k: int(v) for k, v in (s.split("=", 1) for s in args.set)}
-    gpt = plan_kernels(af.GPT.preset(args.model, **overrides).eval())  # as generate runs it
+    gpt = af.GPT.preset(args.model, **overrides).eval()
+    # Prepared by the plan as `anyformer generate` prepares it: its choices made before the first request.
+    plan.prepare(gpt, "default")
     c = gpt.config
     args.shape = f"{c.depth} layers, width {c.width}, {c.heads} heads, vocab {c.vocab_size}, context {c.context}, " \
                  f"{gpt.num_params() / 1e6:.0f}M parameters"

@@ -39,7 +39,7 @@ import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
-                          speed_table, table, wait_for_quiet, with_plan, write_results, RESULTS,
+                          speed_table, table, wait_for_quiet, write_results, RESULTS,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
@@ -50,7 +50,6 @@ import torch  # noqa: E402
 import anyformer as af  # noqa: E402
 from anyformer.interop._torchvision_compat import ensure_torchvision_importable  # noqa: E402
 from anyformer.models.gpt import GPTConfig  # noqa: E402
-from anyformer.nn import plan_kernels  # noqa: E402
 from peers.nanogpt_ref import RefConfig, RefGPT, state_dict_from_anyformer  # noqa: E402
 
 ensure_torchvision_importable()
@@ -80,7 +79,7 @@ def reference_weights() -> dict:
 def anyformer_model(dropout: float, weights: dict | None = None):
     cfg = GPTConfig(vocab_size=VOCAB, context=CONTEXT, width=WIDTH, depth=DEPTH, heads=HEADS,
                     activation="gelu_tanh", bias=True, dropout=dropout)
-    gpt = plan_kernels(af.GPT(cfg))  # as its trainer runs it: linear layers on the plan's kernel
+    gpt = af.GPT(cfg)  # plain: prepared for each row's step (bench_common.prepared)
     if weights is not None:
         gpt.load_state_dict(weights)
     return gpt, gpt
@@ -260,6 +259,7 @@ def main() -> None:
     bench_common.planned_linears("gpt-anyformer", model, x, y)  # as the trainer runs an eager step
     train.append(Contestant(EAGER, train_step(model, forward, x, y), TOKENS, train_flops, "ANYFORMER_PLAN=compile=eager"))
     model, forward = build(BF16, weights)
+    bench_common.prepared(model, x, y, bf16=True)
     bf16_train = Contestant(BF16, train_step(model, forward, x, y, bf16=True), TOKENS, train_flops,
                             "bf16 matmuls: not the same maths as the fp32 rows")
     base = baselines(True)
@@ -274,10 +274,14 @@ def main() -> None:
             plan_notes.append("inference: " + note)
         infer.append(Contestant(name, infer_step(model, forward, x), TOKENS, infer_flops))
     model, forward = build("anyformer", weights)
-    infer.append(Contestant(EAGER, infer_step(model, forward, x), TOKENS, infer_flops, "ANYFORMER_PLAN=compile=eager"))
-    infer.append(Contestant("anyformer, MKL inference", with_plan(infer_step(model, forward, x), "linear=stock"),
+    infer.append(Contestant(EAGER, infer_step(bench_common.prepared(model, x), forward, x), TOKENS, infer_flops,
+                            "ANYFORMER_PLAN=compile=eager"))
+    model, forward = build("anyformer", weights)
+    infer.append(Contestant("anyformer, MKL inference",
+                            infer_step(bench_common.prepared(model, x, forced="linear=stock"), forward, x),
                             TOKENS, infer_flops, "ANYFORMER_PLAN=compile=eager,linear=stock"))
     model, forward = build(BF16, weights)
+    bench_common.prepared(model, x, bf16=True)
     bf16_infer = Contestant(BF16, infer_step(model, forward, x, bf16=True), TOKENS, infer_flops,
                             "not the same maths")
     ibase = baselines(False)

@@ -37,7 +37,7 @@ import time
 
 from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
-                          speed_table, table, wait_for_quiet, with_plan, write_results, RESULTS,
+                          speed_table, table, wait_for_quiet, write_results, RESULTS,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
@@ -47,7 +47,6 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import anyformer as af  # noqa: E402
-from anyformer.nn import plan_kernels  # noqa: E402
 from anyformer.interop._torchvision_compat import ensure_torchvision_importable  # noqa: E402
 
 ensure_torchvision_importable()
@@ -123,7 +122,7 @@ def shapes(model: str, train: bool) -> list:
 
 def anyformer_model(model: str) -> af.ViT:
     torch.manual_seed(0)
-    return plan_kernels(af.ViT.preset(MODELS[model]["preset"]))  # as its trainer runs it
+    return af.ViT.preset(MODELS[model]["preset"])  # plain: prepared for each row's step (bench_common.prepared)
 
 
 def _same_head(vit: af.ViT) -> nn.Module:
@@ -244,6 +243,7 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
     bench_common.planned_linears(f"vit-{model}", m, x, y)  # as the trainer runs an eager step
     train.append(Contestant(EAGER, train_step(m, fwd, x, y), b, train_flops, "ANYFORMER_PLAN=compile=eager"))
     m, fwd = build(model, BF16)
+    bench_common.prepared(m, x, y, bf16=True)
     bf16_train = Contestant(BF16, train_step(m, fwd, x, y, bf16=True), b, train_flops, "not the same maths")
     base = baselines(True)
     rounds, steps = args.rounds[model], args.steps[model]
@@ -258,10 +258,13 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
             INFER_NOTES.append(note)
         infer.append(Contestant(name, infer_step(m, fwd, x), b, infer_flops))
     m, fwd = build(model, "anyformer")
-    infer.append(Contestant(EAGER, infer_step(m, fwd, x), b, infer_flops, "ANYFORMER_PLAN=compile=eager"))
-    infer.append(Contestant(MKL_INFER, with_plan(infer_step(m, fwd, x), "linear=stock"), b, infer_flops,
-                            "ANYFORMER_PLAN=compile=eager,linear=stock"))
+    infer.append(Contestant(EAGER, infer_step(bench_common.prepared(m, x), fwd, x), b, infer_flops,
+                            "ANYFORMER_PLAN=compile=eager"))
+    m, fwd = build(model, "anyformer")
+    infer.append(Contestant(MKL_INFER, infer_step(bench_common.prepared(m, x, forced="linear=stock"), fwd, x), b,
+                            infer_flops, "ANYFORMER_PLAN=compile=eager,linear=stock"))
     m, fwd = build(model, BF16)
+    bench_common.prepared(m, x, bf16=True)
     bf16_infer = Contestant(BF16, infer_step(m, fwd, x, bf16=True), b, infer_flops, "not the same maths")
     ibase = baselines(False)
     print(f"inference: {rounds + 1} rounds x {steps} batches", flush=True)

@@ -152,13 +152,13 @@ def test_every_train_module_imports_on_its_own():
 
 @pytest.mark.slow
 def test_the_subpackages_are_attributes_of_a_fresh_import():
-    """`import anyformer as af; af.nn.plan_kernels` in a new process: the lazy names reach the subpackages."""
+    """`import anyformer as af; af.plan.prepare` in a new process: the lazy names reach the subpackages."""
     import subprocess
     import sys
-    code = ("import anyformer as af; t = af.train; print(af.nn.plan_kernels.__name__, af.models.ViT.__name__, "
+    code = ("import anyformer as af; t = af.train; print(af.plan.prepare.__name__, af.models.ViT.__name__, "
             "af.data.read_idx.__name__, af.viz.__name__, af.open_run.__name__, af.train.Trainer.__name__); "
             "import anyformer.train.trainer; print(af.train is t, af.train.train.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["plan_kernels", "ViT", "read_idx", "anyformer.viz", "open_run", "Trainer",
+    assert out.stdout.split() == ["prepare", "ViT", "read_idx", "anyformer.viz", "open_run", "Trainer",
                                   "True", "train"]

@@ -9,11 +9,12 @@ if TYPE_CHECKING:  # torch loads after the parser is built
 
 
 def run_info(directory: str) -> tuple[Model, dict[str, Any]]:
-    """The run's model on the plan's kernels (the commands' passes use them) and its config.json."""
-    from ..models import load, read_config
-    from ..nn import plan_kernels
+    """The run's model, prepared by the speed plan for one input of its kind (the commands' passes run
+    on its choices), and its config.json."""
+    from ..models import read_config
+    from ..runs import load_prepared
     meta = read_config(directory)
-    return plan_kernels(load(directory)), meta
+    return load_prepared(directory), meta
 
 
 def image_preprocess(directory: str, info: dict[str, Any]) -> ImagePreprocess:

@@ -135,10 +135,12 @@ def export_onnx(model: nn.Module, path: str | os.PathLike[str], *, opset: int | 
     if path.parent and not path.parent.exists():
         raise FileNotFoundError(f"cannot write {path}: the folder {path.parent} does not exist")
     try:
-        # Stock kernels whatever the speed plan chose on this machine: the oneDNN linear is a custom
-        # op no ONNX runtime knows, and the explicit attention path is only picked for speed here;
-        # SDPA and F.linear are what the exporter translates into standard ONNX operators.
-        with plan.forcing("stock"), torch.no_grad(), atomic_path(path, suffix=".onnx") as tmp:
+        # The plain layers, whatever the speed plan chose on this machine (a prepared model's are put
+        # back after): the oneDNN linear and the native kernels are custom ops no ONNX runtime knows,
+        # and the explicit attention path is only picked for speed here; SDPA and F.linear are what
+        # the exporter translates into standard ONNX operators.
+        with plan.unprepared(model), plan.forcing("stock"), torch.no_grad(), \
+                atomic_path(path, suffix=".onnx") as tmp:
             kwargs: dict[str, Any] = {"opset_version": opset} if opset is not None else {}
             # The exporter reports its progress on stdout (a command's stdout is its answer), and the
             # libraries under it warn about their own internals: nothing a user can act on.

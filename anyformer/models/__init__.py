@@ -1,7 +1,8 @@
 """Floor 2: complete models, their configs, the preset table, save and load."""
 from .base import REGISTRY, Model, load, read_config
 from .dit import DiT, DiTConfig
-from .gpt import GPT, GPTConfig, sample
+from .gpt import GPT, GPTConfig
+from .sampling import sample
 from .mae import MAE, MAEConfig
 from .presets import PRESETS, presets_of
 from .series import SeriesConfig, SeriesTransformer

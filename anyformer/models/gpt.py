@@ -8,12 +8,10 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer, planned_kernels
+from ..nn import KVCache, LearnedPosition, LMHead, SinusoidalPosition, TokenEmbedding, Transformer
 from ..nn.dropout import Dropout
+from . import generation
 from .base import Model, check_seq_len, check_sizes, matmul_weights
-from . import decode_plan
-from .sampling import sample
-from .gpt_decode import cache_length, static_decode_unsupported
 
 GPT_POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -65,13 +63,13 @@ class GPT(Model):
             if name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
                 nn.init.trunc_normal_(p, std=0.02 / math.sqrt(2 * c.depth), a=-0.04, b=0.04)
 
-    def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None, position: Tensor | None = None,
+    def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None, position: int | Tensor | None = None,
                 return_attention: bool | Sequence[int] = False, last_only: bool = False):
         """idx (B, T) -> logits (B, T, V); `last_only`: the last position's only, (B, 1, V).
 
         `cache`: one KVCache per layer (`new_cache`); idx then continues the cached positions.
         `position` (with `cache`; a 0-dim int64 tensor): the static cache mode of a compiled decode
-        step (models/gpt_decode.py): idx stands at that position, its keys and values are written
+        step (models/generation.py): idx stands at that position, its keys and values are written
         there, and attention reads the whole cache with the later positions masked; the caches'
         `length` is neither read nor moved, and the caller checks the position against the context.
         With `return_attention`: `forward_with_attention(idx, return_attention, ...)`."""
@@ -82,7 +80,7 @@ class GPT(Model):
         return self.lm_head(h[:, -1:] if last_only else h)
 
     def forward_with_attention(self, idx: Tensor, layers: bool | Sequence[int] = True, *,
-                               cache: list[KVCache] | None = None, position: Tensor | None = None,
+                               cache: list[KVCache] | None = None, position: int | Tensor | None = None,
                                last_only: bool = False,
                                on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
         """(logits, weights), weights (B, heads, T, T) per layer asked: see Transformer.forward_with_attention."""
@@ -90,13 +88,13 @@ class GPT(Model):
                                                        on_layer=on_layer, causal=True, cache=cache, position=position)
         return self.lm_head(h[:, -1:] if last_only else h), attn
 
-    def tokens(self, idx: Tensor, cache: list[KVCache] | None = None, position: Tensor | None = None) -> Tensor:
+    def tokens(self, idx: Tensor, cache: list[KVCache] | None = None, position: int | Tensor | None = None) -> Tensor:
         """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cached ones (from
         `position` in the static cache mode: see forward)."""
-        if position is not None:
+        if isinstance(position, Tensor):
             offset = position
         else:
-            offset = cache[0].length if cache else 0
+            offset = position if position is not None else cache[0].length if cache else 0
             T = idx.shape[-1] if idx.dim() == 2 else 0
             if offset + T > self.config.context:
                 raise ValueError(f"sequence of {offset + T} tokens is longer than the model's context "
@@ -123,7 +121,6 @@ class GPT(Model):
         return torch.cat([idx, *self.stream(idx, max_new_tokens, temperature=temperature, top_k=top_k,
                                             top_p=top_p, generator=generator, use_cache=use_cache)], dim=1)
 
-    @torch.no_grad()
     def stream(self, idx: Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
                top_p: float | None = None, generator: torch.Generator | None = None,
                use_cache: bool = True) -> Iterator[Tensor]:
@@ -134,77 +131,23 @@ class GPT(Model):
         last `window_keep(context)` tokens (three quarters of it) and generation goes on: each
         token's logits are the uncached model's on the tokens in the window then, 3/4 to all of the
         context, the prompt's or the generation's own. Without the cache each step reads the last
-        `context` tokens, as nanoGPT's loop does."""
-        if idx.dim() != 2 or idx.shape[1] < 1:
-            raise ValueError(f"prompt ids must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
-        if max_new_tokens < 0 or temperature < 0:
-            raise ValueError(f"max_new_tokens and temperature must be >= 0, got {max_new_tokens}, {temperature}")
-        if top_k is not None and top_k < 1 or top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"top_k must be >= 1 and top_p in (0, 1]; got top_k={top_k}, top_p={top_p}")
-        context = self.config.context
-        idx = idx[:, -context:]
-        total = min(idx.shape[1] + max_new_tokens, context)  # the window's most: what the cache holds
-        keep = window_keep(context)
-        was_training = self.training
-        self.eval()
-        cache, computed, static = None, 0, False  # computed: the steps run, the prompt's first among them
-        try:
-            # Generation is anyformer's loop: the plan's kernels for its length (anyformer/nn/linear.py).
-            with planned_kernels(self):
-                # Every step is the one forward: with the cache it computes one position, attending
-                # over the cached keys and values (tests/models hold its logits equal to the uncached).
-                # Inference mode skips autograd's per-op bookkeeping: measured 5-12% of a small
-                # model's step, ~1% of gpt2's (memory-bound). Sampling runs outside it, so the tokens
-                # handed out are ordinary tensors; the cache, made inside, stays inside.
-                # Sized for the static decode step's buckets where it may run (one graph per size).
-                static = static_decode_unsupported(self) is None
-                size = cache_length(self, total) if static else total
-                with torch.inference_mode():
-                    cache = decode_plan.take_cache(self, idx.shape[0], size, static) if use_cache else None
-                step_in = idx  # with the cache, then each new token alone; without it, the whole window
-                step = None    # the one-token step after the prompt: eager, or compiled where the plan chose it
-                recent = idx   # the last `context` tokens, for a window that slides
-                for i in range(max_new_tokens):
-                    with torch.inference_mode():
-                        if step is None and use_cache and i == 1:
-                            step = decode_plan.decode_step(self, step_in, cache, max_new_tokens - 1)
-                        if use_cache and cache[0].length + step_in.shape[1] > cache[0].max_len:
-                            logits = self._slide(cache, recent[:, -keep:])  # the window is full
-                        elif step is not None:
-                            logits = step(step_in, cache)
-                        else:
-                            logits = self(step_in, cache=cache, last_only=True)[:, -1]
-                    computed = i + 1
-                    nxt = sample(logits.float(), temperature, top_k, top_p, generator)
-                    recent = torch.cat([recent, nxt], dim=1)[:, -context:]
-                    step_in = nxt if use_cache else recent
-                    yield nxt
-        finally:
-            self.train(was_training)
-            if static and cache is not None and computed > 1:  # one-token steps taken, however it ended
-                decode_plan.count_steps(self, (idx.shape[0], cache[0].max_len), computed - 1)
-            if static and cache is not None:
-                decode_plan.keep_cache(self, cache)
-
-    def _slide(self, cache: list[KVCache], window: Tensor) -> Tensor:
-        """Refill the full cache with `window` (B, W), the most recent tokens, at positions 0..W-1:
-        the next token's logits (B, vocab), exactly the uncached model's on the window."""
-        for c in cache:
-            c.reset()
-        return self(window, cache=cache, last_only=True)[:, -1]
+        `context` tokens, as nanoGPT's loop does. The loop: models/generation.py."""
+        return generation.stream(self, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 generator=generator, use_cache=use_cache)
 
     def compiled_decode(self, batch: int, total: int) -> bool:
         """Whether `generate` (and `stream`) now takes its one-token steps for `batch` prompts and
-        `total` tokens in all through the compiled static graph: the speed plan chose it in this
-        process (it does once the steps taken have cost about a compile, and it measured faster)."""
-        return decode_plan.compiled_decode(self, batch, total)
+        `total` tokens in all through the compiled static graph: the speed plan's decoder chose it in
+        this process (`anyformer.plan.prepare` installs it; eager until then)."""
+        return generation.decoder_of(self).compiled(self, batch, total)
 
     def settle_decode(self, batch: int, total: int) -> bool:
         """Decide now, for good in this process, whether the one-token steps of `batch` prompts and
         `total` tokens in all run compiled: measured (and compiled where faster) as for a process
         that runs for days, rather than once the steps taken repay a compile. A server calls this
-        before it listens, so that no request ever waits for a compile. True: they run compiled."""
-        return decode_plan.settle(self, batch, total)
+        before it listens, so that no request ever waits for a compile. True: they run compiled
+        (never before `anyformer.plan.prepare`)."""
+        return generation.decoder_of(self).settle(self, batch, total)
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the
@@ -228,7 +171,4 @@ class GPT(Model):
         return gpt_to_hf(self)
 
 
-def window_keep(context: int) -> int:
-    """The tokens a full window keeps when it slides: three quarters of the context, so that a refill
-    (one forward over them) comes once every quarter context of new tokens."""
-    return max(1, context - max(1, context // 4))
+window_keep = generation.window_keep  # where it has been imported from

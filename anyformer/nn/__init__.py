@@ -1,21 +1,20 @@
 """Floor 1: the building blocks, pure torch.nn modules."""
+from .attend import ATTENTION_FUNCTIONS
 from .attention import ATTENTION_IMPLS, KVCache, MultiHeadAttention, attention_explicit
 from .conditioning import (AdaLNModulation, ClassEmbedding, FinalAdaLN, TimeEmbedding, modulate,
                            timestep_sinusoid)
 from .embeddings import ClassToken, LinearEmbedding, PatchEmbedding, TokenEmbedding
 from .dropout import Dropout
-from .heads import ClassifierHead, LMHead, PatchOutput, PlannedLMHead
-from .linear import Linear, PlannedLinear, plan_kernels, planned_kernels, set_training_kernel, stock_kernels
+from .heads import ClassifierHead, LMHead, PatchOutput
 from .mlp import MLP
 from .positions import (POSITION_KINDS, ConcatPosition, LearnedPosition, RotaryEmbedding,
                         SinusoidalPosition, sinusoidal_1d, sinusoidal_2d)
 from .transformer import LayerScale, Transformer, TransformerBlock, drop_path, init_weights
 
 __all__ = [
-    "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
+    "ATTENTION_FUNCTIONS", "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
     "ClassToken", "LinearEmbedding", "PatchEmbedding", "TokenEmbedding",
-    "ClassifierHead", "LMHead", "PatchOutput", "MLP", "Linear", "Dropout",
-    "PlannedLinear", "PlannedLMHead", "plan_kernels", "planned_kernels", "set_training_kernel", "stock_kernels",
+    "ClassifierHead", "LMHead", "PatchOutput", "MLP", "Dropout",
     "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
     "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "drop_path",
     "init_weights", "AdaLNModulation", "ClassEmbedding", "FinalAdaLN", "TimeEmbedding", "modulate",

@@ -17,9 +17,10 @@ def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                        training: bool = False) -> tuple[Tensor, Tensor]:
     """The maths spelled out: returns (output (B,H,Nq,D_h), weights (B,H,Nq,Nk))."""
     # Batched matmuls want each head's (N, D_h) block contiguous. A layer's q, k and v are views
-    # into its packed projection, and on those the two products ran 1.4-1.8x slower (2-core AMD
-    # EPYC, a 50-token ViT) than on the copies made here, which cost a fraction of that. A KV
-    # cache's blocks already are (the copy would be the whole prefix), and so is one query's.
+    # into its packed projection, and on those the two products ran slower than on the copies made
+    # here, which cost a fraction of that (measured: docs/results.md, 'Measurements behind the
+    # code's choices'). A KV cache's blocks already are (the copy would be the whole prefix), and so
+    # is one query's.
     q, k, v = (t if _blocks_contiguous(t) else t.contiguous() for t in (q, k, v))
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
     allowed = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None

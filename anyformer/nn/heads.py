@@ -7,7 +7,6 @@ from torch import Tensor, nn
 
 from ..shapes import pair
 from .embeddings import TokenEmbedding
-from .linear import linear, register_planned
 from .mlp import make_activation
 
 POOLS = ("cls", "mean")
@@ -57,18 +56,6 @@ class LMHead(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
-
-
-class PlannedLMHead(LMHead):
-    """LMHead computed by the plan's kernel (`anyformer.nn.plan_kernels`); same parameters."""
-
-    training_kernel: str | None = None
-
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias, self.training_kernel)
-
-
-register_planned(LMHead, PlannedLMHead)
 
 
 class PatchOutput(nn.Module):

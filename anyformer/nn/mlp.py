@@ -1,30 +1,13 @@
 """The token-wise MLP: the same small network applied to every token independently (Turner, 2023)."""
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
-from ..plan import gelu_kernel, native
 from .dropout import Dropout
-from .linear import plain_eager
-
-
-class GELU(nn.GELU):
-    """nn.GELU whose fp32 CPU calls take anyformer's own kernel (`anyformer.plan.native.gelu`) where
-    the speed plan measured it faster for the size (`plan.gelu_kernel`); F.gelu elsewhere, under
-    torch.compile (which fuses it with its neighbours), tracers, torch.func transforms and
-    dispatch modes (`plain_eager`)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if (x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x)
-                and gelu_kernel(x.numel(), self.approximate, torch.is_grad_enabled() and x.requires_grad) == "native"):
-            return native.gelu(x, self.approximate)
-        return super().forward(x)
-
 
 ACTIVATIONS = {
-    "gelu": lambda: GELU(),                        # exact erf GELU (ViT, BERT)
-    "gelu_tanh": lambda: GELU(approximate="tanh"),  # GPT-2's approximation
+    "gelu": lambda: nn.GELU(),                        # exact erf GELU (ViT, BERT)
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # GPT-2's approximation
     "relu": lambda: nn.ReLU(),
     "tanh": lambda: nn.Tanh(),
 }

@@ -44,8 +44,7 @@ class LayerScale(nn.Module):
 class TransformerBlock(nn.Module):
     """One block: multi-head self-attention and a token-wise MLP, each behind a residual.
 
-    With `cross=True` a cross-attention sub-layer sits between them (decoder style). A `sink`
-    given to forward receives the self-attention weights. `queries=n` (the last block of a
+    With `cross=True` a cross-attention sub-layer sits between them (decoder style). `queries=n` (the last block of a
     class-token classifier): outputs for the first n tokens only, which attend to all of them.
     `adaln=True` (pre-norm only): norms without affine parameters, modulated by a condition c
     (B, D) given to forward as `cond`, with gated branches that start closed (the identity).
@@ -86,8 +85,8 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 context: Tensor | None = None, context_mask: Tensor | None = None,
-                cache: KVCache | None = None, position: Tensor | None = None, queries: int | None = None,
-                sink: Callable[[Tensor], None] | None = None, cond: Tensor | None = None) -> Tensor:
+                cache: KVCache | None = None, position: int | Tensor | None = None, queries: int | None = None,
+                cond: Tensor | None = None) -> Tensor:
         """x (B, N, D) -> (B, N, D); with `queries=n`, (B, n, D). `cond` (B, D): adaLN blocks only.
         `cache`, `position`: see MultiHeadAttention.forward (with `position`, the static cache mode)."""
         if self.modulation is not None:
@@ -95,39 +94,38 @@ class TransformerBlock(nn.Module):
                 raise ValueError("this block is adaLN-modulated: give forward a condition cond of shape (B, D)")
             if cache is not None or position is not None or queries is not None:
                 raise ValueError("adaLN blocks are for generators of whole images: no KV cache, no queries=n")
-            return self._adaln(x, cond, causal, mask, context, context_mask, sink)
+            return self._adaln(x, cond, causal, mask, context, context_mask)
         if cond is not None:
             raise ValueError("cond was given to a block built without adaln=True")
         if self.pre_norm:
-            return self._pre_norm(x, causal, mask, context, context_mask, cache, position, queries, sink)
-        return self._post_norm(x, causal, mask, context, context_mask, cache, position, queries, sink)
+            return self._pre_norm(x, causal, mask, context, context_mask, cache, position, queries)
+        return self._post_norm(x, causal, mask, context, context_mask, cache, position, queries)
 
     def _pre_norm(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
-                  context_mask: Tensor | None, cache: KVCache | None, position: Tensor | None,
-                  queries: int | None, sink: Callable[[Tensor], None] | None) -> Tensor:
+                  context_mask: Tensor | None, cache: KVCache | None, position: int | Tensor | None,
+                  queries: int | None) -> Tensor:
         """x = x + MHA(LN(x));  x = x + MLP(LN(x))"""
-        a = self.attn(self.norm1(x), causal=causal, mask=mask, cache=cache, position=position, queries=queries,
-                      sink=sink)
+        a = self.attn(self.norm1(x), causal=causal, mask=mask, cache=cache, position=position, queries=queries)
         x = (x if queries is None else x[:, :queries]) + self._branch(a, self.ls1)
         if self.cross:
             x = x + self._branch(self.cross_attn(self.norm_cross(x), context, mask=context_mask))
         return x + self._branch(self._mlp(self.norm2(x)), self.ls2)
 
     def _post_norm(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
-                   context_mask: Tensor | None, cache: KVCache | None, position: Tensor | None,
-                   queries: int | None, sink: Callable[[Tensor], None] | None) -> Tensor:
+                   context_mask: Tensor | None, cache: KVCache | None, position: int | Tensor | None,
+                   queries: int | None) -> Tensor:
         """x = LN(x + MHA(x));  x = LN(x + MLP(x))"""
-        a = self.attn(x, causal=causal, mask=mask, cache=cache, position=position, queries=queries, sink=sink)
+        a = self.attn(x, causal=causal, mask=mask, cache=cache, position=position, queries=queries)
         x = self.norm1((x if queries is None else x[:, :queries]) + self._branch(a, self.ls1))
         if self.cross:
             x = self.norm_cross(x + self._branch(self.cross_attn(x, context, mask=context_mask)))
         return self.norm2(x + self._branch(self._mlp(x), self.ls2))
 
     def _adaln(self, x: Tensor, c: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
-               context_mask: Tensor | None, sink: Callable[[Tensor], None] | None) -> Tensor:
+               context_mask: Tensor | None) -> Tensor:
         """x = x + g1 MHA(LN(x)(1 + s1) + b1);  x = x + g2 MLP(LN(x)(1 + s2) + b2)"""
         b1, s1, g1, b2, s2, g2 = self.modulation(c)
-        a = self.attn(modulate(self.norm1(x), b1, s1), causal=causal, mask=mask, sink=sink)
+        a = self.attn(modulate(self.norm1(x), b1, s1), causal=causal, mask=mask)
         x = x + self._branch(g1[:, None] * a, self.ls1)
         if self.cross:
             x = x + self._branch(self.cross_attn(self.norm_cross(x), context, mask=context_mask))
@@ -147,8 +145,8 @@ class TransformerBlock(nn.Module):
 class Transformer(nn.Module):
     """The backbone: (B, N, D) tokens in, (B, N, D) tokens out.
 
-    Attention weights come from `forward_with_attention(x, layers)`; only the layers asked take
-    the explicit, slower path. `trunk(x, return_attention=...)` is the public contract's
+    Attention weights come from `forward_with_attention(x, layers)`: it hooks the layers asked
+    (`MultiHeadAttention.register_weights_hook`), which alone take the explicit, slower path. `trunk(x, return_attention=...)` is the public contract's
     shorthand for it.
     """
 
@@ -196,7 +194,7 @@ class Transformer(nn.Module):
             return self.forward_with_attention(x, return_attention, causal=causal, mask=mask, context=context,
                                                context_mask=context_mask, cache=cache, position=position,
                                                keep=keep, cond=cond)
-        return self._blocks(x, causal, mask, context, context_mask, cache, position, keep, {}, cond)
+        return self._blocks(x, causal, mask, context, context_mask, cache, position, keep, cond)
 
     def forward_with_attention(self, x: Tensor, layers: bool | Sequence[int] = True, *,
                                on_layer: Callable[[int, Tensor], None] | None = None, causal: bool = False,
@@ -214,13 +212,17 @@ class Transformer(nn.Module):
         asked = self._layers_asked(layers)
         kept: dict[int, Tensor] = {}
         hand_over = kept.__setitem__ if on_layer is None else on_layer
-        y = self._blocks(x, causal, mask, context, context_mask, cache, position, keep,
-                         {i: partial(hand_over, i) for i in asked}, cond)
+        handles = [self.blocks[i].attn.register_weights_hook(partial(hand_over, i)) for i in dict.fromkeys(asked)]
+        try:
+            y = self._blocks(x, causal, mask, context, context_mask, cache, position, keep, cond)
+        finally:
+            for handle in handles:
+                handle.remove()
         return y, [kept[i] for i in asked] if on_layer is None else []
 
     def _blocks(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
-                context_mask: Tensor | None, cache: list[KVCache] | None, position: Tensor | None,
-                keep: int | None, sinks: dict[int, Callable[[Tensor], None]], cond: Tensor | None = None) -> Tensor:
+                context_mask: Tensor | None, cache: list[KVCache] | None, position: int | Tensor | None,
+                keep: int | None, cond: Tensor | None = None) -> Tensor:
         if keep is not None and not (isinstance(keep, int) and keep >= 1):
             raise ValueError(f"keep must be a positive int, got {keep!r}")
         if x.dim() != 3 or x.shape[-1] != self.width:
@@ -231,8 +233,7 @@ class Transformer(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
                       cache=None if cache is None else cache[i], position=position,
-                      queries=keep if i == last else None,
-                      sink=sinks.get(i), cond=cond)
+                      queries=keep if i == last else None, cond=cond)
         return x if self.norm is None else self.norm(x)
 
     def _layers_asked(self, layers: bool | Sequence[int]) -> list[int]:

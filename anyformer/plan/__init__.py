@@ -1,7 +1,14 @@
 """The speed plan: every choice made for speed is measured on the machine at hand and cached per
 machine: a kernel that wins on one processor can lose on the next.
 
+Its answers reach a model through one door, before the model runs:
+
     from anyformer import plan
+    model = plan.prepare(model, example)     # swap in the plan's layers, choose for what `example` runs
+    plan.unprepare(model)                     # the plain layers back
+
+The decisions behind it, each asked once per shape (and cached per machine):
+
     plan.linear_kernel(rows, 768, 3072, torch.float32, training=True)   # "stock" | "onednn"
     plan.attention_kernel(B, H, Nq, Nk, D_h, dtype, causal, training)    # "fused" | "explicit" | "native"
     plan.sdpa_backend(B, H, Nq, Nk, D_h, dtype, causal, training)        # CUDA: "default" | "flash" | "cudnn" | ...
@@ -16,7 +23,8 @@ machine: a kernel that wins on one processor can lose on the next.
 Forcing: `ANYFORMER_PLAN="linear=stock,attention=explicit"`, `ANYFORMER_PLAN=stock` (all stock,
 nothing measured), or `plan.force(...)` / `with plan.forcing(...)` from Python, which replaces the
 variable. `plan.configure(margin=0.1, budget_s=0.2, total_budget_s=60)` tunes the planner.
-Floor: torch, numpy, the standard library and anyformer.files only; nn imports this package.
+Floor 3: torch, numpy, the standard library, anyformer.files, nn and models; nn and models never
+import it.
 """
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ from typing import Mapping
 from .choices import ENV_PLAN, Decision, decision, decisions, register
 from .decisions import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, linear_kernel, sdpa_backend, sdpa_context
 from .compiled import CompilePlan, compile_for_decode, compile_for_inference, compile_for_training
+from .layers import set_training_kernel
+from .prepare import prepare, unprepare, unprepared
 from .kernels import onednn_linear, onednn_linear_op
 from .linears import linears_for_training
 from .host import machine, native_bf16
@@ -35,7 +45,8 @@ __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw
            "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training",
            "configure", "decision", "decisions", "force", "forcing", "gelu_kernel", "linear_kernel", "linears_for_training",
            "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
-           "register", "reset", "sdpa_backend", "sdpa_context", "using"]
+           "prepare", "register", "reset", "sdpa_backend", "sdpa_context", "set_training_kernel", "unprepare", "unprepared",
+           "using"]
 
 
 def force(spec: str | Mapping[str, str] | None = None, **by_name: str):

@@ -19,7 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..models import load, read_config
-from ..nn import plan_kernels
+from ..runs import load_prepared
 from .context import Context
 from .guard import REFUSAL, Guard, GuardMiddleware
 from .limits import ApiError, Limits
@@ -38,7 +38,7 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
     """The app for the run in `run_dir` (loaded now, so a bad run fails before the server starts)."""
     limits = limits or Limits()
     meta = read_config(run_dir)
-    model = plan_kernels(load(run_dir).eval())  # the server's passes on the plan's kernels
+    model = load_prepared(run_dir)  # the server's passes on the plan's choices for one request
     section = section_for(model.family)
     ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits,
                   worker=ModelWorker(limits.concurrency, limits.queue, heavy_share=limits.heavy_share))

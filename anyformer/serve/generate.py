@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from ..data.text import tokenizer_from_info
 from ..models.gpt import window_keep
-from ..models.gpt_decode import cache_length
+from ..models.generation import cache_length
 from .context import Context
 from .limits import ApiError, field, media_type, read_body
 
@@ -50,7 +50,7 @@ def warm_up(ctx: Context) -> None:
     and with a cache of the whole context, and a pass over a full window's kept tokens (a refill)."""
     context = ctx.model.config.context
     size = 64
-    while True:  # the cache sizes: powers of two from 64, up to the context (gpt_decode.cache_length)
+    while True:  # the cache sizes: powers of two from 64, up to the context (generation.cache_length)
         ctx.model.settle_decode(1, min(size, context))
         if size >= context:
             break

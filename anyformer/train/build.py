@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from ..models import PRESETS, REGISTRY, Model
-from ..nn import plan_kernels
 from .config import TrainConfig
 from .protocol import Task
 
@@ -50,7 +49,7 @@ def build_model(cfg: TrainConfig, task: Task, device: torch.device | None = None
         fit(model)
     if cfg.init_from is not None:
         init_from(model, cfg.init_from, cfg.model)
-    return plan_kernels(model)  # the trainer's linear layers on the plan's kernel (anyformer/nn/linear.py)
+    return model  # plain: the trainer prepares it (train/planning.py, `prepare_for_training`)
 
 
 # torch.nn.init's functions, which the models call as `nn.init.<name>` (so patching the module reaches them).

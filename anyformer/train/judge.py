@@ -20,7 +20,6 @@ from torch import Tensor
 
 from ..data import ImageDataset, ImagePreprocess, load_image_dataset
 from ..models import ViT, load, read_config
-from ..nn import plan_kernels
 from ..shapes import pair
 from .precision import autocast
 
@@ -109,7 +108,7 @@ class Judge:
                              f"{list(classes)}")
         if not (run / "model.safetensors").is_file():
             raise ValueError(f"the judge {run} has no weights: expected {run / 'model.safetensors'}")
-        model = plan_kernels(load(run, device=device))
+        model = load(run, device=device)  # stock kernels: the reference arithmetic
         if not isinstance(model, ViT) or model.config.num_classes != len(info["classes"]):
             raise ValueError(f"the judge {run} is not a ViT classifier of its {len(info['classes'])} classes")
         name = info["dataset"]

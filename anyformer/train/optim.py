@@ -6,7 +6,6 @@ import math
 import torch
 from torch import nn
 
-from ..plan import adamw_impl
 from .config import TrainConfig
 
 # Never decayed: positions and prefix tokens are not weights that should shrink towards zero.
@@ -26,14 +25,13 @@ def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, cfg: TrainConfig, impl: str = "foreach") -> torch.optim.Optimizer:
+    """AdamW over `param_groups`; `impl` "foreach" (torch's default) or "fused" (one pass over every
+    parameter): the plan's measured choice for these tensors on this device (train/planning.py's
+    `adamw_kernel`; measured: docs/results.md, 'Measurements behind the code's choices')."""
     groups = param_groups(model, cfg.weight_decay, cfg.decay_all)
     # Decoupled weight decay in both cases: Keras's Adam(weight_decay=...), which Turner's (2023) MNIST ViT
     # uses, decouples it too.
-    # Fused (one pass over every parameter) or foreach (torch's default): the plan's measured choice
-    # for these tensors on this device; fused was faster where it was tried
-    # (measured: docs/results.md, 'Measurements behind the code's choices').
-    impl = adamw_impl(groups, device=device)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **{impl: True})
 
 

@@ -64,10 +64,9 @@ def model_size(model: nn.Module) -> dict[str, int]:
 
 
 def adopt(model: nn.Module, task: Any, device: torch.device, fsdp: bool) -> nn.Module:
-    """The user's module, ready to train on `task`: on the plan's linear kernels (as presets are), and
+    """The user's module, ready to train on `task` (the trainer prepares it as it does presets),
     checked on one batch of the task's, so that a model that does not fit the data is refused in one
     line before anything is written."""
-    from ..nn import plan_kernels
     if not isinstance(model, nn.Module):
         raise TypeError(f"expected a torch.nn.Module to train, got {type(model).__name__}")
     if fsdp:
@@ -89,7 +88,7 @@ def adopt(model: nn.Module, task: Any, device: torch.device, fsdp: bool) -> nn.M
         model.train(was)
     # Counted now, on torch's own kernels: FlopCounterMode does not see the plan's private ones.
     _FLOPS[model] = measured_flops(model, tuple(t[:1] for t in batch[:-1])) / max(1, task.items_per_example)
-    return plan_kernels(model)
+    return model
 
 
 def _expected(task: Any) -> str:

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from ..nn import set_training_kernel
-from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner
+from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner, prepare, set_training_kernel
+from ..plan.host import cpu_info  # re-exported: the CPU a run names in its log
 from .config import TrainConfig
 from .own_model import config_dict
 from .distributed import Distributed
@@ -27,7 +27,7 @@ from .precision import autocast, resolve_amp
 from .protocol import Task
 from .runplan import PLAN_FILE, empty_plan, read_plan, synthetic_like
 
-__all__ = ["StepPlan", "plan_on_rank0", "stand_ins"]
+__all__ = ["StepPlan", "adamw_kernel", "cpu_info", "prepare_for_training", "stand_ins"]
 
 
 class StepPlan:
@@ -59,6 +59,10 @@ class StepPlan:
                 stack.enter_context(planner().forcing("stock"))
             self.plan["answers"] = stack.enter_context(planner().recording(self.plan["answers"]))
             yield
+
+    def planning_seconds(self) -> float:
+        """Seconds this process has spent measuring (what a step's time leaves out)."""
+        return planner().planning_s
 
     def state(self) -> dict[str, Any]:
         """The plan in force now, as plan.json and the checkpoints keep it."""
@@ -119,24 +123,35 @@ def stand_ins(task: Task, step: int, dist: Distributed, cfg: TrainConfig) -> tup
     return synthetic_like(first, cfg.seed)
 
 
-def plan_on_rank0(model: nn.Module, task: Task, dist: Distributed, cfg: TrainConfig) -> None:
-    """Under torchrun: rank 0 takes one training forward and backward of stand-ins shaped like its
-    share of the first batch (before the model is wrapped: no collectives; gradients discarded, RNG
-    untouched) and asks for AdamW's kernel, so that the plan measures the step's choices once, while
-    the other ranks wait. They then take its answers, broadcast, instead of timing the same cores
-    under each other's load (and perhaps choosing differently); not from the plan file, which is each
-    machine's own: on another node it holds none of rank 0's measurements."""
+def adamw_kernel(model: nn.Module, cfg: TrainConfig, device: torch.device) -> str:
+    """AdamW's kernel for the model's parameter groups on `device` ("foreach" or "fused"): the plan's
+    measured choice (answered from the plan pinned by `prepare_for_training` under torchrun)."""
+    return adamw_impl(param_groups(model, cfg.weight_decay, cfg.decay_all), device=device)
+
+
+def prepare_for_training(model: nn.Module, task: Task, dist: Distributed, cfg: TrainConfig) -> None:
+    """The one place the trainer's model meets the plan (`plan.prepare`): its layers choose their
+    kernels for a training forward of stand-ins shaped like this rank's share of the first batch
+    (before the model is wrapped: no collectives; the RNG untouched), and the optimiser's kernel is
+    asked for. Under torchrun rank 0 measures while the other ranks wait; they then take its
+    answers, broadcast, instead of timing the same cores under each other's load (and perhaps
+    choosing differently); not from the plan file, which is each machine's own: on another node it
+    holds none of rank 0's measurements."""
     device = dist.device
-    if dist.is_main:
-        chunk = stand_ins(task, 0, dist, cfg)
+    chunk = stand_ins(task, 0, dist, cfg)
+
+    def example(m: nn.Module) -> None:
         if len(chunk[0]):
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                with autocast(cfg.amp, device):
-                    loss = task.loss(model, chunk)[0]
-                loss.backward()
-            model.zero_grad(set_to_none=True)
+            with autocast(cfg.amp, device):
+                task.loss(m, chunk)
+
+    if dist.is_main:
+        prepare(model, example)
         adamw_impl(param_groups(model, cfg.weight_decay, cfg.decay_all), device=device)
+    if not dist.enabled:
+        return
     answers = dist.broadcast(planner().pinned() if dist.is_main else None)
     if not dist.is_main:
         planner().reset()  # read the plan file again: on rank 0's machine its measurements are in it
         planner().adopt(answers)
+        prepare(model, example)

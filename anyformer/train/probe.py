@@ -16,7 +16,6 @@ from torch import Tensor
 from ..data import load_image_dataset
 from ..data.preprocess import ImagePreprocess
 from ..models import Model, load, read_config
-from ..nn import plan_kernels
 from .classify import _head, balanced_subset
 
 L2 = 1e-3        # on standardised inputs: keeps 600 examples in 784 dimensions from separating perfectly
@@ -65,7 +64,7 @@ def probe(run: str | os.PathLike, data: str | None = None, label_fraction: float
     if info.get("kind") != "images":
         raise ValueError(f"{run} was not trained on images (its data kind is {info.get('kind')!r}); "
                          f"a linear probe needs an MAE or ViT run")
-    model = plan_kernels(load(run))
+    model = load(run)  # stock kernels: the features in the reference arithmetic
     fn = pooled_features(model)
     name = data or info["dataset"]
     train, test = load_image_dataset(name, "train"), load_image_dataset(name, "test")

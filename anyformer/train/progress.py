@@ -6,9 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..plan import planner
-from ..plan.host import cpu_info
 from .own_model import count_params, is_own
+from .planning import cpu_info
 from .precision import resolve_amp
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ def summary(t: Trainer, line: dict[str, Any], resumed: bool) -> dict[str, Any]:
          "world_size": t.dist.world, "amp": resolve_amp(cfg.amp, t.device), unit: round(line.get(unit, 0.0), 1),
          "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops": peak,
          "peak_flops_source": t.peak_source(), "resumed": resumed,
-         "plan_seconds": round(planner().planning_s, 2), "compile": t.step_plan.compile_choice,
+         "plan_seconds": round(t.step_plan.planning_seconds(), 2), "compile": t.step_plan.compile_choice,
          "linears": t.step_plan.linears_choice, "plan": cfg.plan, "plan_choices": len(t.step_plan.plan["answers"]),
          "time_budget": cfg.time_budget}
     return {**s, **t.task.summary_fields(line, t.files.read_metrics())}

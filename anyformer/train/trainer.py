@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from ..data.transfer import float64_on
 from ..models import REGISTRY, Model
-from ..plan import planner
 from . import checkpoint as checkpointing, elastic, own_model, progress
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR
@@ -33,7 +32,7 @@ from .distributed import Distributed
 from .ema import EMA
 from .optim import lr_at, make_optimizer
 from .perf import peak_flops
-from .planning import StepPlan, plan_on_rank0, stand_ins
+from .planning import StepPlan, adamw_kernel, prepare_for_training, stand_ins
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, settle_amp
 from .protocol import Task
 from .resume import check_fresh_out, check_resume, recorded_settings, resumes
@@ -114,7 +113,6 @@ class Trainer:
         self.model.to(self.device)
         if cfg.ema and self.dist.fsdp:
             raise ValueError("--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp")
-        self.ema = EMA(self.model, cfg.ema) if cfg.ema else None  # what is evaluated and saved, when asked for
         torch.manual_seed(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
         size = own_model.model_size(self.model)  # `auto` precision measured at this size, with the run's threads
         # Under torchrun rank 0 measures and every rank takes its answer: ranks that timed each other's
@@ -122,10 +120,11 @@ class Trainer:
         amp = settle_amp(cfg.amp, self.device, **size) if self.dist.is_main else None
         if self.dist.enabled:
             settle_amp(cfg.amp, self.device, **size, decided=self.dist.broadcast(amp))
-            plan_on_rank0(self.model, self.task, self.dist, self.cfg)
+        prepare_for_training(self.model, self.task, self.dist, self.cfg)
+        self.ema = EMA(self.model, cfg.ema) if cfg.ema else None  # what is evaluated and saved, when asked for
         self.forward_model: nn.Module = self.dist.wrap(self.model)
         # After wrapping: FSDP replaces the parameters with sharded ones, which the optimiser must hold.
-        self.optimizer = make_optimizer(self.model, cfg, self.device)
+        self.optimizer = make_optimizer(self.model, cfg, adamw_kernel(self.model, cfg, self.device))
 
     # ---------------------------------------------------------------- the plan
     def tune(self) -> dict[str, Any]:
@@ -317,7 +316,7 @@ class Trainer:
         try:
             with self.signals:
                 while self.step < self.total_steps:
-                    t0, planned = time.perf_counter(), planner().planning_s
+                    t0, planned = time.perf_counter(), self.step_plan.planning_seconds()
                     self.train_step()
                     evaluating = self.step % self.eval_every == 0 or self.step == self.total_steps
                     saving = not evaluating and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
@@ -327,7 +326,7 @@ class Trainer:
                         self.sync()
                     # With the sync (on a GPU, the wait for the queued steps); without the speed plan's
                     # first-time measurements of new shapes (reported apart as plan_seconds).
-                    dt = time.perf_counter() - t0 - (planner().planning_s - planned)
+                    dt = time.perf_counter() - t0 - (self.step_plan.planning_seconds() - planned)
                     self.elapsed += dt
                     self.sums["seconds"] = self.sums.get("seconds", 0.0) + dt
                     rate = self.sums["items"] / max(1e-9, self.sums["seconds"])

@@ -87,6 +87,12 @@ def test_generate_writes_each_token_before_computing_the_next(lm_run, monkeypatc
     monkeypatch.setattr(af.GPT, "forward", computing)
     monkeypatch.setattr(sys, "stdout", Terminal())
     assert cli.main(["generate", str(run_dir), "--prompt", "KING", "--max-new-tokens", "5", "--seed", "0"]) == 0
+    # Before the prompt is written, the plan prepares the model on one example of its kind (a prompt
+    # scored whole, its pass with the cache and a one-token step: plan.prepare's "default"); the
+    # request's own computations come after.
+    first = [k for k, _ in events].index("write")
+    assert [k for k, _ in events[:first]] == ["forward"] * 3
+    events = events[first:]
     kinds = [k for k, _ in events]
     # prompt, then five times: one computation (cached: one position each), the token written and flushed
     assert kinds == ["write"] + ["forward", "write", "flush"] * 5 + ["write"]

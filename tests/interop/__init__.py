@@ -69,14 +69,18 @@ PRIVATE_KERNELS = ["linear=onednn", "attention=native", "gelu=native"]
 
 @contextlib.contextmanager
 def private_kernel(model: nn.Module, forced: str) -> Iterator[None]:
-    """Inside: `forced` (e.g. "attention=native") in force over PyTorch's kernels and `model`'s linear
-    layers on the plan's kernels. Skips where this machine cannot run the kernel; fails if the block
-    never asked for it (the forward must have used what the test is named after)."""
-    from anyformer.nn import planned_kernels
-    from anyformer.plan import forcing
+    """Inside: `model` prepared by the plan (`plan.prepare`, for one input of its kind) with `forced`
+    (e.g. "attention=native") in force over PyTorch's kernels; the plain layers back after. Skips
+    where this machine cannot run the kernel; fails if preparing never chose it (the forward must
+    use what the test is named after)."""
+    from anyformer.plan import forcing, prepare, unprepare
     from anyformer.plan.planner import planner
     skip_unless_runnable(forced)
-    with forcing(f"stock,{forced}"), planner().recording() as answers, planned_kernels(model):
-        yield
+    with forcing(f"stock,{forced}"), planner().recording() as answers:
+        prepare(model, "default")
+        try:
+            yield
+        finally:
+            unprepare(model)
     choice = forced.split("=")[1]
     assert choice in answers.values(), f"{forced} was never chosen: the plan answered {answers}"

@@ -73,8 +73,12 @@ def test_the_compiled_static_step_slides_the_same_way(gpt):
     from anyformer import plan
     prompt = torch.randint(0, 32, (1, 4), generator=torch.Generator().manual_seed(4))
     with plan.forcing(compile="compiled"):
-        out = gpt.generate(prompt, 60, temperature=0)
-        assert gpt.compiled_decode(1, 64)
+        plan.prepare(gpt)  # the plan's decoder, which compiles the step
+        try:
+            out = gpt.generate(prompt, 60, temperature=0)
+            assert gpt.compiled_decode(1, 64)
+        finally:
+            plan.unprepare(gpt)
     with torch.no_grad():
         assert torch.equal(out[:, 4:], reference(gpt, prompt, 60))
 
@@ -87,6 +91,10 @@ def test_generation_with_each_private_kernel_equals_the_uncached_model(gpt, forc
     skip_unless_runnable(forced)
     prompt = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(6))
     with plan.forcing(f"stock,{forced}"), torch.no_grad():
-        out = gpt.generate(prompt, 40, temperature=0)
-        expected = reference(gpt, prompt, 40)
+        plan.prepare(gpt, "default")
+        try:
+            out = gpt.generate(prompt, 40, temperature=0)
+            expected = reference(gpt, prompt, 40)
+        finally:
+            plan.unprepare(gpt)
     assert torch.equal(out[:, 6:], expected)

@@ -1,7 +1,8 @@
-"""The static one-token decode step (models/gpt_decode.py), the model's own forward in its static cache
+"""The static one-token decode step (models/generation.py), the model's own forward in its static cache
 mode: the same logits as the uncached forward for every kind of position, the same greedy tokens when
-generate runs it compiled (a real inductor compile; on CUDA with CUDA graphs), and the eager forward
-wherever it does not apply or the plan has not chosen it."""
+the plan's decoder (plan/decode.py, installed by `plan.prepare`) runs it compiled (a real inductor
+compile; on CUDA with CUDA graphs), and the eager forward wherever it does not apply, the model was
+not prepared or the plan has not chosen it."""
 import gc
 import weakref
 
@@ -10,18 +11,17 @@ import torch
 
 from anyformer.models.gpt import GPT, GPTConfig
 from anyformer import plan
-from anyformer.models import decode_plan
-from anyformer.models import gpt as gpt_module
-from anyformer.models.gpt_decode import (cache_length, decode_step, decode_tolerance, plan_fields,
-                                         static_decode_unsupported, static_step)
-from anyformer.plan import compiled as compiled_module
+from anyformer.models.generation import cache_length, decode_step
+from anyformer.plan import attention_choice, compiled as compiled_module, decode as decode_plan, layers
+from anyformer.plan.decode import PLANNED_DECODER, decode_tolerance, plan_fields, static_step
 from anyformer.plan.timing import Measurement
 
 
-def tiny_gpt(position: str = "learned", **kw) -> GPT:
+def tiny_gpt(position: str = "learned", prepared: bool = True, **kw) -> GPT:
+    """A small GPT, prepared by the plan (`plan.prepare`: its decoder installed) unless asked not."""
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=50, context=64, width=32, depth=2, heads=4, position=position,
-                               **kw)).eval()
+    gpt = GPT(GPTConfig(vocab_size=50, context=64, width=32, depth=2, heads=4, position=position, **kw)).eval()
+    return plan.prepare(gpt, "default") if prepared else gpt
 
 
 @pytest.mark.parametrize("position", ["learned", "sinusoidal", "rotary", "none"])
@@ -51,14 +51,14 @@ def test_the_static_mode_takes_several_tokens_at_a_position():
 def test_compiled_steps_take_products_and_sums_on_the_cpu(monkeypatch):
     """Under torch.compile on the CPU a planned linear of a few rows and one query over a static cache
     are written as products and sums (inductor fuses them); the prompt's keep F.linear and SDPA."""
-    from anyformer.nn import attention, linear
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    monkeypatch.setattr(linear, "_is_compiling", lambda: True)
-    seen, rowwise, by_sums = [], linear.rowwise_linear, attention.attend_by_sums
-    monkeypatch.setattr(linear, "rowwise_linear", lambda *a: seen.append("linear") or rowwise(*a))
-    monkeypatch.setattr(attention, "attend_by_sums", lambda *a: seen.append("attention") or by_sums(*a))
     gpt = tiny_gpt()
-    with torch.inference_mode(), gpt_module.planned_kernels(gpt):
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(layers, "_is_compiling", lambda: True)
+    monkeypatch.setattr(attention_choice, "_is_compiling", lambda: True)
+    seen, rowwise, by_sums = [], layers.rowwise_linear, attention_choice.by_sums
+    monkeypatch.setattr(layers, "rowwise_linear", lambda *a: seen.append("linear") or rowwise(*a))
+    monkeypatch.setattr(attention_choice, "by_sums", lambda *a: seen.append("attention") or by_sums(*a))
+    with torch.inference_mode():
         cache = gpt.new_cache(1, 16)
         gpt(torch.randint(0, 50, (1, 5)), cache=cache)
         assert seen == []  # five rows: F.linear, SDPA
@@ -80,9 +80,9 @@ def test_generate_with_the_compiled_step_gives_the_eager_tokens(position, batch)
     assert torch.equal(gpt.generate(prompt, 20, temperature=0, use_cache=False), eager)
     with plan.forcing(compile="compiled"):
         first = gpt.generate(prompt, 20, temperature=0)
-        kept = decode_plan._STATIC_CACHES[gpt][(batch, 64)]
+        kept = PLANNED_DECODER._caches[gpt][(batch, 64)]
         again = gpt.generate(prompt, 20, temperature=0)  # the same graph, and the cache kept from the first
-    assert decode_plan._STATIC_CACHES[gpt][(batch, 64)] is kept
+    assert PLANNED_DECODER._caches[gpt][(batch, 64)] is kept
     assert gpt.compiled_decode(batch, 27) and not gpt.compiled_decode(batch + 1, 27)
     assert torch.equal(first, eager) and torch.equal(again, eager)
     with plan.forcing(compile="eager"):  # forcing wins over the compiled step already made
@@ -108,7 +108,7 @@ def test_on_cuda_the_compiled_step_runs_as_a_cuda_graph_with_the_uncached_logits
             cached = gpt.generate(prompt, 20, temperature=0)
             again = gpt.generate(prompt, 20, temperature=0)
         assert gpt.compiled_decode(2, 27)
-        step = static_step(gpt, decode_plan._DECODE_STEPS[gpt][(2, 64)])
+        step = static_step(gpt, PLANNED_DECODER._steps[gpt][(2, 64)])
         with torch.inference_mode():
             cache = gpt.new_cache(2, 64)  # another cache: the graph is recorded again for its addresses
             gpt(uncached[:, :7], cache=cache)
@@ -153,7 +153,7 @@ def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypa
     with plan.using(plan.Planner(timer=lambda runs, budget_s: _favour("compiled", runs))):
         gpt.generate(prompt, 8, temperature=0)
         assert compiles == [] and not gpt.compiled_decode(1, 13)
-        assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 7}  # 7 one-token steps in a request
+        assert PLANNED_DECODER._tally[gpt] == {(1, 64): 7}  # 7 one-token steps in a request
         gpt.generate(prompt, 8, temperature=0)
         assert compiles == [{"dynamic": False, "fullgraph": True}] and gpt.compiled_decode(1, 13)
         record = plan.planner().entry("compile", {**plan_fields(gpt, 1, 64), "pass": "decode"})
@@ -161,7 +161,7 @@ def test_the_compile_waits_until_the_steps_taken_would_have_paid_for_it(monkeypa
         assert plan_fields(gpt, 1, 64)["model"] == "gpt-d2-w32-h4-m128-v50-learned-gelu_tanh"
         gpt.generate(prompt, 8, temperature=0)
         assert len(compiles) == 1  # settled: the step is kept, not planned again
-    assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 7}  # counted while unsettled: the second request's were compiled
+    assert PLANNED_DECODER._tally[gpt] == {(1, 64): 7}  # counted while unsettled: the second request's were compiled
 
 
 def test_a_request_that_stops_early_counts_the_steps_it_took(monkeypatch, tmp_path):
@@ -177,9 +177,9 @@ def test_a_request_that_stops_early_counts_the_steps_it_took(monkeypatch, tmp_pa
         for _ in range(3):
             next(tokens)
         tokens.close()
-        assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 2}
+        assert PLANNED_DECODER._tally[gpt] == {(1, 64): 2}
         gpt.generate(prompt, 5, temperature=0)
-    assert decode_plan._DECODE_TALLY[gpt] == {(1, 64): 6}
+    assert PLANNED_DECODER._tally[gpt] == {(1, 64): 6}
 
 
 @pytest.mark.slow
@@ -195,13 +195,13 @@ def test_a_model_with_a_compiled_step_can_still_be_freed():
 
 
 def test_where_the_static_step_does_not_apply_generate_runs_eager(monkeypatch):
-    gpt = tiny_gpt()
-    assert static_decode_unsupported(gpt) is None and static_decode_unsupported(gpt.to(torch.bfloat16)) is None
-    for module in (gpt_module, decode_plan):  # where generation asks, and where the step is chosen
-        monkeypatch.setattr(module, "static_decode_unsupported", lambda model: "not here")
+    """A model not prepared, or on a device without a static step, keeps the eager decoder."""
     with plan.forcing(compile="compiled"):
-        out = gpt.generate(torch.randint(0, 50, (1, 5)), 4, temperature=0)
-    assert out.shape == (1, 9) and not gpt.compiled_decode(1, 9)
+        out = tiny_gpt(prepared=False).generate(torch.randint(0, 50, (1, 5)), 4, temperature=0)
+        monkeypatch.setattr(decode_plan, "STATIC_DEVICES", ("cuda",))
+        gpt = tiny_gpt()
+        assert gpt.generate(torch.randint(0, 50, (1, 5)), 4, temperature=0).shape == out.shape == (1, 9)
+    assert not gpt.compiled_decode(1, 9) and not tiny_gpt(prepared=False).compiled_decode(1, 9)
 
 
 def test_half_precision_steps_are_checked_to_their_precision():

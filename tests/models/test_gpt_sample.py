@@ -3,7 +3,7 @@ pass CPU generators, and the same seed must give the same tokens on any device."
 import pytest
 import torch
 
-from anyformer.models.gpt import sample
+from anyformer.models.sampling import sample
 
 
 def test_a_seeded_generator_gives_the_same_draws_every_time():

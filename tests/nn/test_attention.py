@@ -11,15 +11,21 @@ def _mha(impl, **kw):
 
 
 def weights_of(m, *args, **kwargs):
-    """(output, weights) of one attention call, the weights taken by a sink."""
+    """(output, weights) of one attention call, the weights taken by a weights hook."""
     got = []
-    y = m(*args, sink=got.append, **kwargs)
+    handle = m.register_weights_hook(got.append)
+    try:
+        y = m(*args, **kwargs)
+    finally:
+        handle.remove()
     assert isinstance(y, torch.Tensor) and len(got) == 1
+    m(*args, **kwargs)
+    assert len(got) == 1  # removed: the next call hands nothing over
     return y, got[0]
 
 
 def test_weights_are_a_distribution_over_keys():
-    m = _mha("fused")  # a sink takes the explicit path whatever the layer's impl
+    m = _mha("fused")  # a weights hook takes the explicit path whatever the layer's impl
     y, w = weights_of(m, torch.randn(3, 7, 32))
     assert w.shape == (3, 4, 7, 7)
     assert (w >= 0).all()
@@ -133,42 +139,20 @@ def test_only_the_asked_layer_takes_the_explicit_path(monkeypatch):
     assert len(calls) == 1
 
 
-def test_a_compiled_graph_follows_the_plans_eager_answer(monkeypatch):
-    """The plan cannot time inside a trace: under torch.compile a layer takes the path the plan
-    chose for its eager calls (the compile plan runs eager steps first), SDPA where none was made."""
-    import anyformer.nn.attention as att
-    monkeypatch.setenv("ANYFORMER_PLAN", "auto")  # the suite forces stock, which a trace now follows too
-    m, x = _mha("auto"), torch.randn(2, 5, 32)
-    asked, explicit = [], []
-    real = att.attention_explicit
-    monkeypatch.setattr(att, "attention_kernel", lambda *a, **k: asked.append(a) or "explicit")
-    monkeypatch.setattr(att, "attention_explicit", lambda *a, **k: explicit.append(1) or real(*a, **k))
-    m(x)  # eager, with gradients: the plan is asked
-    assert len(asked) == 1 and len(explicit) == 1
-    monkeypatch.setattr(att, "attention_kernel", lambda *a, **k: asked.append(a) or "fused")
-    m(x[:1])  # another shape (a short last batch): another answer, kept beside the first
-    assert len(asked) == 2 and len(explicit) == 1
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    m(x)  # as traced: the eager answer for this shape, not asked again
-    assert len(asked) == 2 and len(explicit) == 2
-    m(x[:1])
-    assert len(asked) == 2 and len(explicit) == 2
-    with torch.no_grad():
-        m(x)  # traced without gradients, a case the plan never answered for this layer: SDPA
-    assert len(asked) == 2 and len(explicit) == 2
-
-
-def test_a_forced_choice_reaches_an_exported_graph():
-    """After eager calls told the explicit path (remembered for traced graphs of the same shape),
-    forcing stock and exporting traces SDPA: forcing reaches what is traced, not only eager calls."""
-    from anyformer import plan
-    from anyformer.nn import MultiHeadAttention
+def test_the_layer_calls_its_attention_function_eager_and_traced():
+    """Which attention function runs is the layer's `attend` attribute, set before it runs: eager
+    calls and a traced graph (torch.export, as torch.compile) both take it; SDPA by default."""
+    from anyformer.nn.attend import explicit, sdpa
     layer = MultiHeadAttention(16, 2).eval()
     x = torch.randn(2, 5, 16)
-    with plan.forcing(attention="explicit"):
-        layer(x)  # the eager answer, kept for a graph of this case
-    with plan.forcing("stock"), torch.no_grad():
+    assert layer.attend is sdpa and MultiHeadAttention(16, 2, impl="explicit").attend is explicit
+    with torch.no_grad():
+        assert "scaled_dot_product_attention" in torch.export.export(layer, (x,)).graph_module.code
+        called = []
+        layer.attend = lambda *a: called.append(1) or explicit(*a)
+        want = layer(x)
+        assert called == [1]
+        layer.attend = explicit
         graph = torch.export.export(layer, (x,)).graph_module.code
-    assert "scaled_dot_product_attention" in graph and "softmax" not in graph
-    with plan.forcing(attention="explicit"), torch.no_grad():
-        assert "softmax" in torch.export.export(layer, (x,)).graph_module.code
+        assert "softmax" in graph and "scaled_dot_product_attention" not in graph
+        torch.testing.assert_close(layer(x), want, rtol=0, atol=0)

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from anyformer import plan
-from anyformer.nn import plan_kernels, set_training_kernel
+from anyformer.plan import prepare, set_training_kernel
+from anyformer.plan.layers import PlannedLinear
 from anyformer.plan import linears_for_training
 
 FIELDS = {"model": "tiny", "batch": "8x6", "amp": "none", "device": "cpu"}
@@ -118,10 +119,9 @@ def test_the_step_is_timed_with_each_kernel_on_planned_layers_and_nothing_moves(
     the gradients and the weights are as they were, and the choice is applied to every layer."""
     p = planner_with()  # a real timer, which runs what it times
     torch.manual_seed(0)
-    model = plan_kernels(nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.2), nn.Linear(16, 3)))
+    model = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.2), nn.Linear(16, 3))
     loss = _loss(model)
-    loss(model).backward()  # the layers' own (per-shape) decisions, planned now
-    model.zero_grad(set_to_none=True)
+    prepare(model, loss)  # the layers' own (per-shape) decisions
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     torch.manual_seed(7)
     rng = torch.get_rng_state()
@@ -130,21 +130,24 @@ def test_the_step_is_timed_with_each_kernel_on_planned_layers_and_nothing_moves(
     assert all(q.grad is None for q in model.parameters())
     assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
     assert chosen in CHOICES and _entry(plan_cache)["timed"] == "forward+backward"
-    assert {m.training_kernel for m in model if isinstance(m, nn.Linear)} == {None if chosen == "planned" else chosen}
+    planned = {m.planned_training for m in model if isinstance(m, PlannedLinear)}
+    assert {m.training_kernel for m in model if isinstance(m, PlannedLinear)} == (planned if chosen == "planned" else {chosen})
 
 
 @needs_onednn
 @pytest.mark.parametrize("winner", ["onednn", "planned"])
 def test_what_the_candidates_are_answered_is_not_the_runs_plan(planner_with, winner):
-    """Each layer's own answers, asked while the "planned" candidate is measured, stay out of the plan a
-    run records: there only if "planned" wins, once the run's first step asks them. So a run that
-    measured and a run that read the record write the same plan.json."""
+    """The layers' own answers are asked when the model is prepared, whichever candidate then wins,
+    and the candidates' timing asks nothing more: a run that measured and a run that read the record
+    write the same plan.json."""
     p = planner_with({n: 0.5 if n == winner else 1.0 for n in CHOICES})
     torch.manual_seed(0)
-    model = plan_kernels(nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 3)))
+    model = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 3))
     per_shape = lambda answers: sorted(k for k in answers if k.startswith("linear ") and "training=1" in k)
     with p.recording() as answers:
+        prepare(model, _loss(model))
+        asked = per_shape(answers)
         chosen = linears_for_training(model, lambda k: set_training_kernel(model, k), _loss(model), fields=FIELDS)
-        assert chosen.choice == winner and per_shape(answers) == []
-        _loss(model)(model).backward()  # the run's first step
-    assert len(per_shape(answers)) == (2 if winner == "planned" else 0)
+        assert chosen.choice == winner and per_shape(answers) == asked
+        _loss(model)(model).backward()  # the run's first step asks nothing
+    assert len(asked) == 2 and per_shape(answers) == asked

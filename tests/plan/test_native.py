@@ -184,36 +184,43 @@ def test_a_layer_on_the_native_kernel_matches_sdpa(causal, monkeypatch):
     layer = MultiHeadAttention(64, 4)
     x = torch.randn(3, 17, 64)
 
-    def run(kernel):
+    def prepared(kernel):  # the layer prepared for training calls and the calls without gradients
         with plan.planner().forcing(attention=kernel):
-            xi = x.clone().requires_grad_()
-            layer.zero_grad()
-            y = layer(xi, causal=causal)
-            y.square().sum().backward()
-            return y.detach(), xi.grad, layer.qkv.weight.grad.clone()
+            return plan.prepare(layer, lambda m: m(x.clone().requires_grad_(), causal=causal))
 
-    native_run = run("native")
+    def run():
+        xi = x.clone().requires_grad_()
+        layer.zero_grad()
+        y = layer(xi, causal=causal)
+        y.square().sum().backward()
+        return y.detach(), xi.grad, layer.qkv.weight.grad.clone()
+
+    assert prepared("native").native_training and len(calls) == 0  # chosen, not yet run
+    native_run = run()
     assert len(calls) == 1  # the layer took the native kernel
-    for a, b in zip(native_run, run("fused")):
+    assert not prepared("fused").native_training
+    for a, b in zip(native_run, run()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     assert len(calls) == 1
     # under torch.func (per-sample gradients) the layer keeps SDPA: a custom op would break vmap
     from torch.func import functional_call, grad, vmap
     params = dict(layer.named_parameters())
-    with plan.planner().forcing(attention="native"):
-        per_sample = vmap(grad(lambda p, xi: functional_call(layer, p, (xi[None],), {"causal": causal}).sum()),
-                          in_dims=(None, 0))(params, x)
+    prepared("native")
+    per_sample = vmap(grad(lambda p, xi: functional_call(layer, p, (xi[None],), {"causal": causal}).sum()),
+                      in_dims=(None, 0))(params, x)
     assert per_sample["qkv.weight"].shape == (3, 3 * 64, 64) and len(calls) == 1
-    # calls it cannot take whole (fewer queries, a padding mask) take SDPA under the same forcing
-    with plan.planner().forcing(attention="native"):
-        layer.eval()
-        with torch.no_grad():
-            y1 = layer(x, queries=1)
-            y2 = layer(x, mask=torch.ones(3, 17, dtype=torch.bool))
-    with plan.planner().forcing(attention="fused"):
+    # calls it cannot take whole (fewer queries, a padding mask) take the layer's other function
+    layer.eval()
+    with torch.no_grad():
+        assert layer.native
+        y1 = layer(x, queries=1)
+        y2 = layer(x, mask=torch.ones(3, 17, dtype=torch.bool))
+        assert len(calls) == 1
+        layer(x)
+        assert len(calls) == 2  # and the whole call, without gradients, the kernel
+        plan.unprepare(layer)
         torch.testing.assert_close(y1, layer(x, queries=1))
         torch.testing.assert_close(y2, layer(x))
-    assert len(calls) == 1
 
 
 # --- GELU --------------------------------------------------------------------------------------------
@@ -266,18 +273,21 @@ def test_without_the_library_gelu_stays_stock(no_library, planner_with):
 @pytest.mark.slow
 @needs_compiler
 def test_the_gelu_module_follows_the_plan(monkeypatch):
-    from anyformer.nn.mlp import GELU
     calls = _spy(monkeypatch, "gelu")
-    act = GELU(approximate="tanh")
     x = torch.randn(8, 40) * 3
     outs = {}
     for kernel in ("native", "stock"):
+        act = torch.nn.GELU(approximate="tanh")
         with plan.planner().forcing(gelu=kernel):
-            outs[kernel] = _forward_backward(act, x, torch.ones(8, 40))
+            plan.prepare(act, x.requires_grad_())
+            assert act.native_training == (kernel == "native")
+        outs[kernel] = _forward_backward(act, x.detach(), torch.ones(8, 40))
     assert len(calls) == 1  # the forced-native call took the kernel, the stock one did not
     for a, b in zip(outs["native"], outs["stock"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    with plan.planner().forcing(gelu="native"):  # bf16 is not the kernel's: F.gelu
+    act = plan.prepare(torch.nn.GELU(approximate="tanh"))  # nothing measured: the choice set by hand
+    act.native = act.native_few = act.native_training = True
+    if True:  # bf16 is not the kernel's: F.gelu
         xb = x.bfloat16()
         assert torch.equal(act(xb), F.gelu(xb, approximate="tanh"))
         torch.func.vmap(act)(x)  # nor under torch.func

@@ -67,5 +67,5 @@ def test_a_cpu_layer_asks_the_attention_decision_not_this_one(planner_with):
     p = planner_with({"fused": 1.0, "explicit": 2.0, "native": 3.0})
     layer = MultiHeadAttention(16, 2).eval()
     with torch.no_grad():
-        layer(torch.randn(2, 5, 16))
+        plan.prepare(layer, torch.randn(2, 5, 16))
     assert {e["decision"] for e in p.snapshot()["entries"].values()} == {"attention"}

@@ -203,14 +203,14 @@ def test_bad_generation_requests_get_a_clear_4xx(lm_client, body, status, words)
 def test_generate_through_the_compiled_decode_step_gives_the_same_text(lm_run, lm_client):
     """The server's generation with the plan's compiled one-token step (forced here; a real inductor
     compile, made in a worker thread, each token's step on whichever thread takes it)."""
-    from anyformer.models import decode_plan
+    from anyformer.plan.decode import PLANNED_DECODER
     eager = lm_client.post("/api/generate", json={"prompt": "KING:", "max_new_tokens": 30, "temperature": 0})
     try:
         with plan.forcing(compile="compiled"):
             compiled = lm_client.post("/api/generate", json={"prompt": "KING:", "max_new_tokens": 30, "temperature": 0})
-        assert [m.compiled_decode(1, 36) for m in decode_plan._DECODE_STEPS] == [True]  # the server's model
+        assert [m.compiled_decode(1, 36) for m in PLANNED_DECODER._steps] == [True]  # the server's model
     finally:
-        decode_plan._DECODE_STEPS.clear()  # the other tests' server generates eagerly, as the suite's plan says
+        PLANNED_DECODER._steps.clear()  # the other tests' server generates eagerly, as the suite's plan says
     assert eager.status_code == compiled.status_code == 200, compiled.text
     assert compiled.json() == eager.json()
 

@@ -64,10 +64,10 @@ def test_weight_decay_reaches_matrices_only_unless_decay_all():
 
 def test_the_optimiser_takes_the_settings_and_decays_only_its_decayed_group():
     model = Tiny()
-    opt = make_optimizer(model, config(weight_decay=0.5, betas=(0.8, 0.95), lr=0.01), torch.device("cpu"))
+    opt = make_optimizer(model, config(weight_decay=0.5, betas=(0.8, 0.95), lr=0.01))
     assert [g["weight_decay"] for g in opt.param_groups] == [0.5, 0.0]
     assert all(g["betas"] == (0.8, 0.95) and g["lr"] == 0.01 for g in opt.param_groups)
-    every = make_optimizer(Tiny(), config(decay_all=True), torch.device("cpu"))
+    every = make_optimizer(Tiny(), config(decay_all=True))
     assert [len(g["params"]) for g in every.param_groups] == [6, 0]
     # Decoupled decay: with no gradient signal (zero grads), one step shrinks decayed weights by lr * wd.
     with torch.no_grad():

@@ -1,0 +1,182 @@
+"""The layers `prepare` swaps into a model: the same parameters, names and state dict as the plain
+`nn.Linear`, `LMHead`, `nn.GELU` and `MultiHeadAttention` they replace (a class swap, in place), each
+computing with the kernel the plan chose for it when the model was prepared. No forward here asks
+the planner: the choice is an attribute, set once.
+
+torch's CPU wheels send fp32 `addmm`/`mm` to their BLAS (MKL); oneDNN, which torch ships too, picks
+its kernels by instruction set, and where the plan measured it faster for a layer's shape a layer
+runs on it (`kernels.onednn_linear`, same maths, only the summation order differs). The native
+kernels (`native.py`) take an fp32 CPU GELU, and a self-attention layer's packed projection whole.
+Anything else (bf16, autocast, CUDA, float64, empty tensors, torch.compile except as below, jit and
+fx tracing, torch.func transforms and dispatch modes) takes the stock path: a custom op or
+autograd.Function would break those, or be baked into them.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn import LMHead, MultiHeadAttention
+from ..nn.attention import KVCache
+from . import native
+from .decisions.common import _MAX_LEN
+from .kernels import onednn_linear, onednn_linear_op
+
+_ONEDNN = onednn_linear_op() is not None
+
+# Looked up once: these checks run on every linear call, and a one-token generation step makes
+# ~50 such calls, where a microsecond each is a measurable share of the step.
+_is_compiling = torch.compiler.is_compiling
+_jit_tracing_state = torch._C._get_tracing_state
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_autocast_on = torch.is_autocast_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def plain_eager(x: Tensor) -> bool:
+    """A plain tensor (not a Proxy, FakeTensor or other subclass) outside torch.compile, jit
+    tracing, torch.func transforms, dispatch modes and autocast: where anyformer's own kernels may
+    run (a custom op would break those, or be baked into them)."""
+    return type(x) is Tensor and not (_is_compiling() or _jit_tracing_state() is not None or _functorch_active()
+                                      or _dispatch_modes() or _autocast_on("cpu"))
+
+
+def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
+    """Plain fp32 CPU tensors outside any tracer, transform or dispatch mode (`plain_eager`); fx's
+    symbolic tracing passes a Proxy, which the exact type test turns away before anything branches
+    on it, and so do tensor subclasses (e.g. DTensor), which keep their F.linear handling."""
+    return (_ONEDNN and type(x) is Tensor and type(weight) in (Tensor, nn.Parameter)
+            and x.dtype is torch.float32 and weight.dtype is torch.float32
+            and x.device.type == "cpu" and weight.device.type == "cpu" and x.numel() > 0 and weight.numel() > 0
+            and not (_is_compiling() or _jit_tracing_state() is not None or _functorch_active()
+                     or _dispatch_modes() or _autocast_on("cpu")))
+
+
+def needs_grad(x: Tensor, *params: Tensor | None) -> bool:
+    """Whether this call is a training call: gradients on, and the input or a parameter wants one."""
+    return torch.is_grad_enabled() and (x.requires_grad or any(p is not None and p.requires_grad for p in params))
+
+
+# The most rows `rowwise_linear` takes under torch.compile: a compiled generation step's few sequences
+# (measured: docs/results.md, "Measurements behind the code's choices").
+ROWWISE_MAX_ROWS = 4
+
+
+def rowwise_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x W^T + b for a few rows x (..., K), as a product and a sum over K. Inductor lowers such an
+    F.linear on the CPU to a BLAS call that reads one row's weights slowly; this it lowers to a
+    reduction fused into one pass over the weight, with the norms, activations and residuals around
+    it. IEEE products; only the summation order differs, as between MKL and oneDNN."""
+    y = (x.unsqueeze(-2) * weight).sum(-1)
+    return y if bias is None else y + bias
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, layer: "PlannedLinear | PlannedLMHead") -> Tensor:
+    """x W^T + b on the layer's kernels ("stock": F.linear, "onednn"; in training also "mixed",
+    oneDNN with the weight gradient on BLAS): `training_kernel` for training calls, `few_rows_kernel`
+    for at most ROWWISE_MAX_ROWS rows without gradients (a generation step), `kernel` for the rest;
+    under torch.compile, a few rows on the CPU without gradients `rowwise_linear`."""
+    if _is_compiling():
+        few = not torch.is_grad_enabled() and x.device.type == "cpu" and 0 < x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1]
+        return rowwise_linear(x, weight, bias) if few else F.linear(x, weight, bias)
+    if not _plain_fp32_cpu(x, weight):
+        return F.linear(x, weight, bias)
+    if needs_grad(x, weight, bias):
+        chosen = layer.training_kernel
+    else:
+        chosen = layer.few_rows_kernel if x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1] else layer.kernel
+    if chosen == "stock":
+        return F.linear(x, weight, bias)
+    return onednn_linear(x, weight, bias, blas_dw=chosen == "mixed")
+
+
+class PlannedLinear(nn.Linear):
+    """nn.Linear on the kernels `prepare` chose for it (see `linear`); `planned_training` is prepare's
+    own answer for training calls, which a model-wide choice (`set_training_kernel`) may override."""
+
+    kernel = few_rows_kernel = training_kernel = planned_training = "stock"
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, self)
+
+
+class PlannedLMHead(LMHead):
+    """LMHead on the kernels `prepare` chose for it (see PlannedLinear)."""
+
+    kernel = few_rows_kernel = training_kernel = planned_training = "stock"
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, self)
+
+
+class PlannedGELU(nn.GELU):
+    """nn.GELU on anyformer's own kernel (`native.gelu`) where `prepare` chose it: `native_training`
+    for training calls, `native_few` for a few rows without gradients (a generation step), `native`
+    for the rest; F.gelu elsewhere and under tracers (`plain_eager`)."""
+
+    native = native_few = native_training = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            chosen = self.native_training
+        else:
+            chosen = self.native_few if x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1] else self.native
+        if chosen and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x):
+            return native.gelu(x, self.approximate)
+        return super().forward(x)
+
+
+class PlannedAttention(MultiHeadAttention):
+    """Self-attention that hands its packed q/k/v projection whole to the native kernel
+    (`native.attention_packed`, which writes the heads concatenated) where `prepare` chose it, for
+    calls without gradients (`native`) and training calls (`native_training`), and where nothing
+    comes between the projection and attention: no rotary positions, cache, fewer queries, mask,
+    attention dropout or weights hook; fp32 on the CPU, eager or under torch.compile (which calls the
+    kernel as one custom op). Every other call is MultiHeadAttention's own."""
+
+    native = native_training = False
+
+    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                mask: Tensor | None = None, cache: KVCache | None = None, position: int | Tensor | None = None,
+                queries: int | None = None) -> Tensor:
+        if (context is None and cache is None and mask is None and queries is None and self._takes_whole(x)):
+            packed = self.qkv(x).unflatten(-1, (3, self.heads, self.head_dim))
+            y = self.proj(native.attention_packed(packed, causal))
+            return y if self.proj_drop is None else self.proj_drop(y)
+        return super().forward(x, context, causal=causal, mask=mask, cache=cache, position=position, queries=queries)
+
+    def _takes_whole(self, x: Tensor) -> bool:
+        chosen = self.native_training if needs_grad(x, self.qkv.weight) else self.native
+        return (chosen and self.rotary is None and not self.cross and x.shape[1] <= _MAX_LEN
+                and not (self.training and self.attn_dropout > 0) and not (self._weights_hooks and self.hooks_here())
+                and native.supports(x.dtype, self.head_dim, x.device)
+                and (_is_compiling() or plain_eager(x)))
+
+
+# Plain class -> the class prepare swaps in (same parameters; forward on the chosen kernel).
+PLANNED: dict[type, type] = {nn.Linear: PlannedLinear, LMHead: PlannedLMHead, nn.GELU: PlannedGELU,
+                             MultiHeadAttention: PlannedAttention}
+STOCK: dict[type, type] = {planned: plain for plain, planned in PLANNED.items()}
+
+
+def swap(module: nn.Module, table: dict[type, type]) -> list[nn.Module]:
+    """In place: every submodule of exactly a type in `table` becomes that type's entry. Returns them."""
+    swapped = []
+    for m in module.modules():
+        to = table.get(type(m))
+        if to is not None:
+            m.__class__ = to
+            swapped.append(m)
+    return swapped
+
+
+def set_training_kernel(module: nn.Module, kernel: str | None) -> None:
+    """Every planned linear layer in `module` computes its training calls with `kernel` ("stock",
+    "onednn" or "mixed"), or with what `prepare` chose for it (None): what the trainer applies once
+    `linears_for_training` has timed its whole step on each."""
+    if kernel not in (None, "stock", "onednn", "mixed"):
+        raise ValueError(f"training kernel must be one of None, 'stock', 'onednn', 'mixed'; got {kernel!r}")
+    for m in module.modules():
+        if isinstance(m, (PlannedLinear, PlannedLMHead)):
+            m.training_kernel = m.planned_training if kernel is None else kernel

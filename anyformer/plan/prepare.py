@@ -1,0 +1,273 @@
+"""The one door through which the plan's answers reach a model: `prepare(model, example)`.
+
+    model = plan.prepare(model, images)                    # runs images through it once, then chooses
+    model = plan.prepare(gpt, lambda m: m.generate(prompt, 8))   # any call: what it runs is planned for
+
+Before a model runs, `prepare` swaps its plain layers for the plan's (`layers.py`: the same
+parameters and state dict), runs `example` through it once to see each layer's shapes, asks the
+planner once per layer and shape, for calls with and without gradients, and leaves the answers on
+the layers: a kernel name, an attention function. No forward asks the planner afterwards. A GPT also
+gets the plan's decoder (`decode.py`): its one-token generation steps run compiled where the plan
+measures that faster. The example runs under a forked RNG with gradients as the model's mode says
+(training: on), and its outputs are dropped. `unprepare(model)` puts the plain layers back.
+
+Choices are made for the example's shapes; a call of another shape runs on the same choice (each
+is correct for any shape: only the speed was measured for these). Forcing (`ANYFORMER_PLAN`,
+`plan.forcing`) and a run's recorded plan (`Planner.recording`) apply as they do to every decision.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from ..nn import MultiHeadAttention
+from ..nn.attend import ATTENTION_FUNCTIONS, sdpa
+from .decisions import attention_kernel, gelu_kernel, linear_kernel, sdpa_backend
+from .layers import ROWWISE_MAX_ROWS, PLANNED, STOCK, PlannedAttention, PlannedGELU, needs_grad, swap
+from .attention_choice import AttentionChoice, SdpaBackend
+
+M = TypeVar("M", bound=nn.Module)
+Example = Callable[[nn.Module], Any] | Tensor | tuple | Mapping[str, Any] | str | None
+
+__all__ = ["prepare", "unprepare", "unprepared"]
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """What one attention call looked like: the planner's key for it."""
+
+    batch: int
+    heads: int
+    q_len: int
+    k_len: int
+    head_dim: int
+    dtype: torch.dtype
+    causal: bool
+    masked: bool
+    layout: str        # packed | views | cache (plan/decisions/attention.py)
+    device: str
+    dropout: bool      # attention dropout in training: SDPA's backends draw their own masks
+
+
+def prepare(model: M, example: Example = None) -> M:
+    """`model` with the plan's layers swapped in and its choices made for what `example` runs: a
+    callable `example(model)`, input tensors (`model(*example)`), keyword inputs (`model(**example)`),
+    "default" (one input of the model's kind: `default_example`), or None (the plan's layers on the
+    stock kernels, nothing measured now; a GPT's decoder still measures when it generates). Returns `model` (prepared in place), to run eagerly; the
+    trainer and the decoder compile where the plan measured that faster."""
+    swap(model, PLANNED)
+    _reset(model)
+    if isinstance(example, str):
+        if example != "default":
+            raise ValueError(f"prepare: example must be inputs, a callable, 'default' or None; got {example!r}")
+        example = default_example(model)
+    calls = {} if example is None else _observe(model, example)
+    for m, seen in calls.items():
+        _choose(m, seen, training=model.training)
+    from .decode import install  # after the example: its steps are not the model's work to repay a compile
+    install(model)
+    return model
+
+
+def unprepare(model: M) -> M:
+    """The plain layers back, in place (the parameters untouched); the plan's decoder removed."""
+    for m in swap(model, STOCK):
+        if isinstance(m, MultiHeadAttention):
+            m.attend = _default_attend(m)
+    from .decode import uninstall
+    uninstall(model)
+    return model
+
+
+@contextlib.contextmanager
+def unprepared(model: M) -> Iterator[M]:
+    """Inside: `model`'s plain layers, on their default attention functions (what an exporter
+    translates into standard operators); after: as prepared, with the plan's choices."""
+    swapped = swap(model, STOCK)
+    attends = {m: m.attend for m in swapped if isinstance(m, MultiHeadAttention)}
+    for m in attends:
+        m.attend = _default_attend(m)
+    try:
+        yield model
+    finally:
+        for m in swapped:
+            m.__class__ = PLANNED[type(m)]
+        for m, attend in attends.items():
+            m.attend = attend
+
+
+def _default_attend(m: MultiHeadAttention) -> Callable[..., Tensor]:
+    return ATTENTION_FUNCTIONS["explicit"] if m.impl == "explicit" else sdpa
+
+
+_CHOICES = ("kernel", "few_rows_kernel", "training_kernel", "planned_training", "native", "native_few",
+            "native_training")
+
+
+def _reset(model: nn.Module) -> None:
+    """Every planned layer on the stock choices (its class's defaults, the default attention function):
+    a model prepared again is observed, and chosen for, as if it were new."""
+    for m in model.modules():
+        if type(m) in STOCK:
+            for name in _CHOICES:
+                m.__dict__.pop(name, None)
+            if isinstance(m, MultiHeadAttention):
+                m.attend = _default_attend(m)
+
+
+def default_example(model: nn.Module) -> Callable[[nn.Module], Any] | None:
+    """One input of `model`'s kind, as a server or a command gets one: an image for a ViT; for a GPT a
+    prompt, scored whole (`anyformer eval`'s pass) and continued by two tokens (generation's prompt
+    pass with its cache, and a one-token step); a short sentence for a text encoder; None for another
+    model (nothing measured)."""
+    family, c = getattr(model, "family", None), getattr(model, "config", None)
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if family == "vit":
+        h, w = (c.image_size, c.image_size) if isinstance(c.image_size, int) else tuple(c.image_size)
+        return lambda m: m(torch.zeros(1, c.in_chans, h, w, device=device))
+    if family == "gpt":
+        prompt = torch.zeros(1, max(1, min(16, c.context // 2)), dtype=torch.long, device=device)
+        return lambda m: (m(prompt), m.generate(prompt, 2, temperature=0))
+    if family == "text-encoder":
+        return lambda m: m(torch.zeros(1, min(8, c.max_positions), dtype=torch.long, device=device))
+    return None
+
+
+def _run(model: nn.Module, example: Example) -> None:
+    if callable(example) and not isinstance(example, Tensor):
+        example(model)
+    elif isinstance(example, Mapping):
+        model(**example)
+    else:
+        model(*(example if isinstance(example, tuple) else (example,)))
+
+
+def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[Any, bool]]]:
+    """Run `example` once with a pre-hook on every planned layer: each layer's calls, as (what the
+    planner is asked about, whether the call needs gradients)."""
+    seen: dict[nn.Module, list[tuple[Any, bool]]] = {}
+
+    def hook(m: nn.Module, args: tuple, kwargs: dict) -> None:
+        x = args[0]
+        if isinstance(m, PlannedAttention):
+            seen.setdefault(m, []).append((_attention_case(m, x, args[1] if len(args) > 1 else None, **kwargs),
+                                           needs_grad(x, m.proj.weight)))
+        else:
+            seen.setdefault(m, []).append((tuple(x.shape), needs_grad(x, getattr(m, "weight", None))))
+
+    planned = [m for m in model.modules() if type(m) in STOCK]
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in planned]
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+                (contextlib.nullcontext() if model.training else torch.no_grad()):
+            _run(model, example)
+    finally:
+        for h in handles:
+            h.remove()
+        model.zero_grad(set_to_none=True)
+    return seen
+
+
+def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                    mask: Tensor | None = None, cache: Any = None, position: Any = None,
+                    queries: int | None = None, **_: Any) -> AttentionCase:
+    b, n = x.shape[0], x.shape[1]
+    static = isinstance(position, Tensor)
+    if m.cross:
+        nk = context.shape[1]
+    elif cache is not None:
+        nk = cache.max_len if static else (cache.length if position is None else position) + n
+    else:
+        nk = n
+    nq = n if queries is None else min(queries, n)
+    dropout = m.training and m.attn_dropout > 0
+    whole = not m.cross and m.rotary is None and cache is None and queries is None and mask is None and not dropout
+    layout = "cache" if cache is not None else "packed" if whole else "views"
+    return AttentionCase(b, m.heads, nq, nk, m.head_dim, x.dtype, bool(causal) and not static,
+                         mask is not None or static, layout, x.device.type, dropout)
+
+
+def _sizes(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(rows, elements) of an input of `shape`: every dim but the last multiplied, and all of them."""
+    rows = 1
+    for s in shape[:-1]:
+        rows *= s
+    return rows, rows * (shape[-1] if shape else 1)
+
+
+def _choose(m: nn.Module, seen: list[tuple[Any, bool]], training: bool) -> None:
+    """Ask the planner for `m`'s calls: for a linear layer or a GELU, per kind of call (with or
+    without gradients; a few rows, as a generation step's, or more), the first of each kind seen; the
+    calls without gradients also at the shapes seen with them (a trainer's evaluation)."""
+    if isinstance(m, PlannedAttention):
+        if m.impl == "auto":
+            _choose_attention(m, seen, training)
+        return
+    w = getattr(m, "weight", None)
+    if w is not None and (w.device.type != "cpu" or w.dtype != torch.float32):
+        return  # only fp32 CPU layers have another kernel
+    kinds: dict[tuple[bool, bool], tuple[int, ...]] = {}
+    for shape, grads in seen:
+        rows, numel = _sizes(shape)
+        if numel > 0:
+            few = rows <= ROWWISE_MAX_ROWS
+            kinds.setdefault((grads, few), shape)
+            kinds.setdefault((False, few), shape)
+    for (grads, few), shape in kinds.items():
+        rows, numel = _sizes(shape)
+        if isinstance(m, PlannedGELU):
+            native = gelu_kernel(numel, m.approximate, grads) == "native"
+            setattr(m, "native_training" if grads else "native_few" if few else "native", native)
+            continue
+        kernel = linear_kernel(rows, w.shape[1], w.shape[0], w.dtype, grads)
+        if grads:
+            m.training_kernel = m.planned_training = kernel
+        else:
+            setattr(m, "few_rows_kernel" if few else "kernel", kernel)
+    # A kind of call never seen without gradients runs as the kind that was (each is right for any shape).
+    few, many = ("native_few", "native") if isinstance(m, PlannedGELU) else ("few_rows_kernel", "kernel")
+    if (False, True) not in kinds and (False, False) in kinds:
+        setattr(m, few, getattr(m, many))
+    elif (False, False) not in kinds and (False, True) in kinds:
+        setattr(m, many, getattr(m, few))
+
+
+def _choose_attention(m: PlannedAttention, seen: list[tuple[Any, bool]], training: bool) -> None:
+    """The layer's attention function per kind of call (with or without gradients; one query or
+    many), and whether its packed projection goes to the native kernel whole."""
+    table: dict[tuple[bool, bool], Callable[..., Tensor]] = {}
+    for case, _ in seen:
+        for grads in ((False, True) if training else (False,)):
+            key = (grads, case.q_len == 1)
+            if key in table:
+                continue
+            choice = _attention_choice(case, grads)
+            if choice == "native":
+                if grads:
+                    m.native_training = True
+                else:
+                    m.native = True
+                # The calls the native kernel does not take whole run on SDPA.
+                table[key] = sdpa
+            elif isinstance(choice, str) and choice in ATTENTION_FUNCTIONS:
+                table[key] = ATTENTION_FUNCTIONS[choice]
+            else:
+                table[key] = SdpaBackend(choice) if choice not in (None, "default") else sdpa
+    m.attend = AttentionChoice(table)
+
+
+def _attention_choice(case: AttentionCase, grads: bool) -> str | None:
+    if case.device == "cuda":
+        if case.layout == "cache" or case.dropout:  # each backend draws its own dropout masks: torch picks
+            return None
+        return sdpa_backend(case.batch, case.heads, case.q_len, case.k_len, case.head_dim, case.dtype, case.causal,
+                            grads, masked=case.masked, device="cuda")
+    if case.device != "cpu":
+        return None
+    return attention_kernel(case.batch, case.heads, case.q_len, case.k_len, case.head_dim, case.dtype,
+                            case.causal, grads, masked=case.masked, layout=case.layout)

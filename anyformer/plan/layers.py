@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn import LMHead, MultiHeadAttention
+from ..nn import MLP, ClassifierHead, LMHead, MultiHeadAttention
 from ..nn.attention import KVCache
 from . import native
 from .decisions.common import _MAX_LEN
@@ -161,14 +161,29 @@ STOCK: dict[type, type] = {planned: plain for plain, planned in PLANNED.items()}
 
 
 def swap(module: nn.Module, table: dict[type, type]) -> list[nn.Module]:
-    """In place: every submodule of exactly a type in `table` becomes that type's entry. Returns them."""
+    """In place: every submodule of exactly a type in `table` becomes that type's entry (a GELU only
+    where it is token-wise: `token_wise_gelus`). Returns them."""
+    gelus = token_wise_gelus(module)
     swapped = []
     for m in module.modules():
         to = table.get(type(m))
-        if to is not None:
+        if to is not None and (not isinstance(m, nn.GELU) or id(m) in gelus):
             m.__class__ = to
             swapped.append(m)
     return swapped
+
+
+def token_wise_gelus(module: nn.Module) -> set[int]:
+    """The GELUs of the token-wise MLPs and of the classifier's pre-logits layer: those the native GELU
+    is measured and offered for. Others (a convolutional stem's, a user's own) keep PyTorch's, so that
+    forcing gelu=native changes what it always changed."""
+    found = set()
+    for m in module.modules():
+        if isinstance(m, MLP):
+            found.add(id(m.act))
+        elif isinstance(m, ClassifierHead) and m.pre_logits is not None:
+            found.update(id(a) for a in m.pre_logits if isinstance(a, nn.GELU))
+    return found
 
 
 def set_training_kernel(module: nn.Module, kernel: str | None) -> None:

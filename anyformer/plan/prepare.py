@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from ..nn import MultiHeadAttention
 from ..nn.attend import ATTENTION_FUNCTIONS, sdpa
 from .decisions import attention_kernel, gelu_kernel, linear_kernel, sdpa_backend
-from .layers import ROWWISE_MAX_ROWS, PLANNED, STOCK, PlannedAttention, PlannedGELU, needs_grad, swap
+from .layers import (ROWWISE_MAX_ROWS, PLANNED, STOCK, PlannedAttention, PlannedGELU, _plain_fp32_cpu, needs_grad,
+                     plain_eager, swap)
 from .attention_choice import AttentionChoice, SdpaBackend
 
 M = TypeVar("M", bound=nn.Module)
@@ -156,7 +157,7 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
         if isinstance(m, PlannedAttention):
             seen.setdefault(m, []).append((_attention_case(m, x, args[1] if len(args) > 1 else None, **kwargs),
                                            needs_grad(x, m.proj.weight)))
-        else:
+        elif _has_choice(m, x):  # only calls that would run on another kernel are asked about
             seen.setdefault(m, []).append((tuple(x.shape), needs_grad(x, getattr(m, "weight", None))))
 
     planned = [m for m in model.modules() if type(m) in STOCK]
@@ -173,6 +174,14 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
     return seen
 
 
+def _has_choice(m: nn.Module, x: Tensor) -> bool:
+    """Whether a linear layer's or a GELU's call could run on another kernel than PyTorch's: plain
+    fp32 on the CPU, outside autocast and tracers (what `layers.linear` and `PlannedGELU` check)."""
+    if isinstance(m, PlannedGELU):
+        return x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x)
+    return _plain_fp32_cpu(x, m.weight)
+
+
 def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                     mask: Tensor | None = None, cache: Any = None, position: Any = None,
                     queries: int | None = None, **_: Any) -> AttentionCase:
@@ -186,10 +195,15 @@ def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = Non
         nk = n
     nq = n if queries is None else min(queries, n)
     dropout = m.training and m.attn_dropout > 0
-    whole = not m.cross and m.rotary is None and cache is None and queries is None and mask is None and not dropout
+    # Under autocast q, k and v come out of the projection in its precision, and the native kernel
+    # (plain fp32, `PlannedAttention._takes_whole`) never takes them whole.
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+    whole = (not m.cross and m.rotary is None and cache is None and queries is None and mask is None
+             and not dropout and plain_eager(x))
     layout = "cache" if cache is not None else "packed" if whole else "views"
-    return AttentionCase(b, m.heads, nq, nk, m.head_dim, x.dtype, bool(causal) and not static,
-                         mask is not None or static, layout, x.device.type, dropout)
+    return AttentionCase(b, m.heads, nq, nk, m.head_dim, dtype, bool(causal) and not static,
+                         mask is not None or static, layout, device, dropout)
 
 
 def _sizes(shape: tuple[int, ...]) -> tuple[int, int]:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from anyformer import plan
-from anyformer.nn import MultiHeadAttention
+from anyformer.nn import MLP, MultiHeadAttention
 from anyformer.plan import native
 
 # The kernel is compiled with the system's C++ compiler; CI's machine has g++. Where none exists the
@@ -277,15 +277,16 @@ def test_the_gelu_module_follows_the_plan(monkeypatch):
     x = torch.randn(8, 40) * 3
     outs = {}
     for kernel in ("native", "stock"):
-        act = torch.nn.GELU(approximate="tanh")
+        mlp = MLP(40, 40, activation="gelu_tanh")  # the plan swaps the token-wise GELUs: an MLP's
         with plan.planner().forcing(gelu=kernel):
-            plan.prepare(act, x.requires_grad_())
-            assert act.native_training == (kernel == "native")
+            plan.prepare(mlp, x.requires_grad_())
+        act = mlp.act
+        assert act.native_training == (kernel == "native")
         outs[kernel] = _forward_backward(act, x.detach(), torch.ones(8, 40))
     assert len(calls) == 1  # the forced-native call took the kernel, the stock one did not
     for a, b in zip(outs["native"], outs["stock"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    act = plan.prepare(torch.nn.GELU(approximate="tanh"))  # nothing measured: the choice set by hand
+    act = plan.prepare(MLP(40, 40, activation="gelu_tanh")).act  # nothing measured: the choice set by hand
     act.native = act.native_few = act.native_training = True
     if True:  # bf16 is not the kernel's: F.gelu
         xb = x.bfloat16()

@@ -42,6 +42,16 @@ def test_every_model_is_built_from_plain_layers(family):
     assert not _types(tiny(family)) & PLANNED and nn.Linear in _types(tiny(family))
 
 
+def test_only_token_wise_gelus_are_the_plans():
+    """The GELUs of MLPs and of a classifier's pre-logits layer are swapped; a convolutional stem's
+    (vit-mnist-fast's) keeps PyTorch's, as it always did."""
+    vit = plan.prepare(REGISTRY["vit"].preset("vit-mnist-fast"))
+    kinds = {name: type(m) for name, m in vit.named_modules() if isinstance(m, nn.GELU)}
+    assert {t for n, t in kinds.items() if n.startswith("patch_embed")} == {nn.GELU}
+    assert {t for n, t in kinds.items() if ".mlp." in n} == {PlannedGELU}
+    assert type(plan.prepare(nn.Sequential(nn.Linear(2, 2), nn.GELU()))[1]) is nn.GELU
+
+
 def test_dynamic_quantization_finds_every_linear_layer():
     """quantize_dynamic matches layers by exact type: a subclass would be left in float."""
     q = torch.ao.quantization.quantize_dynamic(tiny("gpt"), {nn.Linear}, dtype=torch.qint8)
@@ -97,6 +107,22 @@ def test_prepare_asks_for_each_layer_and_kind_of_call_and_leaves_the_answers_on_
     with plan.using(Planner()):
         plan.prepare(eval_only, torch.randn(4, 1, 8, 8))
     assert asked and not any(training for _, training in asked)
+
+
+def test_under_autocast_only_what_can_run_on_another_kernel_is_asked(monkeypatch):
+    """A bf16 autocast step (the default recipe's on CPUs with bf16): its linear layers and GELUs run
+    PyTorch's kernels whatever the plan says, so nothing is asked for them, and attention is asked for
+    the precision q, k and v come in (as the layer's calls would be keyed)."""
+    asked = []
+    monkeypatch.setattr(Planner, "decide", lambda self, name, fields, *a, **k: asked.append(
+        (name, fields.get("dtype"), fields.get("layout"))) or "stock")
+
+    def bf16_step(m):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            m(torch.randn(4, 1, 8, 8))
+    with plan.using(Planner()):
+        plan.prepare(tiny("vit"), bf16_step)
+    assert asked and set(asked) == {("attention", "bfloat16", "views")}
 
 
 def layers_attend(name: str):

@@ -36,6 +36,20 @@ setup_env()
 import torch  # noqa: E402
 
 from anyformer.nn import KVCache, MultiHeadAttention  # noqa: E402
+from anyformer.nn.attend import ATTENTION_FUNCTIONS  # noqa: E402
+from anyformer.plan.layers import PlannedAttention  # noqa: E402
+
+
+def use(layer: MultiHeadAttention, impl: str) -> None:
+    """Put `layer` on one path, as `plan.prepare` would: an attention function ("fused": SDPA,
+    "explicit"), or the plan's layer with the native kernel taking the packed projection whole."""
+    if impl == "native":
+        layer.__class__ = PlannedAttention
+        layer.native = layer.native_training = True
+        impl = "fused"  # for the calls the kernel does not take whole
+    else:
+        layer.__class__ = MultiHeadAttention
+    layer.attend = ATTENTION_FUNCTIONS[impl]
 from anyformer.plan import native  # noqa: E402
 
 TOKENS, WIDTH = 4096, 256
@@ -54,7 +68,7 @@ def cell(n: int, head_dim: int, dtype: torch.dtype, train: bool, causal: bool, r
 
     def step_of(impl: str):
         def step():
-            layer.impl = impl
+            use(layer, impl)
             if train:
                 y = layer(x, causal=causal)
                 y.backward(grad)
@@ -80,7 +94,7 @@ def decode_cell(nk: int, head_dim: int, dtype: torch.dtype, rounds: int, steps: 
 
     def step_of(impl: str):
         def step():
-            layer.impl = impl
+            use(layer, impl)
             with torch.inference_mode():
                 for _ in range(DECODE_CALLS):
                     cache.length = nk - 1

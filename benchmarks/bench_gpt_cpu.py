@@ -172,9 +172,10 @@ def attention_kernels_used(name: str, weights: dict, x) -> str:
     attention matrix), the explicit matmul path or anyformer's native kernel."""
     from collections import Counter
     from unittest import mock
-    import anyformer.nn.attention as att
+    import anyformer.nn.attend as att
+    from anyformer.plan import layers
     seen = Counter()
-    sdpa, explicit, packed = att.F.scaled_dot_product_attention, att.attention_explicit, att.native.attention_packed
+    sdpa, explicit, packed = att.F.scaled_dot_product_attention, att.attention_explicit, layers.native.attention_packed
 
     def spy_sdpa(*a, **k):
         seen[f"SDPA dropout_p={k.get('dropout_p', 0.0):g}"] += 1
@@ -189,10 +190,10 @@ def attention_kernels_used(name: str, weights: dict, x) -> str:
         return packed(*a, **k)
     model, forward = build(name, weights)
     model.train()
-    forward(x)  # the plan's decisions first: timing its candidates is not the layers' own calls
+    bench_common.prepared(model, x, x)  # the plan's decisions first: timing its candidates is not the layers' own calls
     with mock.patch.object(att.F, "scaled_dot_product_attention", spy_sdpa), \
             mock.patch.object(att, "attention_explicit", spy_explicit), \
-            mock.patch.object(att.native, "attention_packed", spy_native):
+            mock.patch.object(layers.native, "attention_packed", spy_native):
         forward(x)
     return f"{name}: " + ", ".join(f"{n} x{c}" for n, c in seen.items())
 

@@ -146,8 +146,8 @@ class Transformer(nn.Module):
     """The backbone: (B, N, D) tokens in, (B, N, D) tokens out.
 
     Attention weights come from `forward_with_attention(x, layers)`: it hooks the layers asked
-    (`MultiHeadAttention.register_weights_hook`), which alone take the explicit, slower path. `trunk(x, return_attention=...)` is the public contract's
-    shorthand for it.
+    (`MultiHeadAttention.register_weights_hook`), which alone take the explicit, slower path.
+    `trunk(x, return_attention=...)` is the public contract's shorthand for it.
     """
 
     def __init__(self, width: int, depth: int, heads: int, *, mlp_hidden: int | None = None,

@@ -74,20 +74,24 @@ def rowwise_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Ten
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, layer: "PlannedLinear | PlannedLMHead") -> Tensor:
     """x W^T + b on the layer's kernels ("stock": F.linear, "onednn"; in training also "mixed",
-    oneDNN with the weight gradient on BLAS): `training_kernel` for training calls, `few_rows_kernel`
-    for at most ROWWISE_MAX_ROWS rows without gradients (a generation step), `kernel` for the rest;
-    under torch.compile, a few rows on the CPU without gradients `rowwise_linear`."""
+    oneDNN with the weight gradient on BLAS; for a few rows without gradients also "native", one pass
+    over the weight): `training_kernel` for training calls, `few_rows_kernel` for at most
+    ROWWISE_MAX_ROWS rows without gradients (a generation step), `kernel` for the rest; under
+    torch.compile, a few rows on the CPU without gradients `rowwise_linear`."""
     if _is_compiling():
         few = not torch.is_grad_enabled() and x.device.type == "cpu" and 0 < x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1]
         return rowwise_linear(x, weight, bias) if few else F.linear(x, weight, bias)
     if not _plain_fp32_cpu(x, weight):
         return F.linear(x, weight, bias)
+    few = x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1]
     if needs_grad(x, weight, bias):
         chosen = layer.training_kernel
     else:
-        chosen = layer.few_rows_kernel if x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1] else layer.kernel
-    if chosen == "stock":
+        chosen = layer.few_rows_kernel if few else layer.kernel
+    if chosen == "stock" or (chosen == "native" and not (few and x.numel() <= native.ROWS_MAX * x.shape[-1])):
         return F.linear(x, weight, bias)
+    if chosen == "native":
+        return native.linear_rows(x, weight, bias)
     return onednn_linear(x, weight, bias, blas_dw=chosen == "mixed")
 
 

@@ -146,6 +146,8 @@ def _load() -> ctypes.CDLL | None:
     lib.gelu_fwd.restype = I
     lib.gelu_bwd.argtypes = [P, P, P, L, I, I]
     lib.gelu_bwd.restype = I
+    lib.linear_rows.argtypes = [P] * 4 + [L] * 5 + [I]
+    lib.linear_rows.restype = I
     return lib
 
 
@@ -342,3 +344,32 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if not torch.compiler.is_compiling() and library() is None:
         raise RuntimeError(f"gelu: the native kernel is not available here ({why_unavailable()})")
     return _gelu(x, approximate)
+
+
+# --- a few rows through a linear layer -----------------------------------------------------------
+ROWS_MAX = 4  # what `linear_rows` is for: a generation step's rows (more take a GEMM library)
+
+
+def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x W^T + b for at most ROWS_MAX rows x (..., in) of float32 CPU tensors, without gradients, in one
+    pass over W: a generation step's products, bound by reading the weights (IEEE products; only the
+    summation order differs from F.linear's). Where `library()` is not None; eager calls only."""
+    if x.dtype != torch.float32 or weight.dtype != torch.float32 or x.device.type != "cpu" or weight.device.type != "cpu":
+        raise ValueError(f"linear_rows: takes float32 CPU tensors, got {x.dtype} and {weight.dtype} on {x.device}")
+    out_features, in_features = weight.shape
+    rows = x.numel() // in_features if in_features else 0
+    if x.shape[-1] != in_features or not 0 < rows <= ROWS_MAX:
+        raise ValueError(f"linear_rows: expected 1 to {ROWS_MAX} rows of {in_features} features, got {tuple(x.shape)}")
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"linear_rows: the native kernel is not available here ({why_unavailable()})")
+    x2 = x.reshape(rows, in_features)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    b = None if bias is None else bias.contiguous()
+    y = torch.empty(rows, out_features, dtype=x.dtype)
+    _check(lib.linear_rows(x2.data_ptr(), w.data_ptr(), None if b is None else b.data_ptr(), y.data_ptr(), rows,
+                           in_features, out_features, x2.stride(0), out_features, torch.get_num_threads()),
+           "linear_rows")
+    return y.view(*x.shape[:-1], out_features)

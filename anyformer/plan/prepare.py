@@ -58,8 +58,9 @@ def prepare(model: M, example: Example = None) -> M:
     """`model` with the plan's layers swapped in and its choices made for what `example` runs: a
     callable `example(model)`, input tensors (`model(*example)`), keyword inputs (`model(**example)`),
     "default" (one input of the model's kind: `default_example`), or None (the plan's layers on the
-    stock kernels, nothing measured now; a GPT's decoder still measures when it generates). Returns `model` (prepared in place), to run eagerly; the
-    trainer and the decoder compile where the plan measured that faster."""
+    stock kernels, nothing measured now; a GPT's decoder still measures when it generates). Returns
+    `model` (prepared in place), to run eagerly; the trainer and the decoder compile where the plan
+    measured that faster."""
     swap(model, PLANNED)
     _reset(model)
     if isinstance(example, str):
@@ -122,16 +123,16 @@ def _reset(model: nn.Module) -> None:
 
 def default_example(model: nn.Module) -> Callable[[nn.Module], Any] | None:
     """One input of `model`'s kind, as a server or a command gets one: an image for a ViT; for a GPT a
-    prompt, scored whole (`anyformer eval`'s pass) and continued by two tokens (generation's prompt
-    pass with its cache, and a one-token step); a short sentence for a text encoder; None for another
-    model (nothing measured)."""
+    prompt of half its context (at most 256 tokens), scored whole (`anyformer eval`'s pass) and
+    continued by two tokens (generation's prompt pass with its cache, and a one-token step); a short
+    sentence for a text encoder; None for another model (nothing measured)."""
     family, c = getattr(model, "family", None), getattr(model, "config", None)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     if family == "vit":
         h, w = (c.image_size, c.image_size) if isinstance(c.image_size, int) else tuple(c.image_size)
         return lambda m: m(torch.zeros(1, c.in_chans, h, w, device=device))
     if family == "gpt":
-        prompt = torch.zeros(1, max(1, min(16, c.context // 2)), dtype=torch.long, device=device)
+        prompt = torch.zeros(1, max(1, min(256, c.context // 2)), dtype=torch.long, device=device)
         return lambda m: (m(prompt), m.generate(prompt, 2, temperature=0))
     if family == "text-encoder":
         return lambda m: m(torch.zeros(1, min(8, c.max_positions), dtype=torch.long, device=device))

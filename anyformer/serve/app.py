@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..models import load, read_config
+from ..models import read_config
 from ..runs import load_prepared
 from .context import Context
 from .guard import REFUSAL, Guard, GuardMiddleware

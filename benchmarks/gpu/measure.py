@@ -110,6 +110,7 @@ def generate(dry: bool) -> dict:
     hf = gpt.to_hf().to(device).eval()
     dtype = torch.float32 if dry else torch.bfloat16
     gpt, hf = gpt.to(dtype), hf.to(dtype)
+    af.plan.prepare(gpt, "default")  # as `anyformer generate` and the server prepare theirs: the plan's decoder
     prompt = torch.randint(0, gpt.config.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(1))
     prompt = prompt.to(device)
 

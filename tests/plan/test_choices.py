@@ -22,7 +22,7 @@ def test_forced_choice_reads_stock_for_all():
 
 
 @pytest.mark.parametrize("spec, says", [
-    ("linear=fast", "unknown choice 'fast' for linear; expected one of stock, onednn, mixed, auto"),
+    ("linear=fast", "unknown choice 'fast' for linear; expected one of stock, onednn, mixed, native, auto"),
     ("lienar=stock", "unknown decision 'lienar'; expected one of"),
     ("linear=", "expected NAME=CHOICE items"),
     ("fast", "a bare item may be 'stock' or 'auto', got 'fast'"),

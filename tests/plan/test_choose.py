@@ -190,8 +190,8 @@ def test_real_smoke_run_of_every_helper(plan_cache):
     for key, e in entries.items():
         assert e["dropped"] == {}, (key, e["dropped"])
         expected = set(plan.decision(e["decision"]).choices)
-        if e["decision"] == "linear" and not plan.onednn_linear_op():
-            expected = {"stock"}
+        if e["decision"] == "linear":  # a training call of 256 rows: the one-pass kernel is for a few rows only
+            expected = {"stock", "onednn", "mixed"} if plan.onednn_linear_op() else {"stock"}
         if e["decision"] == "attention" and native.library() is None:  # no compiler here: not offered
             expected.discard("native")
         assert set(e["times"]) == expected, key

@@ -332,3 +332,52 @@ def test_a_gradient_penalty_through_the_native_gelu_steps_aside_to_atens_backwar
     g, h = _penalty(lambda t: native.gelu(t, approximate), x)
     torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(h, h_ref, rtol=1e-4, atol=1e-4)
+
+
+# --- a few rows through a linear layer (a generation step's products) -------------------------------
+@needs_compiler
+@pytest.mark.parametrize("rows", [1, 2, 4])
+@pytest.mark.parametrize("in_features, out_features", [(384, 1152), (37, 5), (16, 2)])
+def test_linear_rows_is_f_linear(rows, in_features, out_features):
+    """One pass over W, 32 then 16 floats at a time and a scalar tail: every size, bias or none."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 1, in_features, generator=g)
+    w, b = torch.randn(out_features, in_features, generator=g), torch.randn(out_features, generator=g)
+    torch.testing.assert_close(native.linear_rows(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(native.linear_rows(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
+    strided = torch.randn(rows, 2 * in_features, generator=g)[:, ::2]  # rows read in place or copied
+    torch.testing.assert_close(native.linear_rows(strided, w, b), F.linear(strided, w, b), rtol=1e-5, atol=1e-4)
+
+
+@needs_compiler
+def test_linear_rows_refuses_what_it_is_not_for():
+    w = torch.randn(3, 8)
+    with pytest.raises(ValueError, match="expected 1 to 4 rows of 8 features, got \\(5, 8\\)"):
+        native.linear_rows(torch.randn(5, 8), w)
+    with pytest.raises(ValueError, match="takes float32 CPU tensors"):
+        native.linear_rows(torch.randn(1, 8, dtype=torch.bfloat16), w.bfloat16())
+
+
+@needs_compiler
+def test_the_plan_offers_linear_rows_for_a_few_rows_without_gradients_only(planner_with):
+    p = planner_with({"stock": 1.0, "onednn": 1.0, "native": 0.5})
+    assert plan.linear_kernel(1, 64, 64, torch.float32, False) == "native"
+    assert plan.linear_kernel(4, 64, 64, torch.float32, False) == "native"
+    assert plan.linear_kernel(8, 64, 64, torch.float32, False) != "native"  # a GEMM's rows
+    assert plan.linear_kernel(1, 64, 64, torch.float32, True) != "native"   # training
+    assert plan.linear_kernel(1, 64, 64, torch.bfloat16, False) != "native"
+    assert any("native" in e["times"] for e in p.snapshot()["entries"].values())
+
+
+@needs_compiler
+def test_a_layer_on_linear_rows_takes_it_for_a_few_rows_and_f_linear_beyond(monkeypatch):
+    calls = _spy(monkeypatch, "linear_rows")
+    layer = plan.prepare(torch.nn.Sequential(torch.nn.Linear(8, 3)))[0]
+    layer.kernel = layer.few_rows_kernel = "native"  # as prepare leaves a layer whose step chose it
+    with torch.no_grad():
+        for rows in (1, 4, 5, 64):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2  # 1 and 4 rows; 5 and 64 take F.linear
+    layer(torch.randn(1, 8, requires_grad=True)).sum().backward()  # a training call: its own kernel
+    assert len(calls) == 2

@@ -2,6 +2,7 @@
 (same parameters and state dict), chooses their kernels once for what an example runs, and no
 forward asks the planner afterwards. `nn/` and `models/` never import the plan."""
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,32 @@ def _grad_names(t: torch.Tensor) -> str:
         names.append(type(node).__name__)
         todo += [n for n, _ in node.next_functions]
     return " ".join(names)
+
+
+def test_a_cuda_layer_is_asked_its_sdpa_backend_with_its_calls_shape(monkeypatch):
+    """On CUDA the attention decision is SDPA's backend (plan/decisions/sdpa.py), asked with the call's
+    sizes; a cached call or attention dropout keep torch's pick (each backend draws its own masks),
+    and another device asks nothing."""
+    import importlib
+    door = importlib.import_module("anyformer.plan.prepare")  # the module (the package exports the function)
+    asked = []
+    monkeypatch.setattr(door, "sdpa_backend", lambda *a, **k: asked.append((a, k)) or "cudnn")
+    monkeypatch.setattr(door, "attention_kernel", lambda *a, **k: pytest.fail("the CPU decision asked for CUDA"))
+    case = door.AttentionCase(4, 2, 5, 7, 8, torch.bfloat16, True, False, "views", "cuda", False)
+    assert door._attention_choice(case, True) == "cudnn"
+    assert asked == [((4, 2, 5, 7, 8, torch.bfloat16, True, True), {"masked": False, "device": "cuda"})]
+    for other in (dict(layout="cache"), dict(dropout=True), dict(device="mps")):
+        assert door._attention_choice(dataclasses.replace(case, **other), False) is None
+    assert len(asked) == 1
+
+
+def test_an_sdpa_backend_function_is_sdpa_in_that_backend():
+    from anyformer.nn.attend import sdpa
+    from anyformer.plan.attention_choice import SdpaBackend
+    q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
+    mask = torch.rand(2, 1, 5, 5) > 0.3
+    mask[..., 0] = True
+    math = SdpaBackend("math")  # the backend every device has
+    torch.testing.assert_close(math(q, k, v, mask, False, 0.0), sdpa(q, k, v, mask, False, 0.0))
+    torch.testing.assert_close(math(q, k, v, None, True, 0.0), sdpa(q, k, v, None, True, 0.0))
+    assert repr(math) == "SdpaBackend('math')"

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..data.transfer import float64_on
 from ..models import REGISTRY, Model
-from . import checkpoint as checkpointing, elastic, own_model, progress
+from . import checkpoint, elastic, own_model, progress
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR
 from .config import TrainConfig
@@ -297,7 +297,7 @@ class Trainer:
         cfg = self.cfg
         self.files.prepare(cfg.resume)
         self.files.write_files(getattr(self.task, "run_files", dict)())  # optional: see protocol.py
-        resumed = cfg.resume and checkpointing.restore(self)
+        resumed = cfg.resume and checkpoint.restore(self)
         if self.budget is not None:
             self.budget.start(self.step, self.elapsed)
         if self.dist.is_main:
@@ -344,15 +344,15 @@ class Trainer:
                         self._save_model()
                         if cfg.plots and getattr(self.task, "draw_each_evaluation", False):  # see protocol.py
                             self._draw(self.run_dir)
-                        checkpointing.save(self)
+                        checkpoint.save(self)
                         if self.budget is not None:
                             self.budget.evaluated(time.perf_counter() - t_eval)
                     elif saving:
-                        checkpointing.save(self)
+                        checkpoint.save(self)
                     if self.budget is not None and (evaluating or self.budget.due(self.step)):
                         self._fit_budget(bar)
                     if self._should_stop():
-                        raise Interrupted(self.signals.received or signal.SIGTERM, self.step, checkpointing.save(self))
+                        raise Interrupted(self.signals.received or signal.SIGTERM, self.step, checkpoint.save(self))
         finally:
             if bar is not None:
                 bar.close()

@@ -19,6 +19,7 @@ from tests.serve.conftest import live_server
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[test]'")
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 BROWSER = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
@@ -78,8 +79,11 @@ def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, t
     app = create_app(str(vit_run))
     with live_server(app) as url:
         browser.get(url)
+        # Nothing yet: no empty or broken image. Asked until the page has built itself (an element found
+        # while its section is being rendered can go stale before it is read: seen once under load).
+        WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: not by_testid(d, "attention").is_displayed())
         canvas = by_testid(browser, "canvas")
-        assert not by_testid(browser, "attention").is_displayed()  # nothing yet: no empty or broken image
         draw(browser, canvas, ONE)
         wait = WebDriverWait(browser, 30)
         wait.until(lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)

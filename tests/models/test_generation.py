@@ -60,6 +60,7 @@ def test_the_eager_decoder_runs_the_models_forward_and_decides_nothing():
     decoder = generation.decoder_of(gpt)
     assert decoder is generation.EAGER and not decoder.static
     with torch.inference_mode():
+        assert decoder.take_cache(gpt, 1, 5)[0].max_len == 5  # the size asked, not the context
         cache = decoder.take_cache(gpt, 2, 8)
         assert len(cache) == 2 and cache[0].k.shape == (2, 2, 8, 8)
         ids = torch.randint(0, 20, (2, 3))
@@ -69,6 +70,7 @@ def test_the_eager_decoder_runs_the_models_forward_and_decides_nothing():
                                    rtol=1e-5, atol=1e-5)
         assert cache[0].length == 4
     assert not decoder.compiled(gpt, 2, 8) and not decoder.settle(gpt, 2, 8)
+    generation.set_decoder(gpt, None)  # none installed: nothing to remove, and no error
     other = generation.Decoder()
     generation.set_decoder(gpt, other)
     assert generation.decoder_of(gpt) is other

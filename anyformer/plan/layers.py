@@ -21,6 +21,7 @@ from ..nn import MLP, ClassifierHead, LMHead, MultiHeadAttention
 from ..nn.attention import KVCache
 from . import native
 from .decisions.common import _MAX_LEN
+from .decisions.linear import TRAINING_KERNELS
 from .kernels import onednn_linear, onednn_linear_op
 
 _ONEDNN = onednn_linear_op() is not None
@@ -42,15 +43,20 @@ def plain_eager(x: Tensor) -> bool:
                                       or _dispatch_modes() or _autocast_on("cpu"))
 
 
-def _plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
-    """Plain fp32 CPU tensors outside any tracer, transform or dispatch mode (`plain_eager`); fx's
-    symbolic tracing passes a Proxy, which the exact type test turns away before anything branches
-    on it, and so do tensor subclasses (e.g. DTensor), which keep their F.linear handling."""
+def plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
+    """Plain fp32 CPU tensors outside any tracer, transform or dispatch mode (`plain_eager`), where a
+    linear layer may run on another kernel than F.linear; fx's symbolic tracing passes a Proxy, which
+    the exact type test turns away before anything branches on it, and so do tensor subclasses (e.g.
+    DTensor), which keep their F.linear handling."""
     return (_ONEDNN and type(x) is Tensor and type(weight) in (Tensor, nn.Parameter)
             and x.dtype is torch.float32 and weight.dtype is torch.float32
             and x.device.type == "cpu" and weight.device.type == "cpu" and x.numel() > 0 and weight.numel() > 0
-            and not (_is_compiling() or _jit_tracing_state() is not None or _functorch_active()
-                     or _dispatch_modes() or _autocast_on("cpu")))
+            and plain_eager(x))
+
+
+def native_gelu_may_run(x: Tensor) -> bool:
+    """Where a GELU may run on the native kernel: a plain fp32 CPU tensor, not empty (`plain_eager`)."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x)
 
 
 def needs_grad(x: Tensor, *params: Tensor | None) -> bool:
@@ -81,7 +87,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, layer: "PlannedLinear
     if _is_compiling():
         few = not torch.is_grad_enabled() and x.device.type == "cpu" and 0 < x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1]
         return rowwise_linear(x, weight, bias) if few else F.linear(x, weight, bias)
-    if not _plain_fp32_cpu(x, weight):
+    if not plain_fp32_cpu(x, weight):
         return F.linear(x, weight, bias)
     few = x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1]
     if needs_grad(x, weight, bias):
@@ -126,7 +132,7 @@ class PlannedGELU(nn.GELU):
             chosen = self.native_training
         else:
             chosen = self.native_few if x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1] else self.native
-        if chosen and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x):
+        if chosen and native_gelu_may_run(x):
             return native.gelu(x, self.approximate)
         return super().forward(x)
 
@@ -194,8 +200,9 @@ def set_training_kernel(module: nn.Module, kernel: str | None) -> None:
     """Every planned linear layer in `module` computes its training calls with `kernel` ("stock",
     "onednn" or "mixed"), or with what `prepare` chose for it (None): what the trainer applies once
     `linears_for_training` has timed its whole step on each."""
-    if kernel not in (None, "stock", "onednn", "mixed"):
-        raise ValueError(f"training kernel must be one of None, 'stock', 'onednn', 'mixed'; got {kernel!r}")
+    if kernel is not None and kernel not in TRAINING_KERNELS:
+        raise ValueError(f"training kernel must be one of None, {', '.join(map(repr, TRAINING_KERNELS))}; "
+                         f"got {kernel!r}")
     for m in module.modules():
         if isinstance(m, (PlannedLinear, PlannedLMHead)):
             m.training_kernel = m.planned_training if kernel is None else kernel

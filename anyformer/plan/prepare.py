@@ -18,6 +18,7 @@ is correct for any shape: only the speed was measured for these). Forcing (`ANYF
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -27,8 +28,8 @@ from torch import Tensor, nn
 from ..nn import MultiHeadAttention
 from ..nn.attend import ATTENTION_FUNCTIONS, sdpa
 from .decisions import attention_kernel, gelu_kernel, linear_kernel, sdpa_backend
-from .layers import (ROWWISE_MAX_ROWS, PLANNED, STOCK, PlannedAttention, PlannedGELU, _plain_fp32_cpu, needs_grad,
-                     plain_eager, swap)
+from .layers import (ROWWISE_MAX_ROWS, PLANNED, STOCK, PlannedAttention, PlannedGELU, native_gelu_may_run,
+                     needs_grad, plain_eager, plain_fp32_cpu, swap)
 from .attention_choice import AttentionChoice, SdpaBackend
 
 M = TypeVar("M", bound=nn.Module)
@@ -106,17 +107,13 @@ def _default_attend(m: MultiHeadAttention) -> Callable[..., Tensor]:
     return ATTENTION_FUNCTIONS["explicit"] if m.impl == "explicit" else sdpa
 
 
-_CHOICES = ("kernel", "few_rows_kernel", "training_kernel", "planned_training", "native", "native_few",
-            "native_training")
-
-
 def _reset(model: nn.Module) -> None:
     """Every planned layer on the stock choices (its class's defaults, the default attention function):
     a model prepared again is observed, and chosen for, as if it were new."""
     for m in model.modules():
         if type(m) in STOCK:
-            for name in _CHOICES:
-                m.__dict__.pop(name, None)
+            for name in vars(type(m)).keys() & m.__dict__.keys():  # a choice set on the layer hides its class's
+                del m.__dict__[name]
             if isinstance(m, MultiHeadAttention):
                 m.attend = _default_attend(m)
 
@@ -178,9 +175,7 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
 def _has_choice(m: nn.Module, x: Tensor) -> bool:
     """Whether a linear layer's or a GELU's call could run on another kernel than PyTorch's: plain
     fp32 on the CPU, outside autocast and tracers (what `layers.linear` and `PlannedGELU` check)."""
-    if isinstance(m, PlannedGELU):
-        return x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x)
-    return _plain_fp32_cpu(x, m.weight)
+    return native_gelu_may_run(x) if isinstance(m, PlannedGELU) else plain_fp32_cpu(x, m.weight)
 
 
 def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
@@ -209,10 +204,7 @@ def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = Non
 
 def _sizes(shape: tuple[int, ...]) -> tuple[int, int]:
     """(rows, elements) of an input of `shape`: every dim but the last multiplied, and all of them."""
-    rows = 1
-    for s in shape[:-1]:
-        rows *= s
-    return rows, rows * (shape[-1] if shape else 1)
+    return math.prod(shape[:-1]), math.prod(shape)
 
 
 def _choose(m: nn.Module, seen: list[tuple[Any, bool]], training: bool) -> None:
@@ -223,9 +215,7 @@ def _choose(m: nn.Module, seen: list[tuple[Any, bool]], training: bool) -> None:
         if m.impl == "auto":
             _choose_attention(m, seen, training)
         return
-    w = getattr(m, "weight", None)
-    if w is not None and (w.device.type != "cpu" or w.dtype != torch.float32):
-        return  # only fp32 CPU layers have another kernel
+    w = getattr(m, "weight", None)  # the calls seen are plain fp32 CPU ones only (`_has_choice`)
     kinds: dict[tuple[bool, bool], tuple[int, ...]] = {}
     for shape, grads in seen:
         rows, numel = _sizes(shape)
@@ -269,7 +259,7 @@ def _choose_attention(m: PlannedAttention, seen: list[tuple[Any, bool]], trainin
                     m.native = True
                 # The calls the native kernel does not take whole run on SDPA.
                 table[key] = sdpa
-            elif isinstance(choice, str) and choice in ATTENTION_FUNCTIONS:
+            elif choice in ATTENTION_FUNCTIONS:
                 table[key] = ATTENTION_FUNCTIONS[choice]
             else:
                 table[key] = SdpaBackend(choice) if choice not in (None, "default") else sdpa

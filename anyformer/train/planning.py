@@ -147,7 +147,7 @@ def prepare_for_training(model: nn.Module, task: Task, dist: Distributed, cfg: T
 
     if dist.is_main:
         prepare(model, example)
-        adamw_impl(param_groups(model, cfg.weight_decay, cfg.decay_all), device=device)
+        adamw_kernel(model, cfg, device)  # asked now, so that the answer is among those broadcast
     if not dist.enabled:
         return
     answers = dist.broadcast(planner().pinned() if dist.is_main else None)

@@ -12,6 +12,7 @@ flag, so all ranks see the same numbers and stop after the same step.
 """
 from __future__ import annotations
 
+import gc
 import math
 import os
 import signal
@@ -259,15 +260,25 @@ class Trainer:
         except Interrupted:
             # A stop is agreed at a sync: every rank raises it after the same step, so they can leave
             # together. One rank tearing its process group down while another still uses it aborts both.
-            self.dist.close(wait=True)
+            self._leave_group(wait=True)
             raise
         except BaseException as e:
-            self.dist.close(wait=False)  # the other ranks may be gone already
+            self._leave_group(wait=False)  # the other ranks may be gone already
             if (lost := elastic.lost_rank(e)) is not None:
                 raise TrainingError(lost) from None
             raise
-        self.dist.close(wait=True)
+        self._leave_group(wait=True)
         return summary
+
+    def _leave_group(self, wait: bool) -> None:
+        """Leave the process group and free what still holds it (DDP's reducer, the compiled step over
+        it) while the interpreter runs: freed at its exit instead, gloo's worker threads can abort a
+        process whose run ended well (SIGABRT, "terminate called without an active exception")."""
+        self.dist.close(wait=wait)
+        if self.forward_model is not self.model:
+            self.forward_model = self.model
+            self.step_plan.compiled = None
+            gc.collect()  # DDP's hooks hold it in reference cycles
 
     def _fit_budget(self, bar) -> None:
         """--time-budget: set the run's steps so that it ends within the budget, from the time per step

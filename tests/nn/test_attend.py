@@ -1,0 +1,67 @@
+"""Each attention function of nn/attend.py against the closed form softmax(Q K^T / sqrt(d) + mask) V,
+with the causal mask aligned bottom-right (N queries are the last N of M keys), a padding mask, both
+together, and half-precision inputs (the weights summed in fp32, the output in the inputs' dtype)."""
+import math
+
+import pytest
+import torch
+
+from anyformer.nn.attend import ATTENTION_FUNCTIONS, by_sums, explicit, sdpa
+
+
+def qkv(n: int, m: int, dtype=torch.float32, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 3, n, 8, generator=g)
+    k, v = torch.randn(2, 3, m, 8, generator=g), torch.randn(2, 3, m, 8, generator=g)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def closed_form(q, k, v, mask=None, causal=False):
+    n, m = q.shape[2], k.shape[2]
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    allowed = torch.ones(n, m, dtype=torch.bool)
+    if causal:  # query i stands at position m - n + i and sees keys up to it
+        allowed = torch.arange(m)[None, :] <= (m - n + torch.arange(n))[:, None]
+    if mask is not None:
+        allowed = allowed & mask
+    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v.double()
+
+
+PADDING = torch.tensor([True, True, False, True, True, True, False])[None, None, None, :]  # keys 2 and 6 hidden
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_FUNCTIONS))
+@pytest.mark.parametrize("n,m", [(1, 7), (2, 7), (4, 7), (7, 7)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_every_attention_function_is_the_closed_form(name, n, m, causal, padded):
+    q, k, v = qkv(n, m)
+    mask = PADDING if padded else None
+    out = ATTENTION_FUNCTIONS[name](q, k, v, mask, causal, 0.0)
+    assert out.shape == (2, 3, n, 8) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), closed_form(q, k, v, mask, causal), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attend", [sdpa, explicit, by_sums])
+def test_half_precision_inputs_give_half_precision_outputs_near_the_closed_form(attend):
+    q, k, v = qkv(2, 300, torch.bfloat16, seed=1)
+    mask = PADDING.repeat(1, 1, 1, 43)[..., :300]
+    out = attend(q, k, v, mask, True, 0.0)
+    assert out.dtype == torch.bfloat16
+    assert (out.double() - closed_form(q, k, v, mask, True)).abs().max() < 0.01  # bf16 scores: ~0.004 off
+
+
+def test_by_sums_takes_the_softmax_and_its_weighted_sum_in_fp32_over_bf16_scores():
+    # The scores are products and sums in the inputs' dtype; from there on fp32, rounded once at the end.
+    # 300 weights of about 1/300 each would lose most of their digits in a bf16 softmax.
+    q, k, v = qkv(1, 300, torch.bfloat16, seed=2)
+    scores = (k[:, :, None] * q[:, :, :, None]).sum(-1) * 8 ** -0.5
+    expected = (scores.float().softmax(-1) @ v.float()).to(torch.bfloat16)
+    torch.testing.assert_close(by_sums(q, k, v, None, False, 0.0), expected, atol=0, rtol=2 ** -8)
+
+
+@pytest.mark.parametrize("attend", [sdpa, by_sums])
+def test_the_causal_mask_is_made_on_the_queries_device(attend):
+    # Meta tensors carry shapes only: a mask made on another device would not combine with them.
+    q, k, v = (t.to("meta") for t in qkv(3, 7))
+    assert attend(q, k, v, PADDING.to("meta"), True, 0.0).device.type == "meta"

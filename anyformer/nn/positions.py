@@ -9,12 +9,6 @@ from torch import Tensor, nn
 POSITION_KINDS = ("learned", "concat", "sinusoidal", "rotary", "none")
 
 
-def check_position_kind(kind: str) -> str:
-    if kind not in POSITION_KINDS:
-        raise ValueError(f"unknown position kind {kind!r}; expected one of {POSITION_KINDS}")
-    return kind
-
-
 def _check_length(n: int, offset: int, length: int) -> None:
     if offset + n > length:
         raise ValueError(f"sequence of {offset + n} positions is longer than the position table "

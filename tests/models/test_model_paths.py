@@ -1,0 +1,78 @@
+"""The side doors of the ViT and the GPT agree with their main forward: attention weights asked for
+(and handed over layer by layer), a KV cache continued from a position, the last position only, the
+penultimate features, and the class token read alone by the last block."""
+import pytest
+import torch
+
+import anyformer as af
+from anyformer.models.gpt import GPTConfig
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    torch.manual_seed(0)
+    return af.GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=2, heads=2)).eval()
+
+
+def test_gpt_logits_with_attention_are_the_forward_s_and_the_weights_are_causal(gpt):
+    idx = torch.randint(0, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    logits, weights = gpt.forward_with_attention(idx, [1, 0])
+    torch.testing.assert_close(logits, gpt(idx))
+    assert len(weights) == 2 and weights[0].shape == (2, 2, 6, 6)
+    assert (weights[0].triu(1) == 0).all() and (weights[1].triu(1) == 0).all()  # no query sees a later token
+    torch.testing.assert_close(weights[0].sum(-1), torch.ones(2, 2, 6))
+    assert not torch.equal(weights[0], weights[1])  # layer 1 then layer 0, as asked
+    last, _ = gpt.forward_with_attention(idx, [0], last_only=True)
+    torch.testing.assert_close(last, logits[:, -1:])
+    seen: list[int] = []
+    handed, kept = gpt.forward_with_attention(idx, True, on_layer=lambda i, w: seen.append(i))
+    assert seen == [0, 1] and kept == [] and torch.equal(handed, logits)
+
+
+def test_gpt_with_attention_continues_a_cache_at_its_position(gpt):
+    idx = torch.randint(0, 11, (1, 7), generator=torch.Generator().manual_seed(2))
+    full = gpt(idx)
+    cache = gpt.new_cache(1)
+    gpt(idx[:, :5], cache=cache)  # the prompt's keys and values
+    logits, weights = gpt.forward_with_attention(idx[:, 5:], [0], cache=cache)
+    torch.testing.assert_close(logits, full[:, 5:], atol=1e-5, rtol=1e-5)
+    assert weights[0].shape == (1, 2, 2, 7)  # two new queries over all seven keys
+    cache = gpt.new_cache(1)
+    gpt(idx[:, :5], cache=cache)
+    # The static mode (a compiled step's): the position is given, the caches' length stays at 5.
+    for p in (5, 6):
+        at, w = gpt.forward_with_attention(idx[:, p:p + 1], [0], cache=cache, position=torch.tensor(p))
+        torch.testing.assert_close(at, full[:, p:p + 1], atol=1e-5, rtol=1e-5)
+    assert (w[0][..., 7:] == 0).all() and (w[0][..., :7] > 0).all()  # position 6 sees keys 0..6 only
+    by_forward, _ = gpt(idx, return_attention=[0], last_only=True)
+    torch.testing.assert_close(by_forward, full[:, -1:])
+
+
+@pytest.fixture(scope="module")
+def vit():
+    torch.manual_seed(0)
+    return af.ViT.preset("vit-mnist", depth=2).eval()
+
+
+def test_vit_features_with_attention_are_the_plain_features_and_one_map_per_layer(vit):
+    images = torch.randn(2, 1, 28, 28)
+    tokens, weights = vit.forward_features(images, return_attention=True)
+    torch.testing.assert_close(tokens, vit.forward_features(images))
+    n = tokens.shape[1]
+    assert len(weights) == 2 and weights[1].shape == (2, vit.config.heads, n, n)
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_pre_logits_are_what_the_head_s_last_layer_reads_and_a_class_token_alone_leaves_the_last_block(pool):
+    torch.manual_seed(0)
+    vit = af.ViT.preset("vit-mnist", depth=2, pool=pool).eval()
+    images = torch.randn(3, 1, 28, 28)
+    seen = []
+    hook = vit.backbone.blocks[-1].register_forward_hook(lambda m, args, out: seen.append(out.shape[1]))
+    try:
+        features = vit.pre_logits(images)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(vit.head.fc(features), vit(images), atol=1e-5, rtol=1e-5)
+    tokens = vit.forward_features(images)
+    assert seen == [1 if pool == "cls" else tokens.shape[1]]

@@ -76,3 +76,30 @@ def test_pre_logits_are_what_the_head_s_last_layer_reads_and_a_class_token_alone
     torch.testing.assert_close(vit.head.fc(features), vit(images), atol=1e-5, rtol=1e-5)
     tokens = vit.forward_features(images)
     assert seen == [1 if pool == "cls" else tokens.shape[1]]
+
+
+def test_gpt_asks_its_decoder_whether_steps_run_compiled(gpt):
+    from anyformer.models import generation
+    assert not gpt.settle_decode(2, 10) and not gpt.compiled_decode(2, 10)  # eager until the plan installs one
+    asked = []
+
+    class Told(generation.Decoder):
+        def settle(self, model, batch, total):
+            asked.append(("settle", model, batch, total))
+            return True
+
+        def compiled(self, model, batch, total):
+            asked.append(("compiled", model, batch, total))
+            return True
+
+    generation.set_decoder(gpt, Told())
+    try:
+        assert gpt.settle_decode(2, 10) is True and gpt.compiled_decode(3, 12) is True
+    finally:
+        generation.set_decoder(gpt, None)
+    assert asked == [("settle", gpt, 2, 10), ("compiled", gpt, 3, 12)]
+
+
+def test_gpt_flops_name_the_context_a_sequence_must_fit(gpt):
+    with pytest.raises(ValueError, match=r"seq_len must be an int in \[1, 16\] \(the model's context\), got 17"):
+        gpt.forward_flops(17)

@@ -65,3 +65,20 @@ def test_the_causal_mask_is_made_on_the_queries_device(attend):
     # Meta tensors carry shapes only: a mask made on another device would not combine with them.
     q, k, v = (t.to("meta") for t in qkv(3, 7))
     assert attend(q, k, v, PADDING.to("meta"), True, 0.0).device.type == "meta"
+
+
+def test_the_explicit_form_takes_its_softmax_in_fp32_over_bf16_scores_and_rounds_the_weights_once():
+    from anyformer.nn.functional import attention_explicit
+    q, k, v = qkv(3, 300, torch.bfloat16, seed=3)
+    scores = (q * (1.0 / math.sqrt(8))) @ k.transpose(-2, -1)
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(torch.bfloat16)
+    out, got = attention_explicit(q, k, v)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, weights)
+    torch.testing.assert_close(out, weights @ v)
+
+
+def test_the_explicit_form_makes_its_causal_mask_on_the_queries_device():
+    from anyformer.nn.functional import attention_explicit
+    q, k, v = (t.to("meta") for t in qkv(3, 7))
+    out, weights = attention_explicit(q, k, v, causal=True)
+    assert out.device.type == "meta" and weights.shape == (2, 3, 3, 7)

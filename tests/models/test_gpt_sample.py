@@ -45,6 +45,9 @@ def test_the_nucleus_is_the_smallest_set_whose_probabilities_reach_top_p():
     assert halves.softmax(-1).tolist() == [[0.5, 0.25, 0.25]]
     assert filter_logits(halves, 1.0, top_p=0.5).isinf().tolist() == [[False, True, True]]
     assert torch.equal(filter_logits(logits, 1.0, top_p=1.0), logits)  # everything: nothing cut
+    # Even a token whose probability is below float32's resolution (the mass before it rounds to 1).
+    unlikely = torch.tensor([[0.0, -30.0]])
+    assert torch.equal(filter_logits(unlikely, 1.0, top_p=1.0), unlikely)
     # Within the nucleus the logits keep their places: the order is put back.
     both = torch.tensor([[0.1, 3.0, 0.2, 2.9, -5.0]])
     kept = filter_logits(both, 1.0, top_k=3, top_p=0.9)

@@ -103,3 +103,32 @@ def test_gpt_asks_its_decoder_whether_steps_run_compiled(gpt):
 def test_gpt_flops_name_the_context_a_sequence_must_fit(gpt):
     with pytest.raises(ValueError, match=r"seq_len must be an int in \[1, 16\] \(the model's context\), got 17"):
         gpt.forward_flops(17)
+
+
+def test_gpt_forward_hands_return_attention_on_with_the_cache_position_and_last_only(gpt):
+    idx = torch.randint(0, 11, (1, 7), generator=torch.Generator().manual_seed(4))
+    full, by_layer = gpt.forward_with_attention(idx, [1, 0])
+    logits, weights = gpt(idx, return_attention=[1])
+    torch.testing.assert_close(logits, full) and torch.testing.assert_close(weights[0], by_layer[0])
+    cache = gpt.new_cache(1)
+    gpt(idx[:, :5], cache=cache)
+    for p in (5, 6):  # the static mode: the position is given, the caches' length stays at 5
+        step, w = gpt(idx[:, p:p + 1], cache=cache, position=torch.tensor(p), return_attention=[0], last_only=True)
+        torch.testing.assert_close(step, full[:, p:p + 1], atol=1e-5, rtol=1e-5)
+    assert w[0].shape == (1, 2, 1, 16) and (w[0][..., 7:] == 0).all()
+
+
+def test_vit_forward_hands_return_attention_on_and_names_its_settings_bounds(vit):
+    images = torch.randn(2, 1, 28, 28)
+    logits, weights = vit(images, return_attention=[1])
+    by_layer = vit.forward_with_attention(images, [0, 1])[1]
+    torch.testing.assert_close(logits, vit(images)) and torch.testing.assert_close(weights[0], by_layer[1])
+    assert len(weights) == 1 and not torch.equal(by_layer[0], by_layer[1])
+    from anyformer.models.vit import ViTConfig
+    small = dict(image_size=8, patch_size=4, width=16, depth=1, heads=2, mlp_hidden=16, position="concat")
+    for ok in (1, 15):
+        assert ViTConfig(**small, pos_width=ok).pos_width == ok
+    for bad in (0, 16):
+        with pytest.raises(ValueError, match=f"position='concat' needs 0 < pos_width < width, got pos_width={bad}"):
+            ViTConfig(**small, pos_width=bad)
+    assert ViTConfig(**{**small, "position": "learned"}, pos_width=0).pos_width == 0  # only concat needs one

@@ -238,11 +238,12 @@ class MAE(Model):
         return {k: v for k, v in self.state_dict().items() if k.startswith(ENCODER_KEYS)}
 
     def forward_flops(self, seq_len: int | None = None) -> float:
-        """Matmul FLOPs of one image's pre-training forward pass: the encoder over the visible
+        """Matmul FLOPs of one image's pre-training forward pass: the patch embedding of every patch
+        (one convolution over the image, before the visible are kept), the encoder over the visible
         patches (and class token), the decoder over every patch. `seq_len` is not used."""
         c, p = self.config, self.prefix.num_prefix
         n_enc, n_dec = c.num_visible + p, c.num_patches + p
-        enc = 2 * n_enc * matmul_weights(self.backbone) + 2 * c.num_visible * matmul_weights(self.patch_embed)
+        enc = 2 * n_enc * matmul_weights(self.backbone) + 2 * c.num_patches * matmul_weights(self.patch_embed)
         dec = (2 * n_enc * matmul_weights(self.decoder_embed) + 2 * n_dec * matmul_weights(self.decoder)
                + 2 * c.num_patches * matmul_weights(self.decoder_out))
         attn = 4 * c.depth * n_enc ** 2 * c.width + 4 * c.decoder_depth * n_dec ** 2 * c.decoder_width

@@ -218,3 +218,43 @@ def test_layer_scale_multiplies_each_channel_by_its_gamma():
     with torch.no_grad():
         ls.gamma.copy_(torch.tensor([1.0, 2.0, -3.0]))
     torch.testing.assert_close(ls(torch.ones(2, 3)), torch.tensor([[1.0, 2.0, -3.0]] * 2))
+
+
+def test_the_backbone_with_attention_computes_what_its_forward_does_with_every_argument():
+    torch.manual_seed(0)
+    cross = randomised(Transformer(16, 2, 4, cross=True))
+    x, context = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    context_mask = torch.tensor([[True, True, True], [True, False, True]])
+    mask = torch.tensor([[True] * 5, [True, True, True, True, False]])
+    kw = dict(mask=mask, context=context, context_mask=context_mask, keep=2)  # keep: key padding only
+    y, weights = cross.forward_with_attention(x, [-2, 1], **kw)
+    torch.testing.assert_close(y, cross(x, **kw))
+    assert y.shape == (2, 2, 16) and [w.shape for w in weights] == [(2, 4, 5, 5), (2, 4, 2, 5)]
+    assert (weights[0][1, :, :, 4] == 0).all() and (weights[0][0, :, :, 4] > 0).all()  # the mask reached them
+    causal, w = cross.forward_with_attention(x, [0], causal=True, context=context)
+    torch.testing.assert_close(causal, cross(x, causal=True, context=context))
+    assert (w[0].triu(1) == 0).all()
+    assert cross.forward_with_attention(x, None, **kw)[1] == [] and cross.forward_with_attention(x, False, **kw)[1] == []
+    with pytest.raises(ValueError, match=r"return_attention layers must be ints in \[-2, 2\); got -3"):
+        cross.forward_with_attention(x, [-3], **kw)
+    adaln = randomised(Transformer(16, 2, 4, adaln=True))
+    c = torch.randn(2, 16)
+    torch.testing.assert_close(adaln.forward_with_attention(x, True, cond=c)[0], adaln(x, cond=c))
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_the_backbone_with_attention_continues_a_kv_cache(norm):
+    trunk = randomised(Transformer(16, 2, 4, norm=norm, rotary=True, max_len=16))
+    x = torch.randn(1, 6, 16)
+    full = trunk(x, causal=True)
+    from anyformer.nn.attention import KVCache
+    cache = [KVCache(1, 4, 4, 16, torch.float32, "cpu") for _ in range(2)]
+    trunk(x[:, :4], causal=True, cache=cache)
+    y, w = trunk.forward_with_attention(x[:, 4:], [0], causal=True, cache=cache)
+    torch.testing.assert_close(y, full[:, 4:], atol=1e-5, rtol=1e-5)
+    assert w[0].shape == (1, 4, 2, 6)
+    cache = [KVCache(1, 4, 4, 16, torch.float32, "cpu") for _ in range(2)]
+    trunk(x[:, :4], causal=True, cache=cache)
+    for p in (4, 5):  # the static mode: the position is given, the caches' length stays at 4
+        y, _ = trunk.forward_with_attention(x[:, p:p + 1], [1], causal=True, cache=cache, position=torch.tensor(p))
+        torch.testing.assert_close(y, full[:, p:p + 1], atol=1e-5, rtol=1e-5)

@@ -257,8 +257,10 @@ class SeriesTransformer(Model):
         """(B, N, D) -> (B, 1, D): the mean of the tokens that hold data, as the one token the head reads."""
         if mask is None:
             return out.mean(1, keepdim=True)
-        m = mask[..., None].to(out.dtype)
-        return (out * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
+        # Summed and counted in fp32 and int64, rounded once: bf16 holds integers exactly only up to
+        # 256, so a bf16 count of 257 tokens (or a sum of 257 ones) would be 256.
+        m = mask[..., None]
+        return ((out.float() * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)).to(out.dtype)
 
     def forward_with_attention(self, series: Tensor, lengths: Tensor | None = None,
                                layers: bool | Sequence[int] = True, *,

@@ -21,7 +21,8 @@ def test_gpt_logits_with_attention_are_the_forward_s_and_the_weights_are_causal(
     assert len(weights) == 2 and weights[0].shape == (2, 2, 6, 6)
     assert (weights[0].triu(1) == 0).all() and (weights[1].triu(1) == 0).all()  # no query sees a later token
     torch.testing.assert_close(weights[0].sum(-1), torch.ones(2, 2, 6))
-    assert not torch.equal(weights[0], weights[1])  # layer 1 then layer 0, as asked
+    _, every = gpt.forward_with_attention(idx)  # all layers by default, in order
+    assert torch.equal(weights[0], every[1]) and torch.equal(weights[1], every[0])  # layer 1 then 0, as asked
     last, _ = gpt.forward_with_attention(idx, [0], last_only=True)
     torch.testing.assert_close(last, logits[:, -1:])
     seen: list[int] = []
@@ -132,3 +133,8 @@ def test_vit_forward_hands_return_attention_on_and_names_its_settings_bounds(vit
         with pytest.raises(ValueError, match=f"position='concat' needs 0 < pos_width < width, got pos_width={bad}"):
             ViTConfig(**small, pos_width=bad)
     assert ViTConfig(**{**small, "position": "learned"}, pos_width=0).pos_width == 0  # only concat needs one
+
+
+def test_vit_flops_name_the_tokens_an_image_needs(vit):
+    with pytest.raises(ValueError, match=r"tokens per image: 1 class and register tokens and at least one patch"):
+        vit.forward_flops(1)

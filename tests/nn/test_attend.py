@@ -82,3 +82,15 @@ def test_the_explicit_form_makes_its_causal_mask_on_the_queries_device():
     q, k, v = (t.to("meta") for t in qkv(3, 7))
     out, weights = attention_explicit(q, k, v, causal=True)
     assert out.device.type == "meta" and weights.shape == (2, 3, 3, 7)
+
+
+def test_the_explicit_function_drops_attention_weights_when_given_a_rate():
+    # attend(..., dropout=p) is a training call: the weights are dropped (and the rest rescaled).
+    q, k, v = qkv(4, 64)
+    torch.manual_seed(0)
+    dropped = explicit(q, k, v, None, False, 0.5)
+    torch.manual_seed(0)
+    from anyformer.nn.functional import attention_explicit
+    expected = attention_explicit(q, k, v, dropout=0.5, training=True)[0]
+    torch.testing.assert_close(dropped, expected)
+    assert not torch.allclose(dropped, explicit(q, k, v, None, False, 0.0), atol=1e-3)

@@ -100,6 +100,16 @@ def test_an_adaln_block_modulates_its_norms_and_gates_its_branches_by_the_condit
     y = h + block.ls2.gamma * g2[:, None] * mlp(block, ln(h, block.norm2) * (1 + s2[:, None]) + b2[:, None])
     out = block(x, cond=c, causal=True, context=context if cross else None)
     torch.testing.assert_close(out, y, atol=1e-5, rtol=1e-5)
+    # The masks reach both attentions: padding on the tokens, padding on the context.
+    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    context_mask = torch.tensor([[True, True, True], [True, False, True]])
+    h = x + block.ls1.gamma * g1[:, None] * mha(block.attn, ln(x, block.norm1) * (1 + s1[:, None]) + b1[:, None],
+                                                key_mask=key_mask)
+    if cross:
+        h = h + mha(block.cross_attn, ln(h, block.norm_cross), context, key_mask=context_mask)
+    y = h + block.ls2.gamma * g2[:, None] * mlp(block, ln(h, block.norm2) * (1 + s2[:, None]) + b2[:, None])
+    out = block(x, cond=c, mask=key_mask, context=context if cross else None, context_mask=context_mask)
+    torch.testing.assert_close(out, y, atol=1e-5, rtol=1e-5)
 
 
 def test_adaln_zero_starts_as_the_identity_and_asks_for_its_condition():
@@ -255,6 +265,6 @@ def test_the_backbone_with_attention_continues_a_kv_cache(norm):
     assert w[0].shape == (1, 4, 2, 6)
     cache = [KVCache(1, 4, 4, 16, torch.float32, "cpu") for _ in range(2)]
     trunk(x[:, :4], causal=True, cache=cache)
-    for p in (4, 5):  # the static mode: the position is given, the caches' length stays at 4
+    for p in (4, 4, 5):  # the static mode: the position is given (the same one twice), the length stays at 4
         y, _ = trunk.forward_with_attention(x[:, p:p + 1], [1], causal=True, cache=cache, position=torch.tensor(p))
         torch.testing.assert_close(y, full[:, p:p + 1], atol=1e-5, rtol=1e-5)

@@ -138,3 +138,45 @@ def test_vit_forward_hands_return_attention_on_and_names_its_settings_bounds(vit
 def test_vit_flops_name_the_tokens_an_image_needs(vit):
     with pytest.raises(ValueError, match=r"tokens per image: 1 class and register tokens and at least one patch"):
         vit.forward_flops(1)
+
+
+def test_gpt_tokens_stand_at_the_position_given_and_name_the_context_they_overflow(gpt):
+    idx = torch.tensor([[1, 2, 3]])
+    expected = gpt.tok_embed(idx) + gpt.pos.pos_embed[:, 4:7]
+    torch.testing.assert_close(gpt.tokens(idx, position=4), expected)  # no cache: the position says where
+    cache = gpt.new_cache(1)
+    gpt(torch.tensor([[5, 6]]), cache=cache)  # two cached: the next tokens stand at 2..4
+    torch.testing.assert_close(gpt.tokens(idx, cache), gpt.tok_embed(idx) + gpt.pos.pos_embed[:, 2:5])
+    with pytest.raises(ValueError, match=r"sequence of 19 tokens is longer than the model's context \(16\)"):
+        gpt.tokens(idx, position=16)
+    with pytest.raises(ValueError, match=r"token ids must have shape \(B, T\), got \(17,\)"):
+        gpt.tokens(torch.zeros(17, dtype=torch.long))  # the shape is named, not a length
+
+
+def test_gpt_token_dropout_acts_in_training():
+    torch.manual_seed(0)
+    gpt = af.GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=1, heads=2, dropout=0.5)).train()
+    idx = torch.tensor([[1, 2, 3, 4]])
+    clean = gpt.tok_embed(idx) + gpt.pos.pos_embed[:, :4]
+    dropped = gpt.tokens(idx)
+    assert (dropped == 0).any() and torch.allclose(dropped[dropped != 0], 2 * clean[dropped != 0])
+
+
+def test_gpt_caches_take_the_model_s_dtype_and_device():
+    gpt = af.GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=2, heads=2)).double()
+    cache = gpt.new_cache(3, max_len=5)
+    assert len(cache) == 2 and cache[0].k.shape == (3, 2, 5, 8) and cache[0].k.dtype == torch.float64
+    assert gpt.to("meta").new_cache(1)[1].v.device.type == "meta"
+
+
+def test_gpt_stream_hands_every_setting_to_the_loop(gpt):
+    from anyformer.models import generation
+    prompt = torch.tensor([[1, 2, 3]])
+    seen = []
+    real = generation.stream
+    try:
+        generation.stream = lambda model, idx, n, **kw: seen.append(kw) or iter(())
+        list(gpt.stream(prompt, 2, temperature=0.5, top_k=3, top_p=0.9, use_cache=False))
+    finally:
+        generation.stream = real
+    assert seen == [dict(temperature=0.5, top_k=3, top_p=0.9, generator=None, use_cache=False)]

@@ -85,3 +85,13 @@ def test_generation_steps_run_the_lm_head_on_the_last_position_alone():
     finally:
         hook.remove()
     assert rows == [1] * 10
+
+
+def test_the_linear_embedding_is_one_shared_map_with_a_bias_unless_told():
+    from anyformer.nn import LinearEmbedding
+    emb = LinearEmbedding(3, 4)
+    x = torch.randn(2, 5, 3)
+    torch.testing.assert_close(emb(x), x @ emb.proj.weight.T + emb.proj.bias)
+    assert LinearEmbedding(3, 4, bias=False).proj.bias is None
+    with pytest.raises(ValueError, match=r"expected vectors of shape \(B, N, 3\), got \(2, 5, 4\)"):
+        emb(torch.randn(2, 5, 4))

@@ -111,6 +111,13 @@ def test_vit_model_without_pooler():
     vit.to_hf("ViTModel").load_state_dict(ref.state_dict(), strict=True)
 
 
+def test_from_hf_takes_config_overrides():
+    vit = af.ViT.from_hf(transformers.ViTModel(transformers.ViTConfig(**VIT_SHAPES["tiny"])), attn_impl="explicit")
+    assert vit.config.attn_impl == "explicit"
+    gpt = af.GPT.from_hf(transformers.GPT2LMHeadModel(gpt2_config(**GPT_SHAPES["tiny"])), attn_impl="explicit")
+    assert gpt.config.attn_impl == "explicit"
+
+
 def test_vit_preset_exports_to_hf():
     vit = af.ViT.from_config(dict(image_size=16, patch_size=8, in_chans=3, num_classes=3, width=32, depth=1,
                                   heads=2, mlp_hidden=64, norm_eps=1e-12)).eval()

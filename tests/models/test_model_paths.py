@@ -110,7 +110,8 @@ def test_gpt_forward_hands_return_attention_on_with_the_cache_position_and_last_
     idx = torch.randint(0, 11, (1, 7), generator=torch.Generator().manual_seed(4))
     full, by_layer = gpt.forward_with_attention(idx, [1, 0])
     logits, weights = gpt(idx, return_attention=[1])
-    torch.testing.assert_close(logits, full) and torch.testing.assert_close(weights[0], by_layer[0])
+    torch.testing.assert_close(logits, full)
+    torch.testing.assert_close(weights[0], by_layer[0])
     cache = gpt.new_cache(1)
     gpt(idx[:, :5], cache=cache)
     for p in (5, 6):  # the static mode: the position is given, the caches' length stays at 5
@@ -123,7 +124,8 @@ def test_vit_forward_hands_return_attention_on_and_names_its_settings_bounds(vit
     images = torch.randn(2, 1, 28, 28)
     logits, weights = vit(images, return_attention=[1])
     by_layer = vit.forward_with_attention(images, [0, 1])[1]
-    torch.testing.assert_close(logits, vit(images)) and torch.testing.assert_close(weights[0], by_layer[1])
+    torch.testing.assert_close(logits, vit(images))
+    torch.testing.assert_close(weights[0], by_layer[1])
     assert len(weights) == 1 and not torch.equal(by_layer[0], by_layer[1])
     from anyformer.models.vit import ViTConfig
     small = dict(image_size=8, patch_size=4, width=16, depth=1, heads=2, mlp_hidden=16, position="concat")
@@ -149,8 +151,9 @@ def test_gpt_tokens_stand_at_the_position_given_and_name_the_context_they_overfl
     torch.testing.assert_close(gpt.tokens(idx, cache), gpt.tok_embed(idx) + gpt.pos.pos_embed[:, 2:5])
     with pytest.raises(ValueError, match=r"sequence of 19 tokens is longer than the model's context \(16\)"):
         gpt.tokens(idx, position=16)
-    with pytest.raises(ValueError, match=r"token ids must have shape \(B, T\), got \(17,\)"):
-        gpt.tokens(torch.zeros(17, dtype=torch.long))  # the shape is named, not a length
+    for ids, position in ((torch.zeros(17, dtype=torch.long), None), (torch.zeros(3, dtype=torch.long), 16)):
+        with pytest.raises(ValueError, match=r"token ids must have shape \(B, T\), got"):
+            gpt.tokens(ids, position=position)  # the shape is named, not a length
 
 
 def test_gpt_token_dropout_acts_in_training():
@@ -180,3 +183,17 @@ def test_gpt_stream_hands_every_setting_to_the_loop(gpt):
     finally:
         generation.stream = real
     assert seen == [dict(temperature=0.5, top_k=3, top_p=0.9, generator=None, use_cache=False)]
+
+
+def test_gpt_stream_samples_at_temperature_one_by_default():
+    torch.manual_seed(0)
+    gpt = af.GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=1, heads=2)).eval()
+    with torch.no_grad():  # logits of several units: another temperature draws other tokens
+        gpt.lm_head.weight.mul_(15)
+    prompt = torch.tensor([[1, 2, 3]])
+    hotter = gpt.generate(prompt, 8, temperature=2.0, generator=torch.Generator().manual_seed(6))
+    default = gpt.generate(prompt, 8, generator=torch.Generator().manual_seed(6))
+    one = gpt.generate(prompt, 8, temperature=1.0, generator=torch.Generator().manual_seed(6))
+    assert torch.equal(default, one)
+    streamed = torch.cat(list(gpt.stream(prompt, 8, generator=torch.Generator().manual_seed(6))), 1)
+    assert torch.equal(streamed, one[:, 3:]) and not torch.equal(hotter, one)

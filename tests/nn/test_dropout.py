@@ -32,6 +32,7 @@ def test_what_the_cheaper_mask_does_not_take_goes_to_torch_s_dropout():
     torch.manual_seed(0)
     assert torch.equal(got, F.dropout(x, 0.3, True))
     assert torch.equal(dropout(x, 0.3, False), x)
+    assert (dropout(torch.ones(100), 0.5) == 0).any()  # a training call by default
     ones = torch.ones(8, 8)
     assert torch.equal(dropout(ones, 1.0, True), torch.zeros(8, 8))  # p = 1 drops everything, no 0 / 0
     assert dropout(ones, 0.0, True) is ones

@@ -96,3 +96,20 @@ def test_the_average_follows_its_closed_form():
     for decay in (0.0, 1.0):
         with pytest.raises(ValueError, match=r"ema decay must be in \(0, 1\)"):
             EMA(model, decay)
+
+
+def test_a_cosine_of_one_step_reaches_its_floor_at_that_step():
+    cfg = config(min_lr_ratio=0.1)  # 10 warm-up steps, then one cosine step
+    assert lr_at(10, 11, cfg) == pytest.approx(1e-3) and lr_at(11, 11, cfg) == pytest.approx(1e-4)
+
+
+def test_the_average_comes_back_from_its_state():
+    model = Tiny()
+    ema = EMA(model, 0.9)
+    with torch.no_grad():
+        model.fc.weight.add_(1.0)
+    ema.update(model, 3)
+    restored = EMA(Tiny(), 0.9)
+    restored.load_state_dict(ema.state_dict())
+    for (name, a), b in zip(ema.model.state_dict().items(), restored.model.state_dict().values()):
+        assert torch.equal(a, b), name

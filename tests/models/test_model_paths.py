@@ -172,16 +172,12 @@ def test_gpt_caches_take_the_model_s_dtype_and_device():
     assert gpt.to("meta").new_cache(1)[1].v.device.type == "meta"
 
 
-def test_gpt_stream_hands_every_setting_to_the_loop(gpt):
+def test_gpt_stream_hands_every_setting_to_the_loop(gpt, monkeypatch):
     from anyformer.models import generation
     prompt = torch.tensor([[1, 2, 3]])
     seen = []
-    real = generation.stream
-    try:
-        generation.stream = lambda model, idx, n, **kw: seen.append(kw) or iter(())
-        list(gpt.stream(prompt, 2, temperature=0.5, top_k=3, top_p=0.9, use_cache=False))
-    finally:
-        generation.stream = real
+    monkeypatch.setattr(generation, "stream", lambda model, idx, n, **kw: seen.append(kw) or iter(()))
+    list(gpt.stream(prompt, 2, temperature=0.5, top_k=3, top_p=0.9, use_cache=False))
     assert seen == [dict(temperature=0.5, top_k=3, top_p=0.9, generator=None, use_cache=False)]
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from anyformer.nn.attend import ATTENTION_FUNCTIONS, by_sums, explicit, sdpa
+from anyformer.nn.functional import attention_explicit
 
 
 def qkv(n: int, m: int, dtype=torch.float32, seed: int = 0):
@@ -68,7 +69,6 @@ def test_the_causal_mask_is_made_on_the_queries_device(attend):
 
 
 def test_the_explicit_form_takes_its_softmax_in_fp32_over_bf16_scores_and_rounds_the_weights_once():
-    from anyformer.nn.functional import attention_explicit
     q, k, v = qkv(3, 300, torch.bfloat16, seed=3)
     scores = (q * (1.0 / math.sqrt(8))) @ k.transpose(-2, -1)
     weights = scores.softmax(dim=-1, dtype=torch.float32).to(torch.bfloat16)
@@ -78,7 +78,6 @@ def test_the_explicit_form_takes_its_softmax_in_fp32_over_bf16_scores_and_rounds
 
 
 def test_the_explicit_form_makes_its_causal_mask_on_the_queries_device():
-    from anyformer.nn.functional import attention_explicit
     q, k, v = (t.to("meta") for t in qkv(3, 7))
     out, weights = attention_explicit(q, k, v, causal=True)
     assert out.device.type == "meta" and weights.shape == (2, 3, 3, 7)
@@ -90,7 +89,6 @@ def test_the_explicit_function_drops_attention_weights_when_given_a_rate():
     torch.manual_seed(0)
     dropped = explicit(q, k, v, None, False, 0.5)
     torch.manual_seed(0)
-    from anyformer.nn.functional import attention_explicit
     expected = attention_explicit(q, k, v, dropout=0.5, training=True)[0]
     torch.testing.assert_close(dropped, expected)
     assert not torch.allclose(dropped, explicit(q, k, v, None, False, 0.0), atol=1e-3)

@@ -1,0 +1,130 @@
+"""Trainer methods one rule at a time on a tiny real trainer, without a training run: how a time
+budget's fit becomes the run's steps (rank 0's figure on every rank, the bar's total, a line only for
+a change of more than 1%), and what the pictures are drawn from (the average where there is one)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from anyformer.train.distributed import Distributed
+
+from .conftest import make_trainer, tiny_config
+
+
+class _Budget:
+    """A budget whose fit is `fitted`, recording what it was asked."""
+
+    seconds = 3600.0
+
+    def __init__(self, fitted: int) -> None:
+        self.fitted, self.asked = fitted, []
+        self.started: list[tuple[int, float]] = []
+
+    def fit(self, step, elapsed, eval_every, current, asked):
+        self.asked.append((step, elapsed, eval_every, current, asked))
+        return self.fitted
+
+    def start(self, step, elapsed):
+        self.started.append((step, elapsed))
+
+
+class _Bar:
+    def __init__(self, total: int) -> None:
+        self.total, self.lines = total, []
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+
+
+class _Joined(Distributed):
+    """A process group of `world` ranks stood in for: `sum` adds what rank 0 would send (`rank0`)
+    to this rank's own value, as an all-reduce of one value from rank 0 and zeros elsewhere would."""
+
+    def __init__(self, rank: int, world: int, rank0: float) -> None:
+        super().__init__(rank=rank, world=world, joined=True)
+        self.rank0, self.summed = rank0, []
+
+    def sum(self, t):
+        self.summed.append(t.clone())
+        return t + (0.0 if self.is_main else self.rank0)
+
+
+@pytest.fixture
+def trainer(tmp_path, mnist_slice):
+    # 2,000 examples in batches of 32: 63 steps per epoch, 126 steps asked.
+    return make_trainer(tiny_config(tmp_path, epochs=2), mnist_slice)
+
+
+def test_the_fit_sets_the_steps_and_the_bar_and_says_so(trainer, capsys) -> None:
+    trainer.budget, trainer.step, trainer.elapsed = _Budget(80), 10, 4.5
+    assert trainer.total_steps == 126 and trainer.eval_every == 63
+    bar = _Bar(126)
+    trainer._fit_budget(bar)
+    assert trainer.budget.asked == [(10, 4.5, 63, 126, 126)]
+    assert trainer.total_steps == 80 and bar.total == 80
+    assert bar.lines == ["time budget 3600 s: 80 steps (1.27 epochs) instead of 126"]
+    trainer.budget.fitted = 60
+    trainer._fit_budget(None)  # without a bar, printed
+    assert trainer.total_steps == 60 and capsys.readouterr().out == "time budget 3600 s: 60 steps (0.95 epochs) instead of 80\n"
+
+
+def test_a_change_of_one_percent_or_less_is_made_silently(trainer) -> None:
+    trainer.budget, trainer.total_steps = _Budget(990), 1000
+    bar = _Bar(1000)
+    trainer._fit_budget(bar)
+    assert trainer.total_steps == 990 and bar.total == 990 and bar.lines == []
+    trainer.budget.fitted = 1000  # back up by 10 of 990: 1.01%, said
+    trainer._fit_budget(bar)
+    assert bar.lines == ["time budget 3600 s: 1000 steps (15.87 epochs) instead of 990"]
+
+
+def test_the_fit_stops_once_the_steps_are_done(trainer) -> None:
+    trainer.budget, trainer.step, trainer.total_steps = _Budget(500), 126, 126
+    trainer._fit_budget(None)
+    assert trainer.budget.asked == [] and trainer.total_steps == 126
+    trainer.step = 125
+    trainer._fit_budget(None)
+    assert trainer.total_steps == 500
+
+
+def test_under_torchrun_every_rank_takes_rank_zeros_fit(trainer, capsys) -> None:
+    trainer.budget = _Budget(77)  # this rank's own fit, which it must not use
+    trainer.dist = _Joined(rank=1, world=2, rank0=90.0)
+    bar = _Bar(126)
+    trainer._fit_budget(bar)
+    (sent,) = trainer.dist.summed
+    assert sent.dtype == torch.float64 and sent.tolist() == [0.0]  # a rank other than 0 adds nothing
+    assert trainer.total_steps == 90 and bar.total == 90
+    assert bar.lines == [] and capsys.readouterr().out == ""  # rank 0 alone says it
+    trainer.dist = _Joined(rank=0, world=2, rank0=0.0)
+    trainer._fit_budget(bar)
+    assert trainer.dist.summed[0].tolist() == [77.0] and trainer.total_steps == 77 and len(bar.lines) == 1
+
+
+def test_the_pictures_are_drawn_from_the_last_evaluation_of_the_average_where_there_is_one(tmp_path, mnist_slice) -> None:
+    for ema in (None, 0.5):
+        t = make_trainer(tiny_config(tmp_path / str(ema), ema=ema), mnist_slice)
+        t.files.prepare(False)
+        drawn = []
+        t.task.draw = lambda model, result, run_dir: drawn.append((model, result, run_dir))
+        t.last_eval = {"eval_accuracy": 0.25}
+        t._draw(t.run_dir)
+        assert drawn == [(t.model if ema is None else t.ema.model, {"eval_accuracy": 0.25}, t.run_dir)]
+
+
+def test_tune_starts_the_budget_at_the_runs_step_and_time(trainer, monkeypatch) -> None:
+    trainer.budget, trainer.step, trainer.elapsed = _Budget(126), 3, 1.25
+    settled = []
+    monkeypatch.setattr(trainer, "_settle_step_plan", lambda: settled.append(True))
+    assert isinstance(trainer.tune(), dict)
+    assert trainer.budget.started == [(3, 1.25)] and settled == [True]
+
+
+def test_the_run_directory_is_where_the_pictures_go(trainer, tmp_path: Path) -> None:
+    trainer.files.prepare(False)
+    where = []
+    trainer.task.draw = lambda model, result, run_dir: where.append(run_dir)
+    trainer._draw(tmp_path / "elsewhere")
+    assert where == [tmp_path / "elsewhere"]

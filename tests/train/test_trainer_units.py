@@ -172,3 +172,50 @@ def test_the_peak_is_measured_once_for_the_runs_precision(trainer, monkeypatch) 
     trainer.cfg.amp = "bf16"
     assert trainer.peak() == 5e9 and trainer.peak_source() == "measured" and trainer.peak() == 5e9
     assert asked == [(trainer.device, "bf16")]
+
+
+def test_the_plan_is_written_into_the_run_and_a_failed_write_is_named(trainer) -> None:
+    import json
+
+    from anyformer.train.rundir import TrainingError
+    from anyformer.train.runplan import PLAN_FILE
+    trainer.files.prepare(False)
+    trainer.write_plan()
+    assert json.loads((trainer.run_dir / PLAN_FILE).read_text()) == json.loads(json.dumps(trainer.step_plan.state()))
+    (trainer.run_dir / PLAN_FILE).unlink()
+    (trainer.run_dir / PLAN_FILE).mkdir()  # a folder where the file goes: the write fails
+    with pytest.raises(TrainingError, match=rf"^cannot write the plan {trainer.run_dir / PLAN_FILE}: "):
+        trainer.write_plan()
+
+
+def test_under_fsdp_the_plain_model_is_one_cpu_copy_of_the_gathered_weights(trainer) -> None:
+    """Built once, without moving the training random state, and refilled with the weights each time."""
+    trainer.dist = Distributed(fsdp=True)  # one rank: the gather is the model's own full state
+    state = torch.get_rng_state()
+    copy = trainer._plain_model()
+    assert torch.equal(torch.get_rng_state(), state)
+    assert copy is not trainer.model and type(copy) is type(trainer.model) and copy.config == trainer.model.config
+    for k, v in trainer.model.state_dict().items():
+        assert torch.equal(copy.state_dict()[k], v), k
+    with torch.no_grad():
+        next(trainer.model.parameters()).add_(1.0)
+    assert trainer._plain_model() is copy
+    assert torch.equal(next(copy.parameters()), next(trainer.model.parameters()))
+
+
+def test_the_step_plan_is_settled_only_for_steps_still_to_run(trainer, monkeypatch) -> None:
+    settled = []
+    monkeypatch.setattr(trainer.step_plan, "settle", lambda *a, **kw: settled.append(kw))
+    trainer.step = trainer.total_steps  # the run is done: nothing left to measure for
+    trainer._settle_step_plan()
+    assert settled == []
+    trainer.step = trainer.total_steps - 1
+    trainer._settle_step_plan()
+    assert settled == [{"steps_left": 1, "seconds_left": None}]
+    trainer.budget = _Budget(126)
+    trainer.budget.left = lambda: 42.0
+    trainer._settle_step_plan()
+    assert settled[-1] == {"steps_left": 1, "seconds_left": 42.0}
+    trainer.dist = _Joined(rank=0, world=2, rank0=0.0)  # under torchrun only --compile is settled
+    trainer._settle_step_plan()
+    assert len(settled) == 2

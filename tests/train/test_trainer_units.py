@@ -39,16 +39,16 @@ class _Bar:
 
 
 class _Joined(Distributed):
-    """A process group of `world` ranks stood in for: `sum` adds what rank 0 would send (`rank0`)
-    to this rank's own value, as an all-reduce of one value from rank 0 and zeros elsewhere would."""
+    """A process group of `world` ranks stood in for: `sum` adds what the other ranks send (`others`,
+    a number or a tensor shaped like the sum) to this rank's own value, as an all-reduce would."""
 
-    def __init__(self, rank: int, world: int, rank0: float) -> None:
+    def __init__(self, rank: int, world: int, others) -> None:
         super().__init__(rank=rank, world=world, joined=True)
-        self.rank0, self.summed = rank0, []
+        self.others, self.summed = others, []
 
     def sum(self, t):
         self.summed.append(t.clone())
-        return t + (0.0 if self.is_main else self.rank0)
+        return t + self.others
 
 
 @pytest.fixture
@@ -91,14 +91,14 @@ def test_the_fit_stops_once_the_steps_are_done(trainer) -> None:
 
 def test_under_torchrun_every_rank_takes_rank_zeros_fit(trainer, capsys) -> None:
     trainer.budget = _Budget(77)  # this rank's own fit, which it must not use
-    trainer.dist = _Joined(rank=1, world=2, rank0=90.0)
+    trainer.dist = _Joined(rank=1, world=2, others=90.0)
     bar = _Bar(126)
     trainer._fit_budget(bar)
     (sent,) = trainer.dist.summed
     assert sent.dtype == torch.float64 and sent.tolist() == [0.0]  # a rank other than 0 adds nothing
     assert trainer.total_steps == 90 and bar.total == 90
     assert bar.lines == [] and capsys.readouterr().out == ""  # rank 0 alone says it
-    trainer.dist = _Joined(rank=0, world=2, rank0=0.0)
+    trainer.dist = _Joined(rank=0, world=2, others=0.0)
     trainer._fit_budget(bar)
     assert trainer.dist.summed[0].tolist() == [77.0] and trainer.total_steps == 77 and len(bar.lines) == 1
 
@@ -216,6 +216,104 @@ def test_the_step_plan_is_settled_only_for_steps_still_to_run(trainer, monkeypat
     trainer.budget.left = lambda: 42.0
     trainer._settle_step_plan()
     assert settled[-1] == {"steps_left": 1, "seconds_left": 42.0}
-    trainer.dist = _Joined(rank=0, world=2, rank0=0.0)  # under torchrun only --compile is settled
+    trainer.dist = _Joined(rank=0, world=2, others=0.0)  # under torchrun only --compile is settled
     trainer._settle_step_plan()
     assert len(settled) == 2
+
+
+def test_a_stop_is_the_signal_alone_but_under_torchrun_the_agreed_one(trainer) -> None:
+    import signal
+    trainer.signals.received, trainer._stop_agreed = signal.SIGTERM, False
+    assert trainer._should_stop()  # one process: its own signal
+    trainer.dist = _Joined(rank=0, world=2, others=0.0)
+    assert not trainer._should_stop()  # seen here, not yet agreed at a sync
+    trainer.signals.received, trainer._stop_agreed = None, True
+    assert trainer._should_stop()  # another rank's signal, agreed
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_a_sync_reads_the_pending_steps_in_order_and_times_the_next(trainer, monkeypatch) -> None:
+    import anyformer.train.trainer as trainer_module
+    from anyformer.train.progress import SYNC_SECONDS
+    monkeypatch.setattr(trainer_module, "time", _Clock(105.0))
+    trainer.step, trainer._synced = 12, (2, 100.0)  # 10 steps in 5 s since the last sync
+    trainer.sums = {"correct": 1.0}
+    trainer.pending = [(10, 32, ["correct", "count"], torch.tensor([16.0, 20.0, 32.0], dtype=torch.float64)),
+                       (11, 32, ["correct", "count"], torch.tensor([8.0, 25.0, 32.0], dtype=torch.float64))]
+    trainer.sync()
+    assert trainer.sums == {"correct": 46.0, "count": 64.0, "loss": 0.75}
+    assert trainer.last_loss == 0.25 and trainer.pending == [] and trainer._synced == (12, 105.0)
+    assert trainer._next_sync == 12 + int(SYNC_SECONDS * 10 / 5) and not trainer._stop_agreed
+    trainer.step, trainer.signals.received = 13, 15  # a signal, and a step of a microsecond: as many as allowed
+    monkeypatch.setattr(trainer_module, "time", _Clock(105.000001))
+    trainer.sync()
+    assert trainer._stop_agreed and trainer._next_sync == 13 + trainer_module.MAX_SYNC_STEPS
+    monkeypatch.setattr(trainer_module, "time", _Clock(1105.001))  # a step of 1000 s: the next sync comes next
+    trainer.step = 14
+    trainer.sync()
+    assert trainer._next_sync == 15
+
+
+def test_under_torchrun_a_sync_adds_every_ranks_sums_and_takes_rank_zeros_timing(trainer, monkeypatch) -> None:
+    import anyformer.train.trainer as trainer_module
+    monkeypatch.setattr(trainer_module, "time", _Clock(105.0))
+    trainer.step, trainer._synced = 12, (2, 100.0)
+    trainer.pending = [(11, 64, ["count"], torch.tensor([16.0, 32.0], dtype=torch.float64))]
+    # rank 0 sent its loss sum and count, no signal, and its wait of 7 steps
+    trainer.dist = _Joined(rank=1, world=2, others=torch.tensor([24.0, 32.0, 0.0, 7.0], dtype=torch.float64))
+    trainer.sync()
+    (sent,) = trainer.dist.summed
+    assert sent.tolist() == [16.0, 32.0, 0.0, 0.0]  # this rank's sums, no signal, no wait of its own
+    assert trainer.sums == {"count": 64.0, "loss": 40.0 / 64} and trainer._next_sync == 19
+
+
+def test_a_non_finite_loss_is_named_by_its_step(trainer) -> None:
+    from anyformer.train.rundir import TrainingError
+    trainer.pending = [(4, 32, [], torch.tensor([3.2], dtype=torch.float64)),
+                       (5, 32, [], torch.tensor([float("inf")], dtype=torch.float64))]
+    with pytest.raises(TrainingError) as caught:
+        trainer.sync()
+    assert str(caught.value) == (f"the loss became inf at step 6; stopping. The last good checkpoint is kept in "
+                                 f"{trainer.run_dir}/checkpoints (try a lower --lr or --grad-clip)")
+
+
+@pytest.mark.parametrize("grad_accum, step", [(1, 0), (4, 62)])
+def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path, mnist_slice, grad_accum, step) -> None:
+    """1,990 examples in batches of 32: step 62 is the epoch's last, of 6 examples, in chunks of 2, 2,
+    1 and 1 (grad_accum 4), each weighted by its share of the 6: the same update as one pass over the
+    whole batch, at the schedule's rate for the step; the loss sum and the stats wait on the device,
+    the period's steps and images are counted."""
+    import copy
+
+    from anyformer.train.optim import lr_at, make_optimizer
+    t = make_trainer(tiny_config(tmp_path, grad_accum=grad_accum, warmup_steps=3, grad_clip=0.05, limit_train=1990,
+                                 model_overrides={**tiny_config(tmp_path).model_overrides, "dropout": 0.0}), mnist_slice)
+    reference = copy.deepcopy(t.model)
+    optimizer = make_optimizer(reference, t.cfg)
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(step, t.total_steps, t.cfg)
+    (x, y), n = t.task.batch(step)
+    loss, stats = t.task.loss(reference, (x, y))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05)
+    optimizer.step()
+    t.step = step
+    t.train_step()
+    assert t.step == step + 1 and t.sums == {"steps": 1, "items": n} and n == (32 if step == 0 else 6)
+    for (name, a), b in zip(t.model.named_parameters(), reference.parameters()):
+        # Adam's first update is about lr * sign(g): a gradient near 0 may flip sign between the two
+        # orders of summation (a last-bit difference), moving that weight by far less than 1e-5; a
+        # chunk weighted wrongly turns whole gradients and moves weights by about the rate, 3e-3.
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
+    ((pending_step, n_global, keys, sums),) = t.pending
+    assert (pending_step, n_global, keys) == (step, n, ["correct", "count"]) and sums.dtype == torch.float64
+    torch.testing.assert_close(sums, torch.tensor([loss.item() * n, float(stats["correct"]), float(n)],
+                                                  dtype=torch.float64), rtol=1e-5, atol=1e-5)
+    assert all(p.grad is None for p in t.model.parameters())  # zeroed for the next step

@@ -16,7 +16,7 @@ from anyformer.data import DataWarning, ImageDataset
 from anyformer.train import TrainConfig
 from anyformer.train.classify import ImageClassification, balanced_subset, image_splits
 
-from .test_user_images import _cfg, _folder, _task
+from .test_user_images import CLASSES, _cfg, _folder, _task
 
 
 def _images(n: int, classes: int, seed: int, name: str, size: int = 8) -> ImageDataset:
@@ -129,3 +129,41 @@ def test_the_final_line_names_the_split_the_epochs_the_seconds_and_the_speed(tmp
     summary = {"val_accuracy": 0.83333, "epochs": 7, "train_seconds": 12.6, "images_per_s": 345.5}
     assert task.final_line(summary) == ("validation accuracy 0.8333 after 7 epochs in 13s of training "
                                         "(346 images/s)")
+
+
+def test_training_flops_are_three_forwards() -> None:
+    class Model:
+        def forward_flops(self) -> float:
+            return 1234.5
+    assert ImageClassification.flops_per_item(None, Model()) == 3 * 1234.5
+
+
+def test_the_pictures_are_the_confusion_and_the_first_eight_test_images(tmp_path: Path, monkeypatch) -> None:
+    import anyformer.viz as viz
+    data = _folder(tmp_path / "pets", per_class=12)  # half held out: 18 test images, more than 8
+    task = _task(_cfg(tmp_path, data, val_fraction=0.5))
+    calls = {}
+    monkeypatch.setattr(viz, "plot_confusion", lambda *a: calls.__setitem__("confusion", a))
+    monkeypatch.setattr(viz, "plot_digit_attention", lambda *a: calls.__setitem__("attention", a))
+    model = torch.nn.Linear(2, 2).to(torch.float64)
+    confusion = torch.eye(3)
+    task.draw(model, {"confusion": confusion}, tmp_path)
+    assert calls["confusion"] == (confusion, list(CLASSES), tmp_path / "confusion.png")
+    got_model, images, labels, classes, path = calls["attention"]
+    assert got_model is model and classes == list(CLASSES) and path == tmp_path / "attention.png"
+    assert len(task.test) > 8 and torch.equal(images, task.normalise(task.test.images[:8]))
+    assert torch.equal(labels, task.test.labels[:8])
+    task.draw(torch.nn.Linear(2, 2, device="meta"), {"confusion": confusion}, tmp_path)
+    assert calls["attention"][1].device.type == "meta"  # the images go where the model's weights are
+
+
+def test_the_run_info_records_the_statistics_and_where_the_scored_examples_came_from(tmp_path: Path) -> None:
+    data = _folder(tmp_path / "pets")
+    (data / "notes.txt").write_text("stray")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        task = ImageClassification(_cfg(tmp_path, data), torch.device("cpu"))
+    info = task.run_info()
+    assert (info["mean"], info["std"]) == (task.preprocess.mean, task.preprocess.std)
+    assert (info["eval_split"], info["eval_source"]) == ("validation", "held out")
+    assert info["skipped_files"] == 1 and info["unreadable_images"] == []  # a stray file alone is recorded

@@ -31,6 +31,7 @@ def _alarm(signum: int, frame: object) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tests", nargs="+", help="test files (paths in mutants/)")
+    parser.add_argument("-k", dest="keyword", help="pytest's -k: only the tests that reach these mutants")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per mutant")
     args = parser.parse_args()
     if not os.path.isdir("anyformer") or not os.path.isfile("mutmut-stats.json"):
@@ -46,7 +47,8 @@ def main() -> int:
         signal.alarm(args.timeout)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", *args.tests])
+                code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", *(["-k", args.keyword] if args.keyword else []),
+                                    *args.tests])
             status = "survived" if code == pytest.ExitCode.OK else "killed" if code == pytest.ExitCode.TESTS_FAILED \
                 else f"error({int(code)})"
         except _TooLong:

@@ -284,10 +284,11 @@ def test_a_non_finite_loss_is_named_by_its_step(trainer) -> None:
                                  f"{trainer.run_dir}/checkpoints (try a lower --lr or --grad-clip)")
 
 
-@pytest.mark.parametrize("grad_accum, step", [(1, 0), (4, 62)])
+@pytest.mark.parametrize("grad_accum, step", [(1, 0), (4, 62), (8, 62)])
 def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path, mnist_slice, grad_accum, step) -> None:
     """1,990 examples in batches of 32: step 62 is the epoch's last, of 6 examples, in chunks of 2, 2,
-    1 and 1 (grad_accum 4), each weighted by its share of the 6: the same update as one pass over the
+    1 and 1 (grad_accum 4), each weighted by its share of the 6, or six chunks of 1 and two empty ones
+    (grad_accum 8, which run a stand-in example weighted 0): the same update as one pass over the
     whole batch, at the schedule's rate for the step; the loss sum and the stats wait on the device,
     the period's steps and images are counted."""
     import copy

@@ -249,3 +249,48 @@ def test_a_rank_that_cannot_read_the_checkpoint_is_named(saved, tmp_path, mnist_
     fresh.dist = _Ranks(0, 1)
     with pytest.raises(CheckpointError, match=rf"^checkpoint {path} is truncated or corrupt \(EOFError: \)$"):
         checkpoint.restore(fresh)
+
+
+# ---------------------------------------------------------------------------------- save
+def test_the_digest_tells_keys_items_and_empty_tensors_apart() -> None:
+    assert digest({"a": 1}) != digest({"b": 1}) and digest([1, 2]) != digest([1, 3])
+    assert digest({"w": torch.zeros(0)}) != digest({"w": torch.zeros(0, dtype=torch.int64)})
+    assert digest({"w": torch.zeros(2)}) == digest({"w": torch.zeros(2)})
+
+
+def test_save_writes_the_step_with_its_plan_and_returns_its_path_once(saved) -> None:
+    last = list_checkpoints(saved.run_dir)[-1]
+    assert load_checkpoint(last)["plan"] == saved.step_plan.state()
+    _steps(saved, 1)
+    path = checkpoint.save(saved)
+    assert path == checkpoint.checkpoint_path(saved.run_dir, 4) and path.is_file()
+    assert checkpoint.save(saved) == path  # the same step again: not written twice, its path
+    assert [p.name for p in list_checkpoints(saved.run_dir)] == ["step-000000003.pt", "step-000000004.pt"]
+    saved.dist = _Ranks(1, 2)
+    assert checkpoint.save(saved) is None  # another rank than 0 is given no path
+
+
+def test_a_failed_write_of_a_checkpoint_is_named(saved, monkeypatch) -> None:
+    from anyformer.train.rundir import TrainingError
+
+    def full(*a, **kw):
+        raise OSError(28, "No space left on device")
+    _steps(saved, 1)
+    where = checkpoint.checkpoint_path(saved.run_dir, 4)
+    monkeypatch.setattr(checkpoint, "commit_checkpoint", full)
+    with pytest.raises(TrainingError, match=rf"^cannot write the checkpoint {where}: No space left on device"):
+        checkpoint.save(saved)
+    monkeypatch.setattr(checkpoint, "stage_checkpoint", full)
+    with pytest.raises(TrainingError, match=rf"^cannot write the checkpoint {where}: No space left on device"):
+        checkpoint.save(saved)
+
+
+def test_a_rank_that_cannot_see_rank_zeros_checkpoint_stops_the_run_and_the_file_goes(saved) -> None:
+    from anyformer.train.rundir import TrainingError
+    _steps(saved, 1)
+    saved.dist = _Ranks(0, 3, gathered=[True, False, False])
+    with pytest.raises(TrainingError, match=r"^rank 1, 2 cannot see the checkpoint rank 0 wrote \(.+, \d+ bytes\): "
+                                            r"under torchrun --out must be a folder every machine sees"):
+        checkpoint.save(saved)
+    # the staged step 4 is removed, never named: only the two checkpoints before it are left
+    assert sorted(p.name for p in (saved.run_dir / CKPT_DIR).iterdir()) == ["step-000000002.pt", "step-000000003.pt"]

@@ -243,14 +243,14 @@ def test_a_sync_reads_the_pending_steps_in_order_and_times_the_next(trainer, mon
     import anyformer.train.trainer as trainer_module
     from anyformer.train.progress import SYNC_SECONDS
     monkeypatch.setattr(trainer_module, "time", _Clock(105.0))
-    trainer.step, trainer._synced = 12, (2, 100.0)  # 10 steps in 5 s since the last sync
+    trainer.step, trainer._synced = 12, (2, 104.5)  # 10 steps in 0.5 s since the last sync
     trainer.sums = {"correct": 1.0}
     trainer.pending = [(10, 32, ["correct", "count"], torch.tensor([16.0, 20.0, 32.0], dtype=torch.float64)),
                        (11, 32, ["correct", "count"], torch.tensor([8.0, 25.0, 32.0], dtype=torch.float64))]
     trainer.sync()
     assert trainer.sums == {"correct": 46.0, "count": 64.0, "loss": 0.75}
     assert trainer.last_loss == 0.25 and trainer.pending == [] and trainer._synced == (12, 105.0)
-    assert trainer._next_sync == 12 + int(SYNC_SECONDS * 10 / 5) and not trainer._stop_agreed
+    assert trainer._next_sync == 12 + int(SYNC_SECONDS * 10 / 0.5) and not trainer._stop_agreed
     trainer.step, trainer.signals.received = 13, 15  # a signal, and a step of a microsecond: as many as allowed
     monkeypatch.setattr(trainer_module, "time", _Clock(105.000001))
     trainer.sync()

@@ -261,11 +261,15 @@ def test_the_digest_tells_keys_items_and_empty_tensors_apart() -> None:
 def test_save_writes_the_step_with_its_plan_and_returns_its_path_once(saved) -> None:
     last = list_checkpoints(saved.run_dir)[-1]
     assert load_checkpoint(last)["plan"] == saved.step_plan.state()
+    saved.cfg.keep_checkpoints = 3
     _steps(saved, 1)
     path = checkpoint.save(saved)
     assert path == checkpoint.checkpoint_path(saved.run_dir, 4) and path.is_file()
-    assert checkpoint.save(saved) == path  # the same step again: not written twice, its path
-    assert [p.name for p in list_checkpoints(saved.run_dir)] == ["step-000000003.pt", "step-000000004.pt"]
+    inode = path.stat().st_ino
+    assert checkpoint.save(saved) == path  # the same step again: its path, not written twice
+    assert path.stat().st_ino == inode
+    assert [p.name for p in list_checkpoints(saved.run_dir)] == ["step-000000002.pt", "step-000000003.pt",
+                                                                  "step-000000004.pt"]
     saved.dist = _Ranks(1, 2)
     assert checkpoint.save(saved) is None  # another rank than 0 is given no path
 
@@ -294,3 +298,21 @@ def test_a_rank_that_cannot_see_rank_zeros_checkpoint_stops_the_run_and_the_file
         checkpoint.save(saved)
     # the staged step 4 is removed, never named: only the two checkpoints before it are left
     assert sorted(p.name for p in (saved.run_dir / CKPT_DIR).iterdir()) == ["step-000000002.pt", "step-000000003.pt"]
+
+
+def test_a_rank_sees_the_staged_file_only_at_its_full_size(tmp_path: Path) -> None:
+    staged = tmp_path / "staged.tmp"
+    staged.write_bytes(b"12345")
+    assert checkpoint._sees(str(staged), 5)
+    assert not checkpoint._sees(str(staged), 6) and not checkpoint._sees(str(tmp_path / "elsewhere"), 5)
+
+
+def test_a_budgets_run_resumed_from_a_checkpoint_without_fitted_steps_keeps_its_own(tmp_path, mnist_slice) -> None:
+    t = _trainer(tmp_path, mnist_slice, time_budget=3600)
+    _steps(t, 2)
+    path = checkpoint.save(t)
+    state = load_checkpoint(path)
+    del state["total_steps"]  # written before a budget's steps were saved
+    os.replace(stage_checkpoint(t.run_dir, 2, state)[0], path)
+    fresh = _trainer(tmp_path, mnist_slice, time_budget=3600, resume=True)
+    assert checkpoint.restore(fresh) and fresh.total_steps == 6

@@ -137,10 +137,10 @@ def test_an_evaluation_writes_the_periods_means_and_starts_a_new_period(trainer)
     trainer.files.prepare(False)
     trainer.task.evaluate = lambda model, dist: {"eval_accuracy": 0.5, "confusion": torch.eye(2)}
     trainer.step, trainer.elapsed = 10, 12.3456
-    trainer.sums = {"loss": 3.0, "steps": 4, "items": 100, "seconds": 8.0, "correct": 40, "count": 128}
+    trainer.sums = {"loss": 3.0, "steps": 4, "items": 100, "seconds": 0.5, "correct": 40, "count": 128}
     line = trainer.evaluate()
     assert line == {"step": 10, "epoch": 0.1587, "train_loss": 0.75, "train_accuracy": 40 / 128,
-                    "eval_accuracy": 0.5, "lr": lr_at(9, 126, trainer.cfg), "images_per_s": 12.5, "time": 12.35}
+                    "eval_accuracy": 0.5, "lr": lr_at(9, 126, trainer.cfg), "images_per_s": 200.0, "time": 12.35}
     assert lr_at(9, 126, trainer.cfg) != lr_at(11, 126, trainer.cfg)
     assert trainer.sums == {} and trainer.metrics_lines == 1 and set(trainer.last_eval) == {"eval_accuracy", "confusion"}
     assert trainer.files.read_metrics() == [line]
@@ -318,3 +318,20 @@ def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path,
     torch.testing.assert_close(sums, torch.tensor([loss.item() * n, float(stats["correct"]), float(n)],
                                                   dtype=torch.float64), rtol=1e-5, atol=1e-5)
     assert all(p.grad is None for p in t.model.parameters())  # zeroed for the next step
+
+
+def test_a_run_asks_its_max_steps_or_its_epochs_and_at_least_one_step(tmp_path, mnist_slice) -> None:
+    """63 steps per epoch: 1.5 epochs ask round(94.5) = 94 steps; 0.001 epochs round to none: one."""
+    for kw, steps in ((dict(epochs=1.5), 94), (dict(epochs=0.001), 1), (dict(epochs=3, max_steps=7), 7)):
+        assert make_trainer(tiny_config(tmp_path / str(steps), **kw), mnist_slice)._steps_asked() == steps
+
+
+def test_a_failed_drawing_is_named_with_the_run_directory(trainer) -> None:
+    from anyformer.train.rundir import TrainingError
+    trainer.files.prepare(False)
+
+    def full(model, result, run_dir):
+        raise OSError(28, "No space left on device")
+    trainer.task.draw = full
+    with pytest.raises(TrainingError, match=rf"^cannot draw the pictures into {trainer.run_dir}: No space left"):
+        trainer._draw(trainer.run_dir)

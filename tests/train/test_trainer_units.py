@@ -335,3 +335,18 @@ def test_a_failed_drawing_is_named_with_the_run_directory(trainer) -> None:
     trainer.task.draw = full
     with pytest.raises(TrainingError, match=rf"^cannot draw the pictures into {trainer.run_dir}: No space left"):
         trainer._draw(trainer.run_dir)
+
+
+def test_a_step_adds_to_the_periods_counts_and_moves_the_average_by_its_number(tmp_path, mnist_slice) -> None:
+    """The step's number sets the average's decay: step 7 is the 8th optimiser step, so the average
+    moves 1 - min(0.9, (1 + 8) / (10 + 8)) = 0.5 of the way; items count each example's units (4 here)."""
+    t = make_trainer(tiny_config(tmp_path, ema=0.9), mnist_slice)
+    t.task.items_per_example = 4
+    t.step, t.sums = 7, {"steps": 2, "items": 64}
+    before = {k: v.clone() for k, v in t.ema.model.state_dict().items()}
+    t.train_step()
+    assert t.sums == {"steps": 3, "items": 64 + 32 * 4}
+    assert t.ema.decay_at(8) == 0.5
+    for k, v in t.model.state_dict().items():
+        if v.is_floating_point():
+            torch.testing.assert_close(t.ema.model.state_dict()[k], before[k] + 0.5 * (v - before[k]), msg=k)

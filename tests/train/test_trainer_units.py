@@ -1,6 +1,8 @@
-"""Trainer methods one rule at a time on a tiny real trainer, without a training run: how a time
-budget's fit becomes the run's steps (rank 0's figure on every rank, the bar's total, a line only for
-a change of more than 1%), and what the pictures are drawn from (the average where there is one)."""
+"""Trainer methods one rule at a time on a tiny real trainer, without a training run: a step as one
+AdamW step on its global batch (chunks weighted by their share, empty ones by 0), a sync's sums and
+timing, an evaluation's metrics line, a time budget's fit (rank 0's figure on every rank, a line only
+for a change of more than 1%), stops, the plan written and settled, FSDP's plain copy, the pictures.
+Other ranks are stood in for by Distributed subclasses that answer as a process group would."""
 from __future__ import annotations
 
 from pathlib import Path

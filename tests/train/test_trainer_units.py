@@ -352,3 +352,51 @@ def test_a_step_adds_to_the_periods_counts_and_moves_the_average_by_its_number(t
     for k, v in t.model.state_dict().items():
         if v.is_floating_point():
             torch.testing.assert_close(t.ema.model.state_dict()[k], before[k] + 0.5 * (v - before[k]), msg=k)
+
+
+class _Closing(Distributed):
+    """One process that records how it was asked to leave its group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed: list[bool] = []
+
+    def close(self, wait: bool = True) -> None:
+        self.closed.append(wait)
+
+
+@pytest.mark.parametrize("raised, wait", [(None, True), ("interrupted", True), ("other", False), ("lost", False)])
+def test_a_run_leaves_its_group_waiting_for_the_others_unless_it_failed(trainer, monkeypatch, raised, wait) -> None:
+    """A run that ended, or stopped by the agreed signal, leaves with the other ranks (a barrier); one
+    that failed does not wait for ranks that may be gone, and a gloo transport failure is named as a
+    lost rank in one line."""
+    from anyformer.train import Interrupted
+    from anyformer.train.rundir import TrainingError
+    errors = {"interrupted": Interrupted(15, 3, None), "other": ValueError("bad"),
+              "lost": RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer")}
+
+    def run():
+        if raised:
+            raise errors[raised]
+        return {"steps": 0}
+    monkeypatch.setattr(trainer, "_run", run)
+    trainer.dist = _Closing()
+    trainer.step_plan.compiled = object()  # a compiled step over the wrapper
+    trainer.forward_model = torch.nn.Identity()  # as DDP wraps the model
+    if raised is None:
+        assert trainer.run() == {"steps": 0}
+    elif raised == "lost":
+        with pytest.raises(TrainingError, match=r"^another rank of the job stopped \(RuntimeError: \[\.\./gloo/transport"):
+            trainer.run()
+    else:
+        with pytest.raises(type(errors[raised])):
+            trainer.run()
+    assert trainer.dist.closed == [wait]
+    assert trainer.forward_model is trainer.model and trainer.step_plan.compiled is None
+
+
+def test_a_run_writes_the_tasks_own_files(tmp_path, mnist_slice, monkeypatch) -> None:
+    t = make_trainer(tiny_config(tmp_path, max_steps=1, limit_eval=16), mnist_slice)
+    t.task.run_files = lambda: {"tokenizer.json": b'{"kind": "test"}'}
+    t.run()
+    assert (t.run_dir / "tokenizer.json").read_bytes() == b'{"kind": "test"}'

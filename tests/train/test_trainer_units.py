@@ -395,8 +395,16 @@ def test_a_run_leaves_its_group_waiting_for_the_others_unless_it_failed(trainer,
     assert trainer.forward_model is trainer.model and trainer.step_plan.compiled is None
 
 
-def test_a_run_writes_the_tasks_own_files(tmp_path, mnist_slice, monkeypatch) -> None:
-    t = make_trainer(tiny_config(tmp_path, max_steps=1, limit_eval=16), mnist_slice)
+def test_a_run_writes_the_tasks_own_files_says_what_it_trains_and_starts_its_budget(tmp_path, mnist_slice,
+                                                                                   capsys) -> None:
+    from anyformer.train import progress
+    t = make_trainer(tiny_config(tmp_path, max_steps=1, limit_eval=16, time_budget=3600), mnist_slice)
     t.task.run_files = lambda: {"tokenizer.json": b'{"kind": "test"}'}
+    t.elapsed, started, start = 2.5, [], t.budget.start  # 2.5 s: as a resumed run's training seconds
+    t.budget.start = lambda step, elapsed: (started.append((step, elapsed)), start(step, elapsed))
+    intro = progress.intro(t)
     t.run()
     assert (t.run_dir / "tokenizer.json").read_bytes() == b'{"kind": "test"}'
+    assert started == [(0, 2.5)]
+    out = capsys.readouterr().out
+    assert out.startswith(intro + "\n") and "plan: replaying" not in out

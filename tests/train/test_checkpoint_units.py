@@ -316,3 +316,11 @@ def test_a_budgets_run_resumed_from_a_checkpoint_without_fitted_steps_keeps_its_
     os.replace(stage_checkpoint(t.run_dir, 2, state)[0], path)
     fresh = _trainer(tmp_path, mnist_slice, time_budget=3600, resume=True)
     assert checkpoint.restore(fresh) and fresh.total_steps == 6
+
+
+def test_commit_keeps_the_last_checkpoints_asked_for_and_two_by_default(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        checkpoint.commit_checkpoint(tmp_path, step, stage_checkpoint(tmp_path, step, {"model": {}, "step": step})[0])
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000002.pt", "step-000000003.pt"]
+    checkpoint.commit_checkpoint(tmp_path, 4, stage_checkpoint(tmp_path, 4, {"model": {}, "step": 4})[0], keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000004.pt"]

@@ -206,8 +206,16 @@ def test_under_fsdp_the_plain_model_is_one_cpu_copy_of_the_gathered_weights(trai
 
 
 def test_the_step_plan_is_settled_only_for_steps_still_to_run(trainer, monkeypatch) -> None:
+    """Measured on stand-ins shaped like the step's first chunk, by the task's loss on them."""
+    from anyformer.train.planning import stand_ins
     settled = []
-    monkeypatch.setattr(trainer.step_plan, "settle", lambda *a, **kw: settled.append(kw))
+
+    def settle(model, forward_model, step_loss, example, **kw):
+        chunk = stand_ins(trainer.task, trainer.step, trainer.dist, trainer.cfg)
+        assert model is trainer.model and forward_model is trainer.forward_model and torch.equal(example, chunk[0])
+        assert torch.equal(step_loss(trainer.model), trainer.task.loss(trainer.model, chunk)[0])
+        settled.append(kw)
+    monkeypatch.setattr(trainer.step_plan, "settle", settle)
     trainer.step = trainer.total_steps  # the run is done: nothing left to measure for
     trainer._settle_step_plan()
     assert settled == []

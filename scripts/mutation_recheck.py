@@ -42,15 +42,15 @@ def main() -> int:
     counts: collections.Counter[str] = collections.Counter()
     signal.signal(signal.SIGALRM, _alarm)
     names = [line.strip() for line in sys.stdin if line.strip()]
+    select = ["-k", args.keyword] if args.keyword else []
+    verdicts = {pytest.ExitCode.OK: "survived", pytest.ExitCode.TESTS_FAILED: "killed"}
     for name in ["", *names]:  # first no mutant: the files must pass on the real code
         os.environ["MUTANT_UNDER_TEST"] = name
         signal.alarm(args.timeout)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", *(["-k", args.keyword] if args.keyword else []),
-                                    *args.tests])
-            status = "survived" if code == pytest.ExitCode.OK else "killed" if code == pytest.ExitCode.TESTS_FAILED \
-                else f"error({int(code)})"
+                code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", *select, *args.tests])
+            status = verdicts.get(code, f"error({int(code)})")
         except _TooLong:
             status = "timeout"
         finally:

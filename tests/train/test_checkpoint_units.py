@@ -19,15 +19,14 @@ from .conftest import make_trainer, tiny_config
 
 
 # ---------------------------------------------------------------------------------- load_checkpoint
-def _written(tmp_path: Path, state: dict) -> Path:
-    tmp, _ = stage_checkpoint(tmp_path, 3, state)
-    path = checkpoint.checkpoint_path(tmp_path, 3)
-    os.replace(tmp, path)
-    return path
+def _written(run_dir: Path, state: dict, step: int = 3) -> Path:
+    """`state` written as step `step`'s checkpoint, as save writes one (replacing any there)."""
+    return checkpoint.commit_checkpoint(run_dir, step, stage_checkpoint(run_dir, step, state)[0])
 
 
 def test_a_checkpoint_comes_back_as_written_without_its_digest(tmp_path: Path) -> None:
-    state = {"model": {"w": torch.randn(3, 2)}, "step": 3, "sums": {"loss": 1.5}, "rng": [{"cpu": torch.get_rng_state()}]}
+    state = {"model": {"w": torch.randn(3, 2)}, "step": 3, "sums": {"loss": 1.5},
+             "rng": [{"cpu": torch.get_rng_state()}]}
     back = load_checkpoint(_written(tmp_path, state))
     assert sorted(back) == sorted(state) and back["step"] == 3 and back["sums"] == {"loss": 1.5}
     assert torch.equal(back["model"]["w"], state["model"]["w"])
@@ -138,7 +137,8 @@ def test_restore_takes_the_last_checkpoint_and_puts_the_run_back(saved, tmp_path
     assert torch.equal(torch.get_rng_state(), rng)
     for k, v in saved.model.state_dict().items():
         assert torch.equal(fresh.model.state_dict()[k], v), k
-    assert torch.equal(fresh.optimizer.state_dict()["state"][0]["exp_avg"], saved.optimizer.state_dict()["state"][0]["exp_avg"])
+    moments = [o.state_dict()["state"][0]["exp_avg"] for o in (fresh.optimizer, saved.optimizer)]
+    assert torch.equal(*moments)
     assert [line["step"] for line in fresh.files.read_metrics()] == [3]
     assert capsys.readouterr().out.endswith(f"resumed from {list_checkpoints(saved.run_dir)[-1]} at step 3/6\n")
 
@@ -146,7 +146,8 @@ def test_restore_takes_the_last_checkpoint_and_puts_the_run_back(saved, tmp_path
 def test_restore_without_a_checkpoint_says_so_and_starts_at_zero(tmp_path, mnist_slice, capsys) -> None:
     t = _trainer(tmp_path, mnist_slice)
     assert checkpoint.restore(t) is False and t.step == 0
-    assert capsys.readouterr().out.endswith(f"--resume: no checkpoint in {t.run_dir}/{CKPT_DIR}, starting from step 0\n")
+    assert capsys.readouterr().out.endswith(
+        f"--resume: no checkpoint in {t.run_dir}/{CKPT_DIR}, starting from step 0\n")
 
 
 def test_restore_keeps_this_runs_optimiser_kernels(saved, tmp_path, mnist_slice) -> None:
@@ -154,7 +155,7 @@ def test_restore_keeps_this_runs_optimiser_kernels(saved, tmp_path, mnist_slice)
     state = load_checkpoint(path)
     for group in state["optimizer"]["param_groups"]:
         group["fused"], group["foreach"] = "saved-fused", "saved-foreach"
-    os.replace(stage_checkpoint(saved.run_dir, 3, state)[0], path)
+    _written(saved.run_dir, state, 3)
     fresh = _trainer(tmp_path, mnist_slice, resume=True)
     for group in fresh.optimizer.param_groups:  # this run's choice, apart from any default
         group["fused"], group["foreach"] = False, True
@@ -167,7 +168,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu(saved, tmp_path, mnist
     path = list_checkpoints(saved.run_dir)[-1]
     state = load_checkpoint(path)
     state["rng"][0]["cuda"] = torch.zeros(16, dtype=torch.uint8)  # what a CUDA run records beside the CPU's
-    os.replace(stage_checkpoint(saved.run_dir, 3, state)[0], path)
+    _written(saved.run_dir, state, 3)
     fresh = _trainer(tmp_path, mnist_slice, resume=True)
     assert checkpoint.restore(fresh) and fresh.step == 3
 
@@ -191,7 +192,7 @@ def test_an_ema_run_restores_its_average_and_refuses_a_checkpoint_without_one(tm
     path = list_checkpoints(t.run_dir)[-1]
     state = load_checkpoint(path)
     del state["ema"]
-    os.replace(stage_checkpoint(t.run_dir, 2, state)[0], path)
+    _written(t.run_dir, state, 2)
     with pytest.raises(CheckpointError) as caught:
         checkpoint.restore(_trainer(tmp_path, mnist_slice, ema=0.5, resume=True))
     assert str(caught.value) == (f"checkpoint {path} does not fit this run: 'it holds no EMA weights, and this run "
@@ -226,7 +227,7 @@ def test_each_rank_takes_its_own_random_state_and_rank_zeros_choice(saved, tmp_p
     state = load_checkpoint(path)
     mine = torch.Generator().manual_seed(77).get_state()
     state["rng"] = [state["rng"][0], {"cpu": mine}]
-    os.replace(stage_checkpoint(saved.run_dir, 3, state)[0], path)
+    _written(saved.run_dir, state, 3)
     fresh = _trainer(tmp_path, mnist_slice, resume=True)
     fresh.dist = _Ranks(1, 2, rank0=[path])
     assert checkpoint.restore(fresh)
@@ -313,7 +314,7 @@ def test_a_budgets_run_resumed_from_a_checkpoint_without_fitted_steps_keeps_its_
     path = checkpoint.save(t)
     state = load_checkpoint(path)
     del state["total_steps"]  # written before a budget's steps were saved
-    os.replace(stage_checkpoint(t.run_dir, 2, state)[0], path)
+    _written(t.run_dir, state, 2)
     fresh = _trainer(tmp_path, mnist_slice, time_budget=3600, resume=True)
     assert checkpoint.restore(fresh) and fresh.total_steps == 6
 

@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from anyformer.data import DataWarning
@@ -95,7 +94,8 @@ def test_construction_keeps_the_given_corpus_and_pins_sizes_and_evaluation_windo
     task = task_of(corpus)
     assert task.corpus is corpus and task.tokenizer is corpus.tokenizer and task.other_text is False
     assert (task.context, task.seq_len, task.items_per_example) == (24, 10, 10)
-    assert np.array_equal(task.train_tokens, corpus.tokens[:700]) and np.array_equal(task.val_tokens, corpus.tokens[700:])
+    assert np.array_equal(task.train_tokens, corpus.tokens[:700])
+    assert np.array_equal(task.val_tokens, corpus.tokens[700:])
     assert task.steps_per_epoch == 12  # ceil(700 / (6 x 10))
     span, n = 300 - 11, 3 * 6  # the last start leaves one whole window; 17 gaps: no rounding ties
     assert task.val_starts.dtype == np.int64 and task.val_skip.dtype == np.int64
@@ -148,10 +148,12 @@ def test_a_model_that_is_not_a_gpt_preset_is_refused_naming_the_gpt_presets(mode
 def test_limits_count_tokens_but_never_cut_below_one_window():
     corpus = fake_corpus(1000, 700, seed=5)
     task = task_of(corpus, limit_train=1, limit_eval=1, batch_size=3)
-    assert np.array_equal(task.train_tokens, corpus.tokens[:11]) and np.array_equal(task.val_tokens, corpus.tokens[700:711])
+    assert np.array_equal(task.train_tokens, corpus.tokens[:11])
+    assert np.array_equal(task.val_tokens, corpus.tokens[700:711])
     assert task.steps_per_epoch == 1 and task.val_starts.tolist() == [0] * 9
     task = task_of(corpus, limit_train=123, limit_eval=57, batch_size=3)
-    assert np.array_equal(task.train_tokens, corpus.tokens[:123]) and np.array_equal(task.val_tokens, corpus.tokens[700:757])
+    assert np.array_equal(task.train_tokens, corpus.tokens[:123])
+    assert np.array_equal(task.val_tokens, corpus.tokens[700:757])
     assert task.steps_per_epoch == 5  # ceil(123 / 30)
 
 

@@ -69,7 +69,8 @@ def test_the_fit_sets_the_steps_and_the_bar_and_says_so(trainer, capsys) -> None
     assert bar.lines == ["time budget 3600 s: 80 steps (1.27 epochs) instead of 126"]
     trainer.budget.fitted = 60
     trainer._fit_budget(None)  # without a bar, printed
-    assert trainer.total_steps == 60 and capsys.readouterr().out == "time budget 3600 s: 60 steps (0.95 epochs) instead of 80\n"
+    assert trainer.total_steps == 60
+    assert capsys.readouterr().out == "time budget 3600 s: 60 steps (0.95 epochs) instead of 80\n"
 
 
 def test_a_change_of_one_percent_or_less_is_made_silently(trainer) -> None:
@@ -105,7 +106,8 @@ def test_under_torchrun_every_rank_takes_rank_zeros_fit(trainer, capsys) -> None
     assert trainer.dist.summed[0].tolist() == [77.0] and trainer.total_steps == 77 and len(bar.lines) == 1
 
 
-def test_the_pictures_are_drawn_from_the_last_evaluation_of_the_average_where_there_is_one(tmp_path, mnist_slice) -> None:
+def test_the_pictures_are_drawn_from_the_last_evaluation_of_the_average_where_there_is_one(tmp_path,
+                                                                                          mnist_slice) -> None:
     for ema in (None, 0.5):
         t = make_trainer(tiny_config(tmp_path / str(ema), ema=ema), mnist_slice)
         t.files.prepare(False)
@@ -144,7 +146,8 @@ def test_an_evaluation_writes_the_periods_means_and_starts_a_new_period(trainer)
     assert line == {"step": 10, "epoch": 0.1587, "train_loss": 0.75, "train_accuracy": 40 / 128,
                     "eval_accuracy": 0.5, "lr": lr_at(9, 126, trainer.cfg), "images_per_s": 200.0, "time": 12.35}
     assert lr_at(9, 126, trainer.cfg) != lr_at(11, 126, trainer.cfg)
-    assert trainer.sums == {} and trainer.metrics_lines == 1 and set(trainer.last_eval) == {"eval_accuracy", "confusion"}
+    assert trainer.sums == {} and trainer.metrics_lines == 1
+    assert set(trainer.last_eval) == {"eval_accuracy", "confusion"}
     assert trainer.files.read_metrics() == [line]
     trainer.sums = {"loss": 0.6, "steps": 1}  # one step: its own loss
     assert trainer.evaluate()["train_loss"] == 0.6
@@ -170,7 +173,8 @@ def test_an_ema_run_is_scored_on_its_average(tmp_path, mnist_slice) -> None:
 def test_the_peak_is_measured_once_for_the_runs_precision(trainer, monkeypatch) -> None:
     import anyformer.train.trainer as trainer_module
     asked = []
-    monkeypatch.setattr(trainer_module, "peak_flops", lambda device, amp: asked.append((device, amp)) or (5e9, "measured"))
+    monkeypatch.setattr(trainer_module, "peak_flops",
+                        lambda device, amp: asked.append((device, amp)) or (5e9, "measured"))
     trainer.cfg.amp = "bf16"
     assert trainer.peak() == 5e9 and trainer.peak_source() == "measured" and trainer.peak() == 5e9
     assert asked == [(trainer.device, "bf16")]
@@ -305,7 +309,8 @@ def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path,
 
     from anyformer.train.optim import lr_at, make_optimizer
     t = make_trainer(tiny_config(tmp_path, grad_accum=grad_accum, warmup_steps=3, grad_clip=0.05, limit_train=1990,
-                                 model_overrides={**tiny_config(tmp_path).model_overrides, "dropout": 0.0}), mnist_slice)
+                                 model_overrides={**tiny_config(tmp_path).model_overrides, "dropout": 0.0}),
+                     mnist_slice)
     reference = copy.deepcopy(t.model)
     optimizer = make_optimizer(reference, t.cfg)
     for group in optimizer.param_groups:
@@ -394,7 +399,8 @@ def test_a_run_leaves_its_group_waiting_for_the_others_unless_it_failed(trainer,
     if raised is None:
         assert trainer.run() == {"steps": 0}
     elif raised == "lost":
-        with pytest.raises(TrainingError, match=r"^another rank of the job stopped \(RuntimeError: \[\.\./gloo/transport"):
+        with pytest.raises(TrainingError,
+                           match=r"^another rank of the job stopped \(RuntimeError: \[\.\./gloo/transport"):
             trainer.run()
     else:
         with pytest.raises(type(errors[raised])):

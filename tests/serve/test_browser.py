@@ -56,6 +56,13 @@ def screenshot(driver, name: str, tmp_path: Path) -> Path:
     return path
 
 
+def prediction_rows(driver) -> list[list[str]]:
+    """The shown classes' rows, read in one script call: the page replaces its list on every answer,
+    so rows found by Selenium and then read one by one can go stale in between (seen under load)."""
+    return [row.split() for row in driver.execute_script(
+        "return Array.from(document.querySelectorAll('[data-testid=\"prediction\"] li'), li => li.innerText)")]
+
+
 def draw(driver, canvas, strokes):
     """Mouse strokes on the canvas; points are offsets from its centre, in small steps so that the
     page sees a stream of pointer moves, as from a hand."""
@@ -86,7 +93,7 @@ def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, t
         canvas = by_testid(browser, "canvas")
         draw(browser, canvas, ONE)
         wait = WebDriverWait(browser, 30)
-        wait.until(lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)
+        wait.until(lambda d: len(prediction_rows(d)) == 3)
         wait.until(lambda d: (by_testid(d, "attention").get_attribute("src") or "").startswith("data:image/png"))
         # The page settles on what the API says for the canvas as drawn (the debounced request after
         # the last stroke may still be on its way), and the model reads the 1.
@@ -96,8 +103,7 @@ def test_drawing_a_digit_shows_top_classes_and_the_attention(vit_run, browser, t
         expected = [(t["class"], round(100 * t["probability"], 1)) for t in api["top"]]
 
         def shown_now(d):
-            rows = [li.text.split() for li in by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")]
-            return [(cls, float(pct.rstrip("%"))) for cls, pct in rows]
+            return [(cls, float(pct.rstrip("%"))) for cls, pct in prediction_rows(d)]
         wait.until(lambda d: shown_now(d) == expected)
         shown = shown_now(browser)
         assert [p for _, p in shown] == sorted((p for _, p in shown), reverse=True)
@@ -122,12 +128,11 @@ def test_a_bad_upload_shows_an_error_and_the_page_keeps_working(vit_run, browser
         by_testid(browser, "upload").send_keys(str(bad))
         WebDriverWait(browser, 30).until(lambda d: by_testid(d, "error").is_displayed())
         assert "not an image" in by_testid(browser, "error").text and "400" in by_testid(browser, "error").text
-        assert by_testid(browser, "prediction").find_elements(By.TAG_NAME, "li") == []
+        assert prediction_rows(browser) == []
         assert not by_testid(browser, "attention").is_displayed()
         draw(browser, by_testid(browser, "canvas"), ONE)  # the same server answers the next request
         WebDriverWait(browser, 30).until(lambda d: not by_testid(d, "error").is_displayed())
-        WebDriverWait(browser, 30).until(
-            lambda d: len(by_testid(d, "prediction").find_elements(By.TAG_NAME, "li")) == 3)
+        WebDriverWait(browser, 30).until(lambda d: len(prediction_rows(d)) == 3)
 
 
 @pytest.mark.slow

@@ -32,6 +32,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tests", nargs="+", help="test files (paths in mutants/)")
     parser.add_argument("-k", dest="keyword", help="pytest's -k: only the tests that reach these mutants")
+    parser.add_argument("-m", dest="marks", default="not slow",
+                        help="pytest's -m; mutmut's own runs use the default, the fast tests")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per mutant")
     args = parser.parse_args()
     if not os.path.isdir("anyformer") or not os.path.isfile("mutmut-stats.json"):
@@ -42,7 +44,7 @@ def main() -> int:
     counts: collections.Counter[str] = collections.Counter()
     signal.signal(signal.SIGALRM, _alarm)
     names = [line.strip() for line in sys.stdin if line.strip()]
-    select = ["-k", args.keyword] if args.keyword else []
+    select = ["-m", args.marks] + (["-k", args.keyword] if args.keyword else [])
     verdicts = {pytest.ExitCode.OK: "survived", pytest.ExitCode.TESTS_FAILED: "killed"}
     for name in ["", *names]:  # first no mutant: the files must pass on the real code
         os.environ["MUTANT_UNDER_TEST"] = name

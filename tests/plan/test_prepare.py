@@ -153,7 +153,10 @@ def test_examples_of_every_form_and_a_bad_one():
 def test_a_training_kernel_set_on_the_model_serves_its_gradient_calls_only():
     """`set_training_kernel` (the model-wide choice of plan.linears_for_training): calls that need
     gradients take that kernel, the others prepare's; None gives prepare's own answer back."""
-    gpt = plan.prepare(tiny("gpt"), torch.randint(0, 11, (2, 8)))  # the suite's plan: stock everywhere
+    # Prepared under a forced stock plan: this folder's tests plan for real (conftest), and a host where
+    # oneDNN wins would give prepare's own answer "onednn", not the "stock" this test hands back to.
+    with plan.forcing("stock"):
+        gpt = plan.prepare(tiny("gpt"), torch.randint(0, 11, (2, 8)))
     idx = torch.randint(0, 11, (2, 8))
     plan.set_training_kernel(gpt, "mixed")
     assert {m.training_kernel for m in gpt.modules() if isinstance(m, (PlannedLinear, PlannedLMHead))} == {"mixed"}

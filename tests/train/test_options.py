@@ -80,6 +80,15 @@ def test_the_optimiser_takes_the_settings_and_decays_only_its_decayed_group():
     assert torch.equal(model.fc.bias, torch.ones(3))
 
 
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_the_optimiser_runs_the_adamw_kernel_the_plan_chose(impl):
+    """The plan measures "foreach" against "fused" (train/planning.py's adamw_kernel) and the
+    optimiser must run the winner: torch's own default on CPU tensors is neither."""
+    opt = make_optimizer(Tiny(), config(), impl)
+    other = {"foreach": "fused", "fused": "foreach"}[impl]
+    assert all(g[impl] is True and not g[other] for g in opt.param_groups)
+
+
 def test_the_average_follows_its_closed_form():
     model = nn.Linear(2, 2)
     model.register_buffer("count", torch.zeros(()))

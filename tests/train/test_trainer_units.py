@@ -118,6 +118,30 @@ def test_the_pictures_are_drawn_from_the_last_evaluation_of_the_average_where_th
         assert drawn == [(t.model if ema is None else t.ema.model, {"eval_accuracy": 0.25}, t.run_dir)]
 
 
+def test_a_new_run_starts_with_no_time_no_loss_no_evaluation_and_no_stop(trainer, monkeypatch) -> None:
+    from anyformer.train import progress
+    trainer.budget = _Budget(126)
+    monkeypatch.setattr(trainer, "_settle_step_plan", lambda: None)
+    trainer.tune()
+    assert trainer.budget.started == [(0, 0.0)]  # the budget counts from no seconds trained
+    assert "loss" not in progress.bar_fields(trainer, 10.0, 1.0)  # no loss shown before the first sync
+    assert trainer.last_eval is None  # what makes a run resumed after its end evaluate once more
+    assert trainer.signals.escalate  # one process: a second Ctrl-C stops at once (torchrun's agent does it)
+    trainer.dist = _Joined(rank=0, world=2, others=0.0)
+    assert not trainer._should_stop()  # under torchrun: no stop agreed before the first sync
+
+
+def test_a_run_resumed_after_its_last_step_evaluates_once_and_draws_from_that(tmp_path, mnist_slice) -> None:
+    import dataclasses
+    cfg = tiny_config(tmp_path, max_steps=1, limit_train=64, limit_eval=16)
+    make_trainer(cfg, mnist_slice).run()
+    t = make_trainer(dataclasses.replace(cfg, resume=True, plots=True), mnist_slice)
+    drawn = []
+    t.task.draw = lambda model, result, run_dir: drawn.append(result)
+    t.run()
+    assert t.step == 1 and len(drawn) == 1 and drawn[0] is t.last_eval and "eval_accuracy" in drawn[0]
+
+
 def test_tune_starts_the_budget_at_the_runs_step_and_time(trainer, monkeypatch) -> None:
     trainer.budget, trainer.step, trainer.elapsed = _Budget(126), 3, 1.25
     settled = []

@@ -142,6 +142,18 @@ def test_a_run_resumed_after_its_last_step_evaluates_once_and_draws_from_that(tm
     assert t.step == 1 and len(drawn) == 1 and drawn[0] is t.last_eval and "eval_accuracy" in drawn[0]
 
 
+def test_the_first_step_is_read_at_once_then_when_a_sync_is_due(tmp_path, mnist_slice, monkeypatch) -> None:
+    """The loss of the first step is read at once (the bar shows it, and the sync times the steps
+    from there); later steps wait for the sync due, at the latest the evaluation's."""
+    import anyformer.train.trainer as trainer_module
+    monkeypatch.setattr(trainer_module, "SYNC_SECONDS", 1e9)  # every sync asks for the longest wait
+    t = make_trainer(tiny_config(tmp_path, max_steps=4, limit_train=128, limit_eval=16), mnist_slice)
+    read, sync = [], t.sync
+    t.sync = lambda: (read.append(t.step), sync())[1]
+    t.run()
+    assert read == [1, 4]
+
+
 def test_tune_starts_the_budget_at_the_runs_step_and_time(trainer, monkeypatch) -> None:
     trainer.budget, trainer.step, trainer.elapsed = _Budget(126), 3, 1.25
     settled = []

@@ -1,0 +1,119 @@
+"""What a Trainer settles before it trains: the refusals it makes before any data is read, the
+threads it takes (its own, or under torchrun a share of the cores), an elastic restart's refusal,
+the task it is given, and the earlier run's pictures it clears. Written from the trainer's
+`__init__` mutants that survived the fast suite."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from .conftest import make_trainer, tiny_config
+from .test_every_option import free_port
+
+
+def refused(message: str, call) -> None:
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.fixture
+def threads():
+    """Restores the process's thread count after a test that lets the Trainer set it."""
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+def test_fp16_on_the_cpu_is_refused_before_any_data_is_read(tmp_path):
+    from anyformer.train import Trainer
+    cfg = tiny_config(tmp_path, amp="fp16", data=str(tmp_path / "no such data"))
+    refused("--amp fp16 needs a CUDA device (fp16 training needs loss scaling, which runs on CUDA), but the "
+            "run is on cpu; use --amp bf16, the cpu's half type, or --amp none", lambda: Trainer(cfg))
+
+
+def test_a_thread_count_below_one_is_refused_in_words(tmp_path, mnist_slice, threads):
+    refused("threads must be >= 1, got 0", lambda: make_trainer(tiny_config(tmp_path, threads=0), mnist_slice))
+
+
+def test_one_process_keeps_the_threads_it_has_unless_told(tmp_path, mnist_slice, threads):
+    torch.set_num_threads(3)
+    make_trainer(tiny_config(tmp_path, threads=None), mnist_slice)
+    assert torch.get_num_threads() == 3
+    make_trainer(tiny_config(tmp_path / "b", threads=2), mnist_slice)
+    assert torch.get_num_threads() == 2
+
+
+def test_the_trainer_trains_the_task_it_is_given(tmp_path, mnist_slice):
+    from anyformer.train import Trainer
+    from anyformer.train.tasks import ImageClassification
+    train, test = mnist_slice
+    cfg = tiny_config(tmp_path)
+    task = ImageClassification(cfg, torch.device("cpu"), train, test)
+    assert Trainer(cfg, task=task).task is task
+
+
+def test_a_fresh_run_clears_the_pictures_any_task_left(tmp_path, mnist_slice):
+    from anyformer.train.tasks import task_pictures
+    trainer = make_trainer(tiny_config(tmp_path), mnist_slice)
+    trainer.run_dir.mkdir(parents=True)
+    for name in task_pictures():  # a flow run's samples, an MAE run's reconstruction, ...
+        (trainer.run_dir / name).write_bytes(b"old")
+    trainer.files.prepare(False)
+    assert sorted(task_pictures()) == sorted(("confusion.png", "attention.png", "samples.png", "reconstruction.png"))
+    assert not any((trainer.run_dir / name).exists() for name in task_pictures())
+
+
+def test_a_resume_with_other_settings_names_the_run_it_would_continue(tmp_path, mnist_slice):
+    cfg = tiny_config(tmp_path, lr=1e-3)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    # The settings as a run records them (here in the form a run of the user's own module writes).
+    (run_dir / "config.json").write_text(json.dumps({"family": "own", "train": cfg.to_dict()}))
+    with pytest.raises(ValueError) as info:
+        make_trainer(dataclasses.replace(cfg, lr=2e-3, resume=True), mnist_slice)
+    assert str(info.value).startswith(f"--resume continues {run_dir} with the settings it recorded in config.json")
+
+
+def _torchrun(monkeypatch, local_world: int, restarts: int) -> None:
+    """This process as torchrun starts rank 0 of `local_world` local ranks, after `restarts` restarts
+    (a gloo group of one: the other ranks are only counted)."""
+    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(local_world),
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                            TORCHELASTIC_RESTART_COUNT=str(restarts)).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+
+
+def _leave_group() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def test_under_torchrun_the_local_ranks_share_the_cores(tmp_path, mnist_slice, monkeypatch, threads):
+    _torchrun(monkeypatch, local_world=2, restarts=0)
+    torch.set_num_threads(3)
+    try:  # FSDP, not DDP: see test_every_option's test_fsdp_shards_the_weights_under_torchrun
+        trainer = make_trainer(tiny_config(tmp_path, threads=None, fsdp=True), mnist_slice)
+        assert trainer.dist.enabled and trainer.dist.local_world == 2
+        assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // 2)
+    finally:
+        _leave_group()
+
+
+def test_after_an_elastic_restart_a_fresh_run_says_to_launch_with_resume_auto(tmp_path, mnist_slice,
+                                                                              monkeypatch):
+    _torchrun(monkeypatch, local_world=1, restarts=1)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")  # what the job's first start wrote
+    try:
+        refused(f"{run_dir} holds the run this job began (config.json), and torchrun has restarted its "
+                f"workers: launch with --resume auto, so that a restart continues the run",
+                lambda: make_trainer(tiny_config(tmp_path, fsdp=True), mnist_slice))
+    finally:
+        _leave_group()

@@ -458,3 +458,6 @@ def test_a_run_writes_the_tasks_own_files_says_what_it_trains_and_starts_its_bud
     assert started == [(0, 2.5)]
     out = capsys.readouterr().out
     assert out.startswith(intro + "\n") and "plan: replaying" not in out
+    # One process is rank 0, which says the step plan's choices (the suite's plan forces them).
+    assert out.splitlines()[1:3] == ["linears: planned (linear=stock is forced for every layer)",
+                                     "compile: eager (compile=eager is forced)"]

@@ -5,6 +5,8 @@ for a change of more than 1%), stops, the plan written and settled, FSDP's plain
 Other ranks are stood in for by Distributed subclasses that answer as a process group would."""
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -150,8 +152,40 @@ def test_the_first_step_is_read_at_once_then_when_a_sync_is_due(tmp_path, mnist_
     t = make_trainer(tiny_config(tmp_path, max_steps=4, limit_train=128, limit_eval=16), mnist_slice)
     read, sync = [], t.sync
     t.sync = lambda: (read.append(t.step), sync())[1]
+    planning, stepping, real_step = [0.0], [], t.train_step
+    t.step_plan.planning_seconds = lambda: planning[0]
+
+    def step():  # step 2 as if the speed plan measured a new shape for 0.3 s: not the run's time
+        start = time.perf_counter()
+        loss = real_step()
+        stepping.append(time.perf_counter() - start)
+        if t.step == 2:
+            time.sleep(0.3)
+            planning[0] += 0.3
+        return loss
+    t.train_step = step
+    wall = time.perf_counter()
     t.run()
+    wall = time.perf_counter() - wall
     assert read == [1, 4]
+    # The run's time is its steps' seconds without the plan's: the seconds its throughput divides by.
+    line = json.loads((t.run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert sum(stepping) - 0.01 <= line["time"] <= wall - 0.3
+    assert abs(line["time"] - 4 * 32 / line["images_per_s"]) <= 0.006
+
+
+def test_one_process_reads_the_steps_at_once_when_a_signal_came(tmp_path, mnist_slice, monkeypatch) -> None:
+    import anyformer.train.trainer as trainer_module
+    from anyformer.train.signals import Interrupted
+    from .conftest import interrupt_at
+    monkeypatch.setattr(trainer_module, "SYNC_SECONDS", 1e9)
+    t = make_trainer(tiny_config(tmp_path, max_steps=6, limit_train=192, limit_eval=16), mnist_slice)
+    read, sync = [], t.sync
+    t.sync = lambda: (read.append(t.step), sync())[1]
+    interrupt_at(t, 3)
+    with pytest.raises(Interrupted):
+        t.run()
+    assert read == [1, 3] and t.sums["steps"] == 3
 
 
 def test_tune_starts_the_budget_at_the_runs_step_and_time(trainer, monkeypatch) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import os
 
 import pytest
@@ -116,5 +117,29 @@ def test_after_an_elastic_restart_a_fresh_run_says_to_launch_with_resume_auto(tm
         refused(f"{run_dir} holds the run this job began (config.json), and torchrun has restarted its "
                 f"workers: launch with --resume auto, so that a restart continues the run",
                 lambda: make_trainer(tiny_config(tmp_path, fsdp=True), mnist_slice))
+    finally:
+        _leave_group()
+
+
+def test_a_model_too_large_to_train_is_refused_with_what_it_needs(tmp_path, mnist_slice):
+    """Weights, gradients and Adam's two moments: 16 bytes a float32 parameter, all on this one
+    process (FSDP alone splits them), checked on the meta device before any memory is taken."""
+    from .conftest import TINY
+    huge = {**TINY, "width": 65536, "heads": 8, "depth": 8}  # over 1e11 parameters: 2 TB to train
+    with pytest.raises(ValueError) as info:
+        make_trainer(tiny_config(tmp_path, model_overrides=huge), mnist_slice)
+    found = re.fullmatch(r"this model has ([\d,]+) parameters and needs about ([\d,.]+) GiB to train \(weights, "
+                         r"gradients, optimiser state\), more than the [\d,.]+ GiB of cpu memory; choose a "
+                         r"smaller width, depth or image size", str(info.value))
+    assert found, str(info.value)
+    params, gib = int(found[1].replace(",", "")), float(found[2].replace(",", ""))
+    assert params > 1e11 and gib == pytest.approx(16 * params / 2**30, rel=1e-3)
+
+
+def test_an_average_of_the_weights_does_not_combine_with_sharding(tmp_path, mnist_slice, monkeypatch):
+    _torchrun(monkeypatch, local_world=1, restarts=0)
+    try:
+        refused("--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp",
+                lambda: make_trainer(tiny_config(tmp_path, fsdp=True, ema=0.99), mnist_slice))
     finally:
         _leave_group()

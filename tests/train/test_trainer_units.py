@@ -165,13 +165,17 @@ def test_the_first_step_is_read_at_once_then_when_a_sync_is_due(tmp_path, mnist_
         return loss
     t.train_step = step
     wall = time.perf_counter()
-    t.run()
+    summary = t.run()
     wall = time.perf_counter() - wall
     assert read == [1, 4]
     # The run's time is its steps' seconds without the plan's: the seconds its throughput divides by.
     line = json.loads((t.run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert sum(stepping) - 0.01 <= line["time"] <= wall - 0.3
     assert abs(line["time"] - 4 * 32 / line["images_per_s"]) <= 0.006
+    # MFU: that throughput times the model's FLOPs per image, over the peak.
+    from anyformer.train import own_model
+    flops = line["images_per_s"] * own_model.flops_per_item(t.task, t.model)
+    assert summary["mfu"] == pytest.approx(flops / summary["peak_flops"], abs=1e-4) and summary["mfu"] > 0
 
 
 def test_one_process_reads_the_steps_at_once_when_a_signal_came(tmp_path, mnist_slice, monkeypatch) -> None:
@@ -492,6 +496,22 @@ def test_a_run_writes_the_tasks_own_files_says_what_it_trains_and_starts_its_bud
     assert started == [(0, 2.5)]
     out = capsys.readouterr().out
     assert out.startswith(intro + "\n") and "plan: replaying" not in out
-    # One process is rank 0, which says the step plan's choices (the suite's plan forces them).
-    assert out.splitlines()[1:3] == ["linears: planned (linear=stock is forced for every layer)",
-                                     "compile: eager (compile=eager is forced)"]
+    # One process is rank 0, which says the step plan's choices (the suite's plan forces them), then
+    # without a bar prints each evaluation's line.
+    lines = out.splitlines()
+    assert lines[1:3] == ["linears: planned (linear=stock is forced for every layer)",
+                          "compile: eager (compile=eager is forced)"]
+    assert lines[3].startswith("step 1 | epoch 0.02 | train loss ") and "test acc" in lines[3]
+
+
+@pytest.mark.parametrize("each", [False, True])
+def test_pictures_are_drawn_at_the_end_or_at_every_evaluation_where_the_task_asks(tmp_path, mnist_slice,
+                                                                                   each) -> None:
+    t = make_trainer(tiny_config(tmp_path, max_steps=2, eval_every=1, limit_train=64, limit_eval=16,
+                                 plots=True), mnist_slice)
+    drawn = []
+    t.task.draw = lambda model, result, run_dir: drawn.append(t.step)
+    if each:
+        t.task.draw_each_evaluation = True  # as the flow task asks: its samples after every evaluation
+    t.run()
+    assert drawn == ([1, 2, 2] if each else [2])

@@ -143,3 +143,10 @@ def test_an_average_of_the_weights_does_not_combine_with_sharding(tmp_path, mnis
                 lambda: make_trainer(tiny_config(tmp_path, fsdp=True, ema=0.99), mnist_slice))
     finally:
         _leave_group()
+
+
+def test_the_optimiser_runs_the_kernel_the_plan_answers(tmp_path, mnist_slice):
+    from anyformer import plan
+    with plan.forcing("stock,adamw=fused"):  # the plan's answer where fused AdamW measured faster
+        trainer = make_trainer(tiny_config(tmp_path), mnist_slice)
+    assert all(group["fused"] for group in trainer.optimizer.param_groups)

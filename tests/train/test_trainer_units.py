@@ -6,6 +6,8 @@ Other ranks are stood in for by Distributed subclasses that answer as a process 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -181,15 +183,18 @@ def test_the_first_step_is_read_at_once_then_when_a_sync_is_due(tmp_path, mnist_
 def test_one_process_reads_the_steps_at_once_when_a_signal_came(tmp_path, mnist_slice, monkeypatch) -> None:
     import anyformer.train.trainer as trainer_module
     from anyformer.train.signals import Interrupted
-    from .conftest import interrupt_at
     monkeypatch.setattr(trainer_module, "SYNC_SECONDS", 1e9)
     t = make_trainer(tiny_config(tmp_path, max_steps=6, limit_train=192, limit_eval=16), mnist_slice)
-    read, sync = [], t.sync
+    read, sync, real_step = [], t.sync, t.train_step
     t.sync = lambda: (read.append(t.step), sync())[1]
-    interrupt_at(t, 3)
-    with pytest.raises(Interrupted):
+    # Ctrl-C after step 3 (conftest's interrupt_at sends SIGTERM): the stop names the signal that came.
+    t.train_step = lambda: (real_step(), t.step == 3 and os.kill(os.getpid(), signal.SIGINT))[0]
+    with pytest.raises(Interrupted) as info:
         t.run()
     assert read == [1, 3] and t.sums["steps"] == 3
+    from anyformer.train.checkpoint import checkpoint_path
+    saved = checkpoint_path(t.run_dir, 3)
+    assert str(info.value) == f"stopped by signal SIGINT after step 3; checkpoint {saved} written, continue with --resume"
 
 
 def test_tune_starts_the_budget_at_the_runs_step_and_time(trainer, monkeypatch) -> None:
@@ -310,7 +315,6 @@ def test_the_step_plan_is_settled_only_for_steps_still_to_run(trainer, monkeypat
 
 
 def test_a_stop_is_the_signal_alone_but_under_torchrun_the_agreed_one(trainer) -> None:
-    import signal
     trainer.signals.received, trainer._stop_agreed = signal.SIGTERM, False
     assert trainer._should_stop()  # one process: its own signal
     trainer.dist = _Joined(rank=0, world=2, others=0.0)
@@ -491,7 +495,9 @@ def test_a_run_writes_the_tasks_own_files_says_what_it_trains_and_starts_its_bud
     t.elapsed, started, start = 2.5, [], t.budget.start  # 2.5 s: as a resumed run's training seconds
     t.budget.start = lambda step, elapsed: (started.append((step, elapsed)), start(step, elapsed))
     intro = progress.intro(t)
-    t.run()
+    summary = t.run()
+    assert json.loads((t.run_dir / "summary.json").read_text()) == summary and summary["resumed"] is False
+    assert not any((t.run_dir / name).exists() for name in t.task.pictures)  # plots=False: nothing drawn
     assert (t.run_dir / "tokenizer.json").read_bytes() == b'{"kind": "test"}'
     assert started == [(0, 2.5)]
     out = capsys.readouterr().out

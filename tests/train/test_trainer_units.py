@@ -510,14 +510,53 @@ def test_a_run_writes_the_tasks_own_files_says_what_it_trains_and_starts_its_bud
     assert lines[3].startswith("step 1 | epoch 0.02 | train loss ") and "test acc" in lines[3]
 
 
+class _Tqdm:
+    """A progress bar that records what the run does with it."""
+
+    def __init__(self) -> None:
+        self.updates, self.postfixes, self.lines, self.closed = [], [], [], False
+
+    def update(self, n):
+        self.updates.append(n)
+
+    def set_postfix(self, fields=None, refresh=True):
+        self.postfixes.append((fields, refresh))
+
+    def write(self, line):
+        self.lines.append(line)
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_bar_moves_a_step_at_a_time_shows_the_read_loss_and_carries_the_evaluations(
+        tmp_path, mnist_slice, monkeypatch, capsys) -> None:
+    from anyformer.train import own_model, progress
+    bar = _Tqdm()
+    monkeypatch.setattr(progress, "progress_bar", lambda total, start, enabled: bar if enabled else None)
+    t = make_trainer(tiny_config(tmp_path, max_steps=2, eval_every=2, limit_train=64, limit_eval=16,
+                                 progress=True), mnist_slice)
+    fields = []
+    real_fields = progress.bar_fields
+    monkeypatch.setattr(progress, "bar_fields", lambda *a: (fields.append(a), real_fields(*a))[1])
+    t.run()
+    assert bar.updates == [1, 1] and bar.closed
+    # Read at step 1 (the first step) and 2 (the evaluation): each time the fields of the sums read,
+    # the loss among them, set without redrawing (tqdm redraws at its own pace).
+    assert len(bar.postfixes) == 2 and all(refresh is False and "loss" in f for f, refresh in bar.postfixes)
+    assert all(a[0] is t and a[1] > 0 and a[2] == own_model.flops_per_item(t.task, t.model) for a in fields)
+    assert len(bar.lines) == 1 and bar.lines[0].startswith("step 2 | epoch ")  # above the bar, not printed
+    assert "step 2 | epoch " not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("each", [False, True])
 def test_pictures_are_drawn_at_the_end_or_at_every_evaluation_where_the_task_asks(tmp_path, mnist_slice,
                                                                                    each) -> None:
     t = make_trainer(tiny_config(tmp_path, max_steps=2, eval_every=1, limit_train=64, limit_eval=16,
                                  plots=True), mnist_slice)
     drawn = []
-    t.task.draw = lambda model, result, run_dir: drawn.append(t.step)
+    t.task.draw = lambda model, result, run_dir: drawn.append((t.step, run_dir))
     if each:
         t.task.draw_each_evaluation = True  # as the flow task asks: its samples after every evaluation
     t.run()
-    assert drawn == ([1, 2, 2] if each else [2])
+    assert drawn == [(step, t.run_dir) for step in ([1, 2, 2] if each else [2])]

@@ -1,6 +1,6 @@
 """Every argument of the attention layer, the block and the backbone reaches its effect, the
 defaults are the documented ones, and every refusal reads as written: each test is a mutant of
-nn/attention.py, nn/transformer.py, nn/mlp.py or nn/attend.py that survived the rest of the fast
+nn/ (attention, transformer, mlp, attend, heads, positions) that survived the rest of the fast
 suite (an argument dropped on its way down, a default changed, a message replaced), told apart on
 values computed another way."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from anyformer.nn import MLP, KVCache, Transformer, TransformerBlock
+from anyformer.nn import MLP, ClassifierHead, KVCache, LearnedPosition, RotaryEmbedding, Transformer, TransformerBlock
 from anyformer.nn.attend import explicit, sdpa
 from anyformer.nn.attention import MultiHeadAttention
 
@@ -308,3 +308,28 @@ def test_a_four_dimensional_mask_is_taken_as_it_is():
     reference.load_state_dict(attn.state_dict())
     torch.testing.assert_close(attn(x, mask=per_query), reference(x, mask=per_query))
     assert not torch.allclose(attn(x, mask=per_query), attn(x))
+
+
+def test_the_classifier_head_reads_the_class_token_after_a_tanh_by_default():
+    torch.manual_seed(0)
+    head = ClassifierHead(8, 3, hidden=5)
+    assert isinstance(head.pre_logits[1], torch.nn.Tanh)  # ViT-B's pre-logits
+    tokens = torch.randn(2, 4, 8)
+    torch.testing.assert_close(head(tokens), head.fc(torch.tanh(head.pre_logits[0](tokens[:, 0]))))
+    mean = ClassifierHead(8, 3, pool="mean")  # one prefix token (the class token) left out by default
+    torch.testing.assert_close(mean(tokens), mean.fc(tokens[:, 1:].mean(1)))
+    refused(ValueError, "pool='cls' needs a class token; use pool='mean' without one",
+            lambda: ClassifierHead(8, 3, num_prefix=0))
+
+
+def test_rotary_positions_default_to_4096_positions_at_base_10000():
+    rope = RotaryEmbedding(8)
+    assert rope.cos.shape == (4096, 4)
+    angle = 5 * 10000.0 ** (-2 / 8)  # position 5, second pair of channels
+    assert rope.cos[5, 1].item() == pytest.approx(math.cos(angle), abs=1e-7)
+
+
+def test_a_sequence_past_the_position_table_is_refused_with_its_length():
+    table = LearnedPosition(6, 8)
+    refused(ValueError, "sequence of 7 positions is longer than the position table (6); use a shorter input "
+            "or a model with a longer context", lambda: table(torch.randn(1, 3, 8), 4))

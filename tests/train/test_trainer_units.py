@@ -549,6 +549,18 @@ def test_the_bar_moves_a_step_at_a_time_shows_the_read_loss_and_carries_the_eval
     assert "step 2 | epoch " not in capsys.readouterr().out
 
 
+def test_the_time_budget_is_told_how_long_each_evaluation_took(tmp_path, mnist_slice) -> None:
+    t = make_trainer(tiny_config(tmp_path, max_steps=2, eval_every=1, limit_train=64, limit_eval=16,
+                                 time_budget=3600), mnist_slice)
+    told, evaluate = [], t._evaluate_task
+    t.budget.evaluated = told.append
+    t._evaluate_task = lambda: (time.sleep(0.3), evaluate())[1]  # each evaluation: 0.3 s at least
+    wall = time.perf_counter()
+    t.run()
+    wall = time.perf_counter() - wall
+    assert len(told) == 2 and all(0.3 <= seconds < wall / 2 for seconds in told)
+
+
 @pytest.mark.parametrize("each", [False, True])
 def test_pictures_are_drawn_at_the_end_or_at_every_evaluation_where_the_task_asks(tmp_path, mnist_slice,
                                                                                    each) -> None:

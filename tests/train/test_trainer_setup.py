@@ -150,3 +150,15 @@ def test_the_optimiser_runs_the_kernel_the_plan_answers(tmp_path, mnist_slice):
     with plan.forcing("stock,adamw=fused"):  # the plan's answer where fused AdamW measured faster
         trainer = make_trainer(tiny_config(tmp_path), mnist_slice)
     assert all(group["fused"] for group in trainer.optimizer.param_groups)
+
+
+def test_auto_precision_is_settled_once_for_the_run_as_the_plan_answers(tmp_path, mnist_slice, monkeypatch):
+    """`amp="auto"`: rank 0 (the one process here) asks the plan for this model's size and every
+    later question (the evaluation, the summary, the run's first line) gets that answer."""
+    from anyformer import plan
+    from anyformer.train import precision, progress
+    monkeypatch.setattr(precision, "_SETTLED", {})  # no earlier run's answer in this process
+    with plan.forcing("stock,amp=bf16"):  # where bf16 autocast measured faster for this model
+        trainer = make_trainer(tiny_config(tmp_path, amp="auto"), mnist_slice)
+    assert precision.resolve_amp("auto", trainer.device) == "bf16"  # the plan, forced no more, is not asked
+    assert " | bf16 autocast | " in progress.intro(trainer)

@@ -173,8 +173,7 @@ def test_sdpa_drops_attention_in_both_of_its_calls(causal):
 def _cached_steps(attn: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor | None, static: bool):
     """x's first 3 tokens through a cache at position 0, then the last 2 at position 3: int positions,
     or position tensors (the static mode, which attends over the whole buffer masked)."""
-    B, N, _ = x.shape
-    cache = KVCache(B, attn.heads, attn.head_dim, 8, x.dtype, "cpu")
+    cache = KVCache(x.shape[0], attn.heads, attn.head_dim, 8, x.dtype, "cpu")
     at = (lambda p: torch.tensor(p)) if static else (lambda p: p)
     first = attn(x[:, :3], cache=cache, position=at(0), causal=True,
                  mask=None if mask is None else mask[:, :8 if static else 3])
@@ -237,8 +236,8 @@ def test_masked_context_tokens_change_nothing_in_cross_attention():
 def _asked_both_ways(trunk: Transformer, x: torch.Tensor, **kw):
     """The backbone's tokens called plainly and with return_attention (which must change nothing
     but hand the weights over)."""
-    plain = trunk(x, **{k: (v() if callable(v) else v) for k, v in kw.items()})
-    tokens, weights = trunk(x, return_attention=True, **{k: (v() if callable(v) else v) for k, v in kw.items()})
+    plain = trunk(x, **kw)
+    tokens, weights = trunk(x, return_attention=True, **kw)
     assert len(weights) == trunk.depth
     return plain, tokens
 

@@ -1,13 +1,14 @@
 """What a Trainer settles before it trains: the refusals it makes before any data is read, the
 threads it takes (its own, or under torchrun a share of the cores), an elastic restart's refusal,
-the task it is given, and the earlier run's pictures it clears. Written from the trainer's
-`__init__` mutants that survived the fast suite."""
+the task it is given, the earlier run's pictures it clears, a model too large to train, the
+precision `auto` settles to and the optimiser's kernel. Written from the trainer's `__init__` and
+`_build` mutants that survived the fast suite."""
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import os
+import re
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ def threads():
 
 def test_fp16_on_the_cpu_is_refused_before_any_data_is_read(tmp_path):
     from anyformer.train import Trainer
-    cfg = tiny_config(tmp_path, amp="fp16", data=str(tmp_path / "no such data"))
+    cfg = tiny_config(tmp_path, amp="fp16", device="cpu", data=str(tmp_path / "no such data"))
     refused("--amp fp16 needs a CUDA device (fp16 training needs loss scaling, which runs on CUDA), but the "
             "run is on cpu; use --amp bf16, the cpu's half type, or --amp none", lambda: Trainer(cfg))
 

@@ -292,13 +292,14 @@ def test_targets_already_scored_are_ignored():
 
 
 def test_windows_are_made_on_the_tasks_device():
-    """On the meta device (no data, but a device other than the host): batches and the bytes per
-    token live there. (Masking on meta would check _skip_scored's device too, but its first call
-    costs 0.9 s of kernel set-up.)"""
+    """On the meta device (no data, but a device other than the host): batches, the bytes per
+    token and the mask of targets already scored live there."""
     task = task_of(fake_corpus(300, 200), device="meta")
     assert task.token_bytes.device.type == "meta"
     (x, y), _ = task.batch(1)
     assert x.device.type == y.device.type == "meta" and x.shape == (6, 10)
+    skipped = task._skip_scored(y, np.array([0, 2, 4, 0, 0, 1]))
+    assert skipped.device.type == "meta" and skipped.shape == y.shape
 
 
 # ---------------------------------------------------------------- what is printed and recorded

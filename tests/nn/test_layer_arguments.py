@@ -13,14 +13,7 @@ import torch
 from anyformer.nn import MLP, ClassifierHead, KVCache, LearnedPosition, RotaryEmbedding, Transformer, TransformerBlock
 from anyformer.nn.attend import explicit, sdpa
 from anyformer.nn.attention import MultiHeadAttention
-
-
-def refused(exc: type[Exception], message: str, call) -> None:
-    """`call()` raises `exc` with exactly `message` (pytest's `match` searches, so it would also take a
-    message with text around it)."""
-    with pytest.raises(exc) as info:
-        call()
-    assert str(info.value) == message
+from tests.refused import refused
 
 
 # -- refusals, word for word -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 import os
 import signal
+import socket
 
 import pytest
 import torch
@@ -89,3 +90,19 @@ def assert_same_checkpoints(a, b) -> None:
             assert x == y, where
     for key in ("step", "model", "optimizer", "model_config", "rng", "metrics_lines"):
         same(sa[key], sb[key], key)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_env(monkeypatch, local_world: int = 1, restarts: int = 0) -> None:
+    """This process as torchrun starts rank 0 of `local_world` local ranks, after `restarts` restarts:
+    a gloo group of one, the other local ranks only counted."""
+    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(local_world),
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                            TORCHELASTIC_RESTART_COUNT=str(restarts)).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)

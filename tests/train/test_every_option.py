@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from anyformer.train.distributed import Distributed
 from anyformer.train.resume import extended_settings
 from anyformer.train.tasks import ImageClassification
 
-from .conftest import interrupt_at, make_trainer, tiny_config
+from .conftest import interrupt_at, make_trainer, tiny_config, torchrun_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -425,21 +424,12 @@ def test_device_is_the_one_asked_for(tmp_path, mnist_slice, monkeypatch):
     assert make_trainer(short(tmp_path, device="cpu"), mnist_slice).device == torch.device("cpu")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_fsdp_shards_the_weights_under_torchrun(tmp_path, mnist_slice, monkeypatch):
     """One process as torchrun starts it (a gloo group of one): FSDP2 holds the weights as sharded
     DTensors, where without --fsdp DDP would hold plain tensors. (No DDP here: its reducer, freed at
     the interpreter's exit, can abort the process with gloo's threads still running.)"""
     from torch.distributed.tensor import DTensor
-    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                            MASTER_PORT=str(free_port())).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    torchrun_env(monkeypatch)
     trainer = make_trainer(short(tmp_path, fsdp=True), mnist_slice)
     try:
         assert trainer.dist.enabled and trainer.dist.fsdp

@@ -13,14 +13,9 @@ import re
 import pytest
 import torch
 
-from .conftest import make_trainer, tiny_config
-from .test_every_option import free_port
+from tests.refused import refused
 
-
-def refused(message: str, call) -> None:
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+from .conftest import make_trainer, tiny_config, torchrun_env
 
 
 @pytest.fixture
@@ -34,12 +29,13 @@ def threads():
 def test_fp16_on_the_cpu_is_refused_before_any_data_is_read(tmp_path):
     from anyformer.train import Trainer
     cfg = tiny_config(tmp_path, amp="fp16", device="cpu", data=str(tmp_path / "no such data"))
-    refused("--amp fp16 needs a CUDA device (fp16 training needs loss scaling, which runs on CUDA), but the "
-            "run is on cpu; use --amp bf16, the cpu's half type, or --amp none", lambda: Trainer(cfg))
+    refused(ValueError, "--amp fp16 needs a CUDA device (fp16 training needs loss scaling, which runs on CUDA), "
+            "but the run is on cpu; use --amp bf16, the cpu's half type, or --amp none", lambda: Trainer(cfg))
 
 
 def test_a_thread_count_below_one_is_refused_in_words(tmp_path, mnist_slice, threads):
-    refused("threads must be >= 1, got 0", lambda: make_trainer(tiny_config(tmp_path, threads=0), mnist_slice))
+    refused(ValueError, "threads must be >= 1, got 0",
+            lambda: make_trainer(tiny_config(tmp_path, threads=0), mnist_slice))
 
 
 def test_one_process_keeps_the_threads_it_has_unless_told(tmp_path, mnist_slice, threads):
@@ -81,16 +77,6 @@ def test_a_resume_with_other_settings_names_the_run_it_would_continue(tmp_path, 
     assert str(info.value).startswith(f"--resume continues {run_dir} with the settings it recorded in config.json")
 
 
-def _torchrun(monkeypatch, local_world: int, restarts: int) -> None:
-    """This process as torchrun starts rank 0 of `local_world` local ranks, after `restarts` restarts
-    (a gloo group of one: the other ranks are only counted)."""
-    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(local_world),
-                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                            TORCHELASTIC_RESTART_COUNT=str(restarts)).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
-
-
 def _leave_group() -> None:
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
@@ -98,7 +84,7 @@ def _leave_group() -> None:
 
 @pytest.mark.parametrize("local_world", [1, 2])
 def test_under_torchrun_the_local_ranks_share_the_cores(tmp_path, mnist_slice, monkeypatch, threads, local_world):
-    _torchrun(monkeypatch, local_world=local_world, restarts=0)
+    torchrun_env(monkeypatch, local_world=local_world, restarts=0)
     torch.set_num_threads(3)
     try:  # FSDP, not DDP: see test_every_option's test_fsdp_shards_the_weights_under_torchrun
         trainer = make_trainer(tiny_config(tmp_path, threads=None, fsdp=True), mnist_slice)
@@ -110,12 +96,12 @@ def test_under_torchrun_the_local_ranks_share_the_cores(tmp_path, mnist_slice, m
 
 def test_after_an_elastic_restart_a_fresh_run_says_to_launch_with_resume_auto(tmp_path, mnist_slice,
                                                                               monkeypatch):
-    _torchrun(monkeypatch, local_world=1, restarts=1)
+    torchrun_env(monkeypatch, local_world=1, restarts=1)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}")  # what the job's first start wrote
     try:
-        refused(f"{run_dir} holds the run this job began (config.json), and torchrun has restarted its "
+        refused(ValueError, f"{run_dir} holds the run this job began (config.json), and torchrun has restarted its "
                 f"workers: launch with --resume auto, so that a restart continues the run",
                 lambda: make_trainer(tiny_config(tmp_path, fsdp=True), mnist_slice))
     finally:
@@ -138,9 +124,9 @@ def test_a_model_too_large_to_train_is_refused_with_what_it_needs(tmp_path, mnis
 
 
 def test_an_average_of_the_weights_does_not_combine_with_sharding(tmp_path, mnist_slice, monkeypatch):
-    _torchrun(monkeypatch, local_world=1, restarts=0)
+    torchrun_env(monkeypatch, local_world=1, restarts=0)
     try:
-        refused("--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp",
+        refused(ValueError, "--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp",
                 lambda: make_trainer(tiny_config(tmp_path, fsdp=True, ema=0.99), mnist_slice))
     finally:
         _leave_group()

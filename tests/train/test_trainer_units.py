@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import anyformer.train.trainer as trainer_module
 from anyformer.train.distributed import Distributed
 
 from .conftest import make_trainer, tiny_config
@@ -37,11 +38,30 @@ class _Budget:
 
 
 class _Bar:
-    def __init__(self, total: int) -> None:
+    """A progress bar (tqdm's calls) that records what the run does with it."""
+
+    def __init__(self, total: int = 0) -> None:
         self.total, self.lines = total, []
+        self.updates, self.postfixes, self.closed = [], [], False
+
+    def update(self, n) -> None:
+        self.updates.append(n)
+
+    def set_postfix(self, fields=None, refresh=True) -> None:
+        self.postfixes.append((fields, refresh))
 
     def write(self, line: str) -> None:
         self.lines.append(line)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _record_syncs(t) -> list[int]:
+    """The steps after which `t` reads its pending sums, filled in as it runs."""
+    read, sync = [], t.sync
+    t.sync = lambda: (read.append(t.step), sync())[1]
+    return read
 
 
 class _Joined(Distributed):
@@ -149,11 +169,9 @@ def test_a_run_resumed_after_its_last_step_evaluates_once_and_draws_from_that(tm
 def test_the_first_step_is_read_at_once_then_when_a_sync_is_due(tmp_path, mnist_slice, monkeypatch) -> None:
     """The loss of the first step is read at once (the bar shows it, and the sync times the steps
     from there); later steps wait for the sync due, at the latest the evaluation's."""
-    import anyformer.train.trainer as trainer_module
     monkeypatch.setattr(trainer_module, "SYNC_SECONDS", 1e9)  # every sync asks for the longest wait
     t = make_trainer(tiny_config(tmp_path, max_steps=4, limit_train=128, limit_eval=16), mnist_slice)
-    read, sync = [], t.sync
-    t.sync = lambda: (read.append(t.step), sync())[1]
+    read = _record_syncs(t)
     planning, stepping, real_step = [0.0], [], t.train_step
     t.step_plan.planning_seconds = lambda: planning[0]
 
@@ -181,12 +199,10 @@ def test_the_first_step_is_read_at_once_then_when_a_sync_is_due(tmp_path, mnist_
 
 
 def test_one_process_reads_the_steps_at_once_when_a_signal_came(tmp_path, mnist_slice, monkeypatch) -> None:
-    import anyformer.train.trainer as trainer_module
     from anyformer.train.signals import Interrupted
     monkeypatch.setattr(trainer_module, "SYNC_SECONDS", 1e9)
     t = make_trainer(tiny_config(tmp_path, max_steps=6, limit_train=192, limit_eval=16), mnist_slice)
-    read, sync, real_step = [], t.sync, t.train_step
-    t.sync = lambda: (read.append(t.step), sync())[1]
+    read, real_step = _record_syncs(t), t.train_step
     # Ctrl-C after step 3 (conftest's interrupt_at sends SIGTERM): the stop names the signal that came.
     t.train_step = lambda: (real_step(), t.step == 3 and os.kill(os.getpid(), signal.SIGINT))[0]
     with pytest.raises(Interrupted) as info:
@@ -194,7 +210,8 @@ def test_one_process_reads_the_steps_at_once_when_a_signal_came(tmp_path, mnist_
     assert read == [1, 3] and t.sums["steps"] == 3
     from anyformer.train.checkpoint import checkpoint_path
     saved = checkpoint_path(t.run_dir, 3)
-    assert str(info.value) == f"stopped by signal SIGINT after step 3; checkpoint {saved} written, continue with --resume"
+    assert str(info.value) == (f"stopped by signal SIGINT after step 3; checkpoint {saved} written, "
+                               f"continue with --resume")
 
 
 def test_tune_starts_the_budget_at_the_runs_step_and_time(trainer, monkeypatch) -> None:
@@ -250,7 +267,6 @@ def test_an_ema_run_is_scored_on_its_average(tmp_path, mnist_slice) -> None:
 
 
 def test_the_peak_is_measured_once_for_the_runs_precision(trainer, monkeypatch) -> None:
-    import anyformer.train.trainer as trainer_module
     asked = []
     monkeypatch.setattr(trainer_module, "peak_flops",
                         lambda device, amp: asked.append((device, amp)) or (5e9, "measured"))
@@ -260,8 +276,6 @@ def test_the_peak_is_measured_once_for_the_runs_precision(trainer, monkeypatch) 
 
 
 def test_the_plan_is_written_into_the_run_and_a_failed_write_is_named(trainer) -> None:
-    import json
-
     from anyformer.train.rundir import TrainingError
     from anyformer.train.runplan import PLAN_FILE
     trainer.files.prepare(False)
@@ -332,7 +346,6 @@ class _Clock:
 
 
 def test_a_sync_reads_the_pending_steps_in_order_and_times_the_next(trainer, monkeypatch) -> None:
-    import anyformer.train.trainer as trainer_module
     from anyformer.train.progress import SYNC_SECONDS
     monkeypatch.setattr(trainer_module, "time", _Clock(105.0))
     trainer.step, trainer._synced = 12, (2, 104.5)  # 10 steps in 0.5 s since the last sync
@@ -354,7 +367,6 @@ def test_a_sync_reads_the_pending_steps_in_order_and_times_the_next(trainer, mon
 
 
 def test_under_torchrun_a_sync_adds_every_ranks_sums_and_takes_rank_zeros_timing(trainer, monkeypatch) -> None:
-    import anyformer.train.trainer as trainer_module
     monkeypatch.setattr(trainer_module, "time", _Clock(105.0))
     trainer.step, trainer._synced = 12, (2, 100.0)
     trainer.pending = [(11, 64, ["count"], torch.tensor([16.0, 32.0], dtype=torch.float64))]
@@ -510,29 +522,10 @@ def test_a_run_writes_the_tasks_own_files_says_what_it_trains_and_starts_its_bud
     assert lines[3].startswith("step 1 | epoch 0.02 | train loss ") and "test acc" in lines[3]
 
 
-class _Tqdm:
-    """A progress bar that records what the run does with it."""
-
-    def __init__(self) -> None:
-        self.updates, self.postfixes, self.lines, self.closed = [], [], [], False
-
-    def update(self, n):
-        self.updates.append(n)
-
-    def set_postfix(self, fields=None, refresh=True):
-        self.postfixes.append((fields, refresh))
-
-    def write(self, line):
-        self.lines.append(line)
-
-    def close(self):
-        self.closed = True
-
-
 def test_the_bar_moves_a_step_at_a_time_shows_the_read_loss_and_carries_the_evaluations(
         tmp_path, mnist_slice, monkeypatch, capsys) -> None:
     from anyformer.train import own_model, progress
-    bar = _Tqdm()
+    bar = _Bar()
     monkeypatch.setattr(progress, "progress_bar", lambda total, start, enabled: bar if enabled else None)
     t = make_trainer(tiny_config(tmp_path, max_steps=2, eval_every=2, limit_train=64, limit_eval=16,
                                  progress=True), mnist_slice)

@@ -273,6 +273,9 @@ def test_save_writes_the_step_with_its_plan_and_returns_its_path_once(saved) -> 
                                                                   "step-000000004.pt"]
     saved.dist = _Ranks(1, 2)
     assert checkpoint.save(saved) is None  # another rank than 0 is given no path
+    _steps(saved, 1)
+    assert checkpoint.save(saved) is None  # of a step it saves now either
+    assert saved.saved_step == 5
 
 
 def test_a_failed_write_of_a_checkpoint_is_named(saved, monkeypatch) -> None:

@@ -425,6 +425,20 @@ def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path,
     assert all(p.grad is None for p in t.model.parameters())  # zeroed for the next step
 
 
+def test_a_steps_loss_is_summed_over_its_chunks_in_float64(tmp_path, mnist_slice) -> None:
+    """Step 62's 6 examples in chunks of 2, 2, 1 and 1, each scoring fp32 1/3 (24 bits of mantissa):
+    their sum weighted by the chunks' sizes needs 26 bits, exact in float64 and rounded in float32."""
+    t = make_trainer(tiny_config(tmp_path, grad_accum=4, limit_train=1990), mnist_slice)
+    third, loss = torch.tensor(1 / 3), t.task.loss
+    t.task.loss = lambda m, chunk: (lambda l, s: (l - l.detach() + third, s))(*loss(m, chunk))
+    t.step = 62
+    t.train_step()
+    ((_, n_global, _, sums),) = t.pending
+    assert n_global == 6 and sums[0].item() == third.item() * 6 != float(third * 6)
+    t.sync()
+    assert t.last_loss == third.item() * 6 / 6
+
+
 def test_a_run_asks_its_max_steps_or_its_epochs_and_at_least_one_step(tmp_path, mnist_slice) -> None:
     """63 steps per epoch: 1.5 epochs ask round(94.5) = 94 steps; 0.001 epochs round to none: one."""
     for kw, steps in ((dict(epochs=1.5), 94), (dict(epochs=0.001), 1), (dict(epochs=3, max_steps=7), 7)):
@@ -540,6 +554,20 @@ def test_the_bar_moves_a_step_at_a_time_shows_the_read_loss_and_carries_the_eval
     assert all(a[0] is t and a[1] > 0 and a[2] == own_model.flops_per_item(t.task, t.model) for a in fields)
     assert len(bar.lines) == 1 and bar.lines[0].startswith("step 2 | epoch ")  # above the bar, not printed
     assert "step 2 | epoch " not in capsys.readouterr().out
+
+
+def test_a_budgets_new_step_count_is_written_above_the_bar_and_moves_its_end(tmp_path, mnist_slice, monkeypatch,
+                                                                            capsys) -> None:
+    from anyformer.train import progress
+    bar = _Bar()
+    monkeypatch.setattr(progress, "progress_bar", lambda total, start, enabled: bar if enabled else None)
+    t = make_trainer(tiny_config(tmp_path, max_steps=4, eval_every=1, limit_train=64, limit_eval=16,
+                                 time_budget=3600, progress=True), mnist_slice)
+    t.budget.fit = lambda *asked: 2  # after step 1's evaluation: time for 2 steps, not 4
+    t.run()
+    assert t.step == t.total_steps == bar.total == 2
+    assert "time budget 3600 s: 2 steps (1.00 epochs) instead of 4" in bar.lines
+    assert "time budget" not in capsys.readouterr().out
 
 
 def test_the_time_budget_is_told_how_long_each_evaluation_took(tmp_path, mnist_slice) -> None:

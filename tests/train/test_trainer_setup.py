@@ -227,3 +227,14 @@ def test_the_memory_check_counts_the_shards_fsdp_splits_the_weights_into(tmp_pat
     _as_rank(monkeypatch, _Rank(0, 3, fsdp=fsdp))
     make_trainer(tiny_config(tmp_path, fsdp=fsdp), mnist_slice)
     assert asked == [shards]
+
+
+def test_a_module_of_your_own_is_not_sharded(tmp_path, mnist_slice, monkeypatch):
+    from anyformer.train import Trainer
+    from anyformer.train.tasks import ImageClassification
+    _as_rank(monkeypatch, _Rank(0, 2, fsdp=True))
+    cfg = tiny_config(tmp_path, fsdp=True)
+    task = ImageClassification(cfg, torch.device("cpu"), *mnist_slice)
+    own = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    refused(ValueError, "--fsdp shards anyformer's presets; a module of your own trains under torchrun with DDP "
+            "(leave --fsdp out)", lambda: Trainer(cfg, task=task, model=own))

@@ -5,6 +5,7 @@ for a change of more than 1%), stops, the plan written and settled, FSDP's plain
 Other ranks are stood in for by Distributed subclasses that answer as a process group would."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -300,6 +301,18 @@ def test_under_fsdp_the_plain_model_is_one_cpu_copy_of_the_gathered_weights(trai
         next(trainer.model.parameters()).add_(1.0)
     assert trainer._plain_model() is copy
     assert torch.equal(next(copy.parameters()), next(trainer.model.parameters()))
+    drawn = []  # the pictures are drawn from that copy: rank 0's shard alone is not a model
+    trainer.task.draw = lambda model, results, run_dir: drawn.append(model)
+    trainer._draw_on_main(trainer.run_dir)
+    assert drawn == [copy]
+
+
+def test_an_evaluation_runs_on_the_gathered_weights(trainer) -> None:
+    """Under FSDP each rank holds a shard; the evaluation's forwards need them whole."""
+    gathered = []
+    trainer.dist.gathered = lambda model: (gathered.append(model), contextlib.nullcontext())[1]
+    trainer.last_eval = trainer._evaluate_task()
+    assert gathered == [trainer.model] and "eval_accuracy" in trainer.last_eval
 
 
 def test_the_step_plan_is_settled_only_for_steps_still_to_run(trainer, monkeypatch) -> None:
@@ -423,6 +436,60 @@ def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path,
     torch.testing.assert_close(sums, torch.tensor([loss.item() * n, float(stats["correct"]), float(n)],
                                                   dtype=torch.float64), rtol=1e-5, atol=1e-5)
     assert all(p.grad is None for p in t.model.parameters())  # zeroed for the next step
+
+
+@pytest.mark.parametrize("rank, world, limit_train, grad_accum, source", [(2, 3, 1985, 1, 0), (1, 2, 1991, 4, 1)])
+def test_a_chunk_without_examples_runs_a_stand_in_weighted_zero(tmp_path, mnist_slice, rank, world, limit_train,
+                                                               grad_accum, source) -> None:
+    """Every rank runs every chunk (FSDP gathers the weights in each forward), with or without
+    examples. Step 62 is the epoch's last: of 1 example (1,985 in batches of 32), which rank 0 of 3
+    takes, leaving rank 2 none: its chunk runs rank 0's first example; of 7 examples (1,991), of
+    which rank 1 of 2 takes 3 for 4 chunks: its empty chunk runs its first example again, alone. A
+    stand-in weighs 0: no gradient, no loss, no stats."""
+    t = make_trainer(tiny_config(tmp_path, limit_train=limit_train, grad_accum=grad_accum), mnist_slice)
+    t.dist = _Joined(rank=rank, world=world, others=0.0)
+    held = []  # the gradient all-reduce is held back on every chunk but the last
+    t.dist.grad_sync = lambda model, sync: (held.append((model, sync)), contextlib.nullcontext())[1]
+    ran, loss = [], t.task.loss
+    t.task.loss = lambda m, chunk: (ran.append(chunk), loss(m, chunk))[1]
+    grads, update = [], t.optimizer.step
+    t.optimizer.step = lambda: (grads.extend(p.grad.clone() for p in t.model.parameters()), update())[1]
+    (mine, _), n_global = t.task.batch(62, rank, world)
+    (theirs, _), _ = t.task.batch(62, source, world)
+    t.step = 62
+    t.train_step()
+    assert len(ran) == grad_accum and len(mine) == grad_accum - 1
+    assert held == [(t.forward_model, i == grad_accum - 1) for i in range(grad_accum)]
+    stand_in = ran[-1][0]
+    assert stand_in.shape[0] == 1 and torch.equal(stand_in, theirs[:1])
+    ((_, pending_global, _, sums),) = t.pending
+    assert pending_global == n_global == limit_train - 1984
+    if not len(mine):  # the stand-in alone ran: nothing to learn from, nothing to count
+        assert all(not g.any() for g in grads) and not sums.any()
+    else:  # the real chunk's loss alone, over the step's 3 examples
+        assert sums[-1].item() == len(mine)  # "count": the real examples', not the stand-in's
+
+
+def test_a_chunk_runs_on_the_compiled_module_the_plan_holds_for_its_inputs(tmp_path, mnist_slice) -> None:
+    """The step plan compiles per input shape (`module_for`); a chunk it has a module for runs on
+    that module, asked with the chunk's images, not its labels."""
+    t = make_trainer(tiny_config(tmp_path, grad_accum=2), mnist_slice)
+    asked, calls = [], []
+
+    class Compiled(torch.nn.Module):  # what the plan's compile of the model would answer
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            calls.append(x.shape)
+            return self.model(x)
+    compiled = Compiled(t.model)
+    t.step_plan.module_for = lambda x: (asked.append(x), compiled)[1]
+    t.train_step()
+    (x, _), _ = t.task.batch(0)
+    assert len(asked) == 2 and torch.equal(torch.cat(asked), x)
+    assert calls == [(16, 1, 28, 28)] * 2
 
 
 def test_a_steps_loss_is_summed_over_its_chunks_in_float64(tmp_path, mnist_slice) -> None:

@@ -2,7 +2,6 @@
 printed and recorded with its reason, each overridden by a flag), a run kept by absolute path and
 scored from another directory, and a finished run continued past its end."""
 import json
-import os
 
 import pytest
 

@@ -153,8 +153,8 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
     def hook(m: nn.Module, args: tuple, kwargs: dict) -> None:
         x = args[0]
         if isinstance(m, PlannedAttention):
-            seen.setdefault(m, []).append((_attention_case(m, x, args[1] if len(args) > 1 else None, **kwargs),
-                                           needs_grad(x, m.proj.weight)))
+            # Called as the layer was: the context positional or by name.
+            seen.setdefault(m, []).append((_attention_case(m, *args, **kwargs), needs_grad(x, m.proj.weight)))
         elif _has_choice(m, x):  # only calls that would run on another kernel are asked about
             seen.setdefault(m, []).append((tuple(x.shape), needs_grad(x, getattr(m, "weight", None))))
 
@@ -208,9 +208,10 @@ def _sizes(shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def _choose(m: nn.Module, seen: list[tuple[Any, bool]], training: bool) -> None:
-    """Ask the planner for `m`'s calls: for a linear layer or a GELU, per kind of call (with or
-    without gradients; a few rows, as a generation step's, or more), the first of each kind seen; the
-    calls without gradients also at the shapes seen with them (a trainer's evaluation)."""
+    """Ask the planner for `m`'s calls: for a linear layer or a GELU, per kind of call (without
+    gradients, a few rows, as a generation step's, or more; with gradients, one kernel whatever the
+    rows), the first of each kind seen; the calls without gradients also at the shapes seen with
+    them (a trainer's evaluation)."""
     if isinstance(m, PlannedAttention):
         if m.impl == "auto":
             _choose_attention(m, seen, training)
@@ -221,7 +222,7 @@ def _choose(m: nn.Module, seen: list[tuple[Any, bool]], training: bool) -> None:
         rows, numel = _sizes(shape)
         if numel > 0:
             few = rows <= ROWWISE_MAX_ROWS
-            kinds.setdefault((grads, few), shape)
+            kinds.setdefault((grads, few and not grads), shape)  # a layer has one training kernel
             kinds.setdefault((False, few), shape)
     for (grads, few), shape in kinds.items():
         rows, numel = _sizes(shape)

@@ -50,13 +50,13 @@ def plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
     DTensor), which keep their F.linear handling."""
     return (_ONEDNN and type(x) is Tensor and type(weight) in (Tensor, nn.Parameter)
             and x.dtype is torch.float32 and weight.dtype is torch.float32
-            and x.device.type == "cpu" and weight.device.type == "cpu" and x.numel() > 0 and weight.numel() > 0
-            and plain_eager(x))
+            and x.device.type == "cpu" and weight.device.type == "cpu"
+            and plain_eager(x) and x.numel() > 0 and weight.numel() > 0)  # a jit trace's numel is a tensor
 
 
 def native_gelu_may_run(x: Tensor) -> bool:
     """Where a GELU may run on the native kernel: a plain fp32 CPU tensor, not empty (`plain_eager`)."""
-    return x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and plain_eager(x)
+    return x.device.type == "cpu" and x.dtype == torch.float32 and plain_eager(x) and x.numel() > 0
 
 
 def needs_grad(x: Tensor, *params: Tensor | None) -> bool:
@@ -131,7 +131,8 @@ class PlannedGELU(nn.GELU):
         if torch.is_grad_enabled() and x.requires_grad:
             chosen = self.native_training
         else:
-            chosen = self.native_few if x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1] else self.native
+            few = x.dim() == 0 or x.numel() <= ROWWISE_MAX_ROWS * x.shape[-1]  # a scalar: one row of one
+            chosen = self.native_few if few else self.native
         if chosen and native_gelu_may_run(x):
             return native.gelu(x, self.approximate)
         return super().forward(x)

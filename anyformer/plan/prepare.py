@@ -70,7 +70,7 @@ def prepare(model: M, example: Example = None) -> M:
         example = default_example(model)
     calls = {} if example is None else _observe(model, example)
     for m, seen in calls.items():
-        _choose(m, seen, training=model.training)
+        _choose(m, seen)
     from .decode import install  # after the example: its steps are not the model's work to repay a compile
     install(model)
     return model
@@ -153,8 +153,10 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
     def hook(m: nn.Module, args: tuple, kwargs: dict) -> None:
         x = args[0]
         if isinstance(m, PlannedAttention):
-            # Called as the layer was: the context positional or by name.
-            seen.setdefault(m, []).append((_attention_case(m, *args, **kwargs), needs_grad(x, m.proj.weight)))
+            # Called as the layer was: the context positional or by name. A training call as its
+            # attention function tells one: the queries want a gradient (`AttentionChoice`).
+            queries = m.q if m.cross else m.qkv
+            seen.setdefault(m, []).append((_attention_case(m, *args, **kwargs), needs_grad(x, *queries.parameters())))
         elif _has_choice(m, x):  # only calls that would run on another kernel are asked about
             seen.setdefault(m, []).append((tuple(x.shape), needs_grad(x, getattr(m, "weight", None))))
 
@@ -207,14 +209,14 @@ def _sizes(shape: tuple[int, ...]) -> tuple[int, int]:
     return math.prod(shape[:-1]), math.prod(shape)
 
 
-def _choose(m: nn.Module, seen: list[tuple[Any, bool]], training: bool) -> None:
+def _choose(m: nn.Module, seen: list[tuple[Any, bool]]) -> None:
     """Ask the planner for `m`'s calls: for a linear layer or a GELU, per kind of call (without
     gradients, a few rows, as a generation step's, or more; with gradients, one kernel whatever the
     rows), the first of each kind seen; the calls without gradients also at the shapes seen with
     them (a trainer's evaluation)."""
     if isinstance(m, PlannedAttention):
         if m.impl == "auto":
-            _choose_attention(m, seen, training)
+            _choose_attention(m, seen)
         return
     w = getattr(m, "weight", None)  # the calls seen are plain fp32 CPU ones only (`_has_choice`)
     kinds: dict[tuple[bool, bool], tuple[int, ...]] = {}
@@ -243,12 +245,12 @@ def _choose(m: nn.Module, seen: list[tuple[Any, bool]], training: bool) -> None:
         setattr(m, many, getattr(m, few))
 
 
-def _choose_attention(m: PlannedAttention, seen: list[tuple[Any, bool]], training: bool) -> None:
+def _choose_attention(m: PlannedAttention, seen: list[tuple[Any, bool]]) -> None:
     """The layer's attention function per kind of call (with or without gradients; one query or
     many), and whether its packed projection goes to the native kernel whole."""
     table: dict[tuple[bool, bool], Callable[..., Tensor]] = {}
-    for case, _ in seen:
-        for grads in ((False, True) if training else (False,)):
+    for case, training in seen:
+        for grads in ((False, True) if training else (False,)):  # a training call's shapes serve an evaluation too
             key = (grads, case.q_len == 1)
             if key in table:
                 continue

@@ -352,13 +352,34 @@ def test_a_named_function_is_taken_per_kind_of_call(asked):
     assert layer.native is False and layer.native_training is False
 
 
+def test_an_attention_layers_training_kinds_are_asked_for_its_training_calls_only(asked):
+    """A layer whose queries want no gradient (frozen, under a trained head) is not asked about
+    training calls: at run time its calls are not (`AttentionChoice`). One that does is asked about
+    both kinds, for its evaluation too, whichever kind of call came first."""
+    asked.attention_answer = lambda q_len, training: "explicit" if training else "fused"
+    frozen = MultiHeadAttention(16, 2).requires_grad_(False)
+    plan.prepare(frozen, torch.randn(3, 5, 16))  # training mode
+    assert [a[7] for a in asked.attention] == [False]
+    asked.attention.clear()
+    layer = MultiHeadAttention(16, 2)
+    example = torch.randn(3, 5, 16)
+
+    def evaluated_then_trained(m):
+        with torch.no_grad():
+            m(example)
+        m(example)
+    trained = plan.prepare(layer, evaluated_then_trained)
+    assert [a[7] for a in asked.attention] == [False, True]
+    assert trained.attend.table == {(False, False): sdpa, (True, False): explicit}
+
+
 @pytest.mark.parametrize("answer", ["flash", "default"])
 def test_a_cuda_answer_becomes_sdpa_in_that_backend(monkeypatch, answer):
     """SDPA's backend as the plan named it; "default" (torch's pick) is plain SDPA."""
     monkeypatch.setattr(door, "sdpa_backend", lambda *args, **kw: answer)
     layer = planned_attention()
     cuda = AttentionCase(1, 2, 5, 5, 8, torch.bfloat16, True, False, "packed", "cuda", False)
-    door._choose_attention(layer, [(cuda, False)], training=False)
+    door._choose_attention(layer, [(cuda, False)])
     (attend,) = layer.attend.table.values()
     if answer == "flash":
         assert isinstance(attend, SdpaBackend) and attend.backend == "flash"
@@ -370,7 +391,7 @@ def test_another_device_keeps_sdpa():
     """No decision for it: `_attention_choice` answers None, the layer keeps SDPA."""
     layer = planned_attention()
     mps = AttentionCase(1, 2, 5, 5, 8, F32, False, False, "packed", "mps", False)
-    door._choose_attention(layer, [(mps, False)], training=True)
+    door._choose_attention(layer, [(mps, True)])  # a training call
     assert layer.attend.table == {(False, False): sdpa, (True, False): sdpa}
 
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from anyformer.nn.attend import ATTENTION_FUNCTIONS, by_sums, explicit, sdpa
 from anyformer.nn.functional import attention_explicit
@@ -92,3 +93,41 @@ def test_the_explicit_function_drops_attention_weights_when_given_a_rate():
     expected = attention_explicit(q, k, v, dropout=0.5, training=True)[0]
     torch.testing.assert_close(dropped, expected)
     assert not torch.allclose(dropped, explicit(q, k, v, None, False, 0.0), atol=1e-3)
+
+
+class _Copies(TorchDispatchMode):
+    """Counts the copies made under it (`contiguous()` of a strided view is one `aten.clone`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.copies += func in (torch.ops.aten.clone.default, torch.ops.aten.copy_.default)
+        return func(*args, **(kwargs or {}))
+
+
+def _explicit_copies(q, k, v) -> int:
+    with _Copies() as mode:
+        attention_explicit(q, k, v)
+    return mode.copies
+
+
+def test_the_explicit_form_copies_only_the_blocks_that_are_not_contiguous():
+    """Each head's (N, D_h) block contiguous before the products: a layer's q, k and v, views into
+    its packed projection (B, N, 3, H, D_h), are copied; a KV cache's first M positions of its
+    (B, H, max_len, D_h) buffer, whose blocks already are contiguous, are not (the copy would be the
+    whole prefix), nor is one query's, whatever its strides."""
+    b, n, h, d = 2, 5, 3, 4
+    packed = torch.randn(b, n, 3, h, d).permute(2, 0, 3, 1, 4)  # q, k, v as a layer splits them
+    assert _explicit_copies(*packed) == 3
+    cache = torch.randn(2, b, h, 16, d)[:, :, :, :7]  # keys and values: 7 of 16 positions written
+    assert not cache[0].is_contiguous() and _explicit_copies(packed[0], *cache) == 1
+    one_query = torch.randn(b, 1, 3, h, d).permute(2, 0, 3, 1, 4)[0]  # a generation step's (B, H, 1, D_h)
+    assert not one_query.is_contiguous() and _explicit_copies(one_query, *cache) == 0
+    wide = torch.randn(b, h, n, 2 * d)[..., :d]  # a block's rows d long, stored 2d apart
+    assert _explicit_copies(wide, *cache) == 1
+    for rows in (n, 2):
+        strided = torch.randn(b, h, d, rows).transpose(-2, -1)  # each row's elements `rows` apart
+        assert _explicit_copies(strided, *cache) == 1
+    torch.testing.assert_close(attention_explicit(*packed)[0], closed_form(*packed).float(), rtol=1e-5, atol=1e-5)

@@ -353,13 +353,17 @@ def test_a_named_function_is_taken_per_kind_of_call(asked):
 
 
 def test_an_attention_layers_training_kinds_are_asked_for_its_training_calls_only(asked):
-    """A layer whose queries want no gradient (frozen, under a trained head) is not asked about
-    training calls: at run time its calls are not (`AttentionChoice`). One that does is asked about
-    both kinds, for its evaluation too, whichever kind of call came first."""
+    """A layer whose queries want no gradient (frozen, under a trained head, its input wanting none)
+    is not asked about training calls: at run time its calls are not (`AttentionChoice`). One whose
+    queries do is asked about both kinds, for its evaluation too, whichever kind of call came first."""
     asked.attention_answer = lambda q_len, training: "explicit" if training else "fused"
     frozen = MultiHeadAttention(16, 2).requires_grad_(False)
     plan.prepare(frozen, torch.randn(3, 5, 16))  # training mode
     assert [a[7] for a in asked.attention] == [False]
+    asked.attention.clear()
+    # a frozen layer between trained ones: its input wants a gradient, and so its queries
+    plan.prepare(MultiHeadAttention(16, 2).requires_grad_(False), torch.randn(3, 5, 16, requires_grad=True))
+    assert [a[7] for a in asked.attention] == [False, True]
     asked.attention.clear()
     layer = MultiHeadAttention(16, 2)
     example = torch.randn(3, 5, 16)

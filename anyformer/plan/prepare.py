@@ -153,8 +153,8 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
     def hook(m: nn.Module, args: tuple, kwargs: dict) -> None:
         x = args[0]
         if isinstance(m, PlannedAttention):
-            # Called as the layer was: the context positional or by name. A training call as its
-            # attention function tells one: the queries want a gradient (`AttentionChoice`).
+            # Called as the layer was (its context positional or by name); a training call where its
+            # queries want a gradient, as the layer's attention function tells one (`AttentionChoice`).
             queries = m.q if m.cross else m.qkv
             seen.setdefault(m, []).append((_attention_case(m, *args, **kwargs), needs_grad(x, *queries.parameters())))
         elif _has_choice(m, x):  # only calls that would run on another kernel are asked about

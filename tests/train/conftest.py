@@ -1,3 +1,4 @@
+import contextlib
 import os
 import signal
 import socket
@@ -7,6 +8,7 @@ import torch
 
 from anyformer.data import load_image_dataset
 from anyformer.train import TrainConfig
+from anyformer.train.distributed import Distributed
 
 # Patch 7 (16 tokens) and width 48: small enough for seconds per run, big enough to learn visibly.
 TINY = dict(width=48, depth=2, heads=4, mlp_hidden=96, head_hidden=None, patch_size=7, final_norm=True)
@@ -106,3 +108,38 @@ def torchrun_env(monkeypatch, local_world: int = 1, restarts: int = 0) -> None:
                             TORCHELASTIC_RESTART_COUNT=str(restarts)).items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+
+
+class StandInRank(Distributed):
+    """Rank `rank` of a group of `world` stood in for without a process group, answering as the
+    collectives would: `sum` adds what the other ranks send (`others`, a number or a tensor shaped
+    like the sum) to this rank's value; `broadcast` gives rank 0 its own object back and another rank
+    `from_rank0`'s objects in turn (None: the one it sent, as for the settings every rank shares);
+    `all_gather` has every rank send this rank's object. What it sums and sends is recorded, and so
+    are the gradient syncs asked of it (no DDP wrapper here holds the gradients back)."""
+
+    def __init__(self, rank: int, world: int, *, fsdp: bool = False, others=0.0, from_rank0=()) -> None:
+        super().__init__(rank=rank, world=world, device=torch.device("cpu"), fsdp=fsdp, joined=True)
+        self.others, self.from_rank0 = others, list(from_rank0)
+        self.summed: list = []
+        self.sent: list = []
+        self.held: list = []
+
+    def sum(self, t):
+        self.summed.append(t.clone())
+        return t + self.others
+
+    def broadcast(self, obj):
+        self.sent.append(obj)
+        reply = obj if self.rank == 0 else self.from_rank0.pop(0)
+        return obj if reply is None else reply
+
+    def all_gather(self, obj):
+        return [obj] * self.world
+
+    def wrap(self, model):
+        return model
+
+    def grad_sync(self, model, sync: bool):
+        self.held.append((model, sync))
+        return contextlib.nullcontext()

@@ -17,7 +17,7 @@ import torch
 from anyformer.train.distributed import Distributed
 from tests.refused import refused
 
-from .conftest import make_trainer, tiny_config, torchrun_env
+from .conftest import StandInRank, make_trainer, tiny_config, torchrun_env
 
 
 @pytest.fixture
@@ -153,28 +153,7 @@ def test_auto_precision_is_settled_once_for_the_run_as_the_plan_answers(tmp_path
     assert " | bf16 autocast | " in progress.intro(trainer)
 
 
-class _Rank(Distributed):
-    """Rank `rank` of `world` stood in for, without a process group: what it broadcasts is recorded;
-    rank 0 gets its own objects back, another rank takes `from_rank0` in turn (None: the object it
-    sent, as for the settings every rank shares), as `broadcast_object_list` from rank 0 would give."""
-
-    def __init__(self, rank: int, world: int, fsdp: bool, from_rank0=()) -> None:
-        super().__init__(rank=rank, world=world, device=torch.device("cpu"), fsdp=fsdp, joined=True)
-        self.sent, self.from_rank0 = [], list(from_rank0)
-
-    def broadcast(self, obj):
-        self.sent.append(obj)
-        reply = obj if self.rank == 0 else self.from_rank0.pop(0)
-        return obj if reply is None else reply
-
-    def all_gather(self, obj):
-        return [obj] * self.world
-
-    def wrap(self, model):
-        return model  # no group to wrap it for
-
-
-def _as_rank(monkeypatch, rank: _Rank) -> _Rank:
+def _as_rank(monkeypatch, rank: StandInRank) -> StandInRank:
     """The next Trainer joins as `rank`; the plan's precision measurement answers fp32 and is recorded."""
     from anyformer.train import precision
     monkeypatch.setattr(Distributed, "from_env", classmethod(lambda cls, device, fsdp: rank))
@@ -186,7 +165,7 @@ def _as_rank(monkeypatch, rank: _Rank) -> _Rank:
 
 def test_rank_zero_measures_the_precision_once_and_sends_its_answer(tmp_path, mnist_slice, monkeypatch):
     from anyformer.train import precision
-    rank0 = _as_rank(monkeypatch, _Rank(0, 2, fsdp=False))
+    rank0 = _as_rank(monkeypatch, StandInRank(0, 2))
     trainer = make_trainer(tiny_config(tmp_path, amp="auto"), mnist_slice)
     assert rank0.measured == [{"width": 48, "hidden": 96}]  # the model's own sizes
     assert rank0.sent[1] == "none" and precision.resolve_amp("auto", trainer.device) == "none"
@@ -194,7 +173,7 @@ def test_rank_zero_measures_the_precision_once_and_sends_its_answer(tmp_path, mn
 
 def test_another_rank_takes_rank_zeros_precision_without_measuring(tmp_path, mnist_slice, monkeypatch):
     from anyformer.train import precision
-    rank1 = _as_rank(monkeypatch, _Rank(1, 2, fsdp=False, from_rank0=[None, "bf16", {}]))
+    rank1 = _as_rank(monkeypatch, StandInRank(1, 2, from_rank0=[None, "bf16", {}]))
     trainer = make_trainer(tiny_config(tmp_path, amp="auto"), mnist_slice)
     assert rank1.measured == [] and rank1.sent[1] is None  # it waits for rank 0's answer
     assert rank1.from_rank0 == [] and precision.resolve_amp("auto", trainer.device) == "bf16"
@@ -205,7 +184,7 @@ def test_every_rank_starts_with_rank_zeros_weights_and_its_own_dropout(tmp_path,
     (dropout, the stand-ins' draws) from seed + rank, so ranks do not drop the same units."""
     one = make_trainer(tiny_config(tmp_path / "one", seed=5), mnist_slice)
     assert torch.initial_seed() == 5
-    _as_rank(monkeypatch, _Rank(1, 2, fsdp=False, from_rank0=[None, None, {}]))
+    _as_rank(monkeypatch, StandInRank(1, 2, from_rank0=[None, None, {}]))
     other = make_trainer(tiny_config(tmp_path / "other", seed=5), mnist_slice)
     assert torch.initial_seed() == 6
     for a, b in zip(one.model.state_dict().values(), other.model.state_dict().values()):
@@ -224,7 +203,7 @@ def test_the_memory_check_counts_the_shards_fsdp_splits_the_weights_into(tmp_pat
         asked.append(shards)
         return build_model(cfg, task, device, shards)
     monkeypatch.setattr(trainer_module, "build_model", counted)
-    _as_rank(monkeypatch, _Rank(0, 3, fsdp=fsdp))
+    _as_rank(monkeypatch, StandInRank(0, 3, fsdp=fsdp))
     make_trainer(tiny_config(tmp_path, fsdp=fsdp), mnist_slice)
     assert asked == [shards]
 
@@ -232,7 +211,7 @@ def test_the_memory_check_counts_the_shards_fsdp_splits_the_weights_into(tmp_pat
 def test_a_module_of_your_own_is_not_sharded(tmp_path, mnist_slice, monkeypatch):
     from anyformer.train import Trainer
     from anyformer.train.tasks import ImageClassification
-    _as_rank(monkeypatch, _Rank(0, 2, fsdp=True))
+    _as_rank(monkeypatch, StandInRank(0, 2, fsdp=True))
     cfg = tiny_config(tmp_path, fsdp=True)
     task = ImageClassification(cfg, torch.device("cpu"), *mnist_slice)
     own = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))

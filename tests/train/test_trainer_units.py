@@ -18,7 +18,7 @@ import torch
 import anyformer.train.trainer as trainer_module
 from anyformer.train.distributed import Distributed
 
-from .conftest import make_trainer, tiny_config
+from .conftest import StandInRank, make_trainer, tiny_config
 
 
 class _Budget:
@@ -65,19 +65,6 @@ def _record_syncs(t) -> list[int]:
     return read
 
 
-class _Joined(Distributed):
-    """A process group of `world` ranks stood in for: `sum` adds what the other ranks send (`others`,
-    a number or a tensor shaped like the sum) to this rank's own value, as an all-reduce would."""
-
-    def __init__(self, rank: int, world: int, others) -> None:
-        super().__init__(rank=rank, world=world, joined=True)
-        self.others, self.summed = others, []
-
-    def sum(self, t):
-        self.summed.append(t.clone())
-        return t + self.others
-
-
 @pytest.fixture
 def trainer(tmp_path, mnist_slice):
     # 2,000 examples in batches of 32: 63 steps per epoch, 126 steps asked.
@@ -119,14 +106,14 @@ def test_the_fit_stops_once_the_steps_are_done(trainer) -> None:
 
 def test_under_torchrun_every_rank_takes_rank_zeros_fit(trainer, capsys) -> None:
     trainer.budget = _Budget(77)  # this rank's own fit, which it must not use
-    trainer.dist = _Joined(rank=1, world=2, others=90.0)
+    trainer.dist = StandInRank(rank=1, world=2, others=90.0)
     bar = _Bar(126)
     trainer._fit_budget(bar)
     (sent,) = trainer.dist.summed
     assert sent.dtype == torch.float64 and sent.tolist() == [0.0]  # a rank other than 0 adds nothing
     assert trainer.total_steps == 90 and bar.total == 90
     assert bar.lines == [] and capsys.readouterr().out == ""  # rank 0 alone says it
-    trainer.dist = _Joined(rank=0, world=2, others=0.0)
+    trainer.dist = StandInRank(rank=0, world=2, others=0.0)
     trainer._fit_budget(bar)
     assert trainer.dist.summed[0].tolist() == [77.0] and trainer.total_steps == 77 and len(bar.lines) == 1
 
@@ -152,7 +139,7 @@ def test_a_new_run_starts_with_no_time_no_loss_no_evaluation_and_no_stop(trainer
     assert "loss" not in progress.bar_fields(trainer, 10.0, 1.0)  # no loss shown before the first sync
     assert trainer.last_eval is None  # what makes a run resumed after its end evaluate once more
     assert trainer.signals.escalate  # one process: a second Ctrl-C stops at once (torchrun's agent does it)
-    trainer.dist = _Joined(rank=0, world=2, others=0.0)
+    trainer.dist = StandInRank(rank=0, world=2, others=0.0)
     assert not trainer._should_stop()  # under torchrun: no stop agreed before the first sync
 
 
@@ -336,7 +323,7 @@ def test_the_step_plan_is_settled_only_for_steps_still_to_run(trainer, monkeypat
     trainer.budget.left = lambda: 42.0
     trainer._settle_step_plan()
     assert settled[-1] == {"steps_left": 1, "seconds_left": 42.0}
-    trainer.dist = _Joined(rank=0, world=2, others=0.0)  # under torchrun only --compile is settled
+    trainer.dist = StandInRank(rank=0, world=2, others=0.0)  # under torchrun only --compile is settled
     trainer._settle_step_plan()
     assert len(settled) == 2
 
@@ -344,7 +331,7 @@ def test_the_step_plan_is_settled_only_for_steps_still_to_run(trainer, monkeypat
 def test_a_stop_is_the_signal_alone_but_under_torchrun_the_agreed_one(trainer) -> None:
     trainer.signals.received, trainer._stop_agreed = signal.SIGTERM, False
     assert trainer._should_stop()  # one process: its own signal
-    trainer.dist = _Joined(rank=0, world=2, others=0.0)
+    trainer.dist = StandInRank(rank=0, world=2, others=0.0)
     assert not trainer._should_stop()  # seen here, not yet agreed at a sync
     trainer.signals.received, trainer._stop_agreed = None, True
     assert trainer._should_stop()  # another rank's signal, agreed
@@ -384,7 +371,7 @@ def test_under_torchrun_a_sync_adds_every_ranks_sums_and_takes_rank_zeros_timing
     trainer.step, trainer._synced = 12, (2, 100.0)
     trainer.pending = [(11, 64, ["count"], torch.tensor([16.0, 32.0], dtype=torch.float64))]
     # rank 0 sent its loss sum and count, no signal, and its wait of 7 steps
-    trainer.dist = _Joined(rank=1, world=2, others=torch.tensor([24.0, 32.0, 0.0, 7.0], dtype=torch.float64))
+    trainer.dist = StandInRank(rank=1, world=2, others=torch.tensor([24.0, 32.0, 0.0, 7.0], dtype=torch.float64))
     trainer.sync()
     (sent,) = trainer.dist.summed
     assert sent.tolist() == [16.0, 32.0, 0.0, 0.0]  # this rank's sums, no signal, no wait of its own
@@ -447,9 +434,7 @@ def test_a_chunk_without_examples_runs_a_stand_in_weighted_zero(tmp_path, mnist_
     which rank 1 of 2 takes 3 for 4 chunks: its empty chunk runs its first example again, alone. A
     stand-in weighs 0: no gradient, no loss, no stats."""
     t = make_trainer(tiny_config(tmp_path, limit_train=limit_train, grad_accum=grad_accum), mnist_slice)
-    t.dist = _Joined(rank=rank, world=world, others=0.0)
-    held = []  # the gradient all-reduce is held back on every chunk but the last
-    t.dist.grad_sync = lambda model, sync: (held.append((model, sync)), contextlib.nullcontext())[1]
+    t.dist = StandInRank(rank=rank, world=world)
     ran, loss = [], t.task.loss
     t.task.loss = lambda m, chunk: (ran.append(chunk), loss(m, chunk))[1]
     grads, update = [], t.optimizer.step
@@ -459,14 +444,15 @@ def test_a_chunk_without_examples_runs_a_stand_in_weighted_zero(tmp_path, mnist_
     t.step = 62
     t.train_step()
     assert len(ran) == grad_accum and len(mine) == grad_accum - 1
-    assert held == [(t.forward_model, i == grad_accum - 1) for i in range(grad_accum)]
+    # the gradient all-reduce is held back on every chunk but the last
+    assert t.dist.held == [(t.forward_model, i == grad_accum - 1) for i in range(grad_accum)]
     stand_in = ran[-1][0]
     assert stand_in.shape[0] == 1 and torch.equal(stand_in, theirs[:1])
     ((_, pending_global, _, sums),) = t.pending
     assert pending_global == n_global == limit_train - 1984
     if not len(mine):  # the stand-in alone ran: nothing to learn from, nothing to count
         assert all(not g.any() for g in grads) and not sums.any()
-    else:  # the real chunk's loss alone, over the step's 3 examples
+    else:  # the real chunks' alone
         assert sums[-1].item() == len(mine)  # "count": the real examples', not the stand-in's
 
 

@@ -632,7 +632,8 @@ def test_the_time_budget_is_told_how_long_each_evaluation_took(tmp_path, mnist_s
     wall = time.perf_counter()
     t.run()
     wall = time.perf_counter() - wall
-    assert len(told) == 2 and all(0.3 <= seconds < wall / 2 for seconds in told)
+    # each evaluation's own time: at least its sleep, and (the two being disjoint) together within the run
+    assert len(told) == 2 and all(seconds >= 0.3 for seconds in told) and sum(told) <= wall
 
 
 @pytest.mark.parametrize("each", [False, True])

@@ -6,6 +6,9 @@ classes), as `anyformer train` recorded them in the run's config.json.
     print(run.generate("ROMEO:", 200, temperature=0.8, top_k=40, seed=1))
     ids = run.encode("ROMEO:")                        # (1, T) token ids; run.decode(ids[0]) -> text
 
+    run = af.open_run("runs/penguins")                # a table: a DataFrame (or a CSV's path) in,
+    run.predict(pandas.read_csv("new.csv"))           # a DataFrame of predictions out, one row each
+
     run = af.open_run("runs/mnist")
     run.classify("digit.png")                         # [("7", 0.98), ("1", 0.01), ...]
     x = run.preprocess(run.preprocess.load("digit.png"))[None]; run.model(x)   # the same, by hand
@@ -27,7 +30,8 @@ __all__ = ["Run", "load_prepared", "open_run"]
 @dataclass
 class Run:
     """`model` in eval mode; `tokenizer` for language models, `preprocess` and `classes` for image
-    models (None where the run has none); `info` is the data section of its config.json."""
+    models, `encoding` and `classes` for tables (None where the run has none); `info` is the data
+    section of its config.json."""
 
     path: Path
     model: Model
@@ -35,6 +39,7 @@ class Run:
     tokenizer: Any = None
     preprocess: Any = None
     classes: list[str] | None = None
+    encoding: Any = None
 
     def encode(self, text: str) -> Tensor:
         """Text -> (1, T) int64 token ids, as the run's tokenizer reads it."""
@@ -61,10 +66,46 @@ class Run:
         best = probs.topk(min(top, probs.numel()))
         return [(self.classes[i], p) for p, i in zip(best.values.tolist(), best.indices.tolist())]
 
+    @torch.no_grad()
+    def predict(self, rows: Any) -> "pandas.DataFrame":
+        """A table's rows (a pandas DataFrame, or the path of a CSV, Parquet or Excel file) -> one prediction
+        a row: the class and its probability (and each class's), or the number in the target's units.
+        Columns are matched by name; a cell is read as the training rows' cells were."""
+        if self.encoding is None:
+            raise ValueError(f"{self.path} is not a table run; predict takes rows of a table (classify takes pictures)")
+        import pandas as pd
+        from .data.tables.read import read_table, text_frame
+        frame = read_table(rows) if isinstance(rows, (str, Path)) else text_frame(rows, "the rows")
+        return predict_rows(self.model, self.encoding, frame, str(rows) if isinstance(rows, (str, Path)) else "the rows")
+
     def _tokenizer(self) -> Any:
         if self.tokenizer is None:
             raise ValueError(f"{self.path} holds a {self.model.family} model, not a language model: it has no tokenizer")
         return self.tokenizer
+
+
+@torch.no_grad()
+def predict_rows(model: Model, encoding: Any, frame: "pandas.DataFrame", where: str,
+                 batch: int = 1024) -> "pandas.DataFrame":
+    """Predictions for a table's rows (text cells, as `read_table` gives them): a DataFrame with the
+    target's name as its first column (the class, or the number in its units), then for classes the
+    probability of that class and of each class."""
+    import pandas as pd
+    rows = encoding.encode(frame, where, with_target=False)
+    outs = [model(rows.numbers[i:i + batch], rows.categories[i:i + batch]).float()
+            for i in range(0, max(1, len(rows)), batch)] if len(rows) else []
+    name = encoding.target.name
+    if encoding.target.task == "regress":
+        y = encoding.target_units(torch.cat(outs)) if outs else torch.zeros(0)
+        return pd.DataFrame({name: y.numpy()})
+    classes = list(encoding.target.classes)
+    probs = torch.cat(outs).softmax(-1) if outs else torch.zeros(0, len(classes))
+    best = probs.argmax(-1)
+    out = pd.DataFrame({name: [classes[i] for i in best.tolist()],
+                        "probability": probs.gather(1, best[:, None])[:, 0].numpy()})
+    for i, c in enumerate(classes):
+        out[f"p({c})"] = probs[:, i].numpy()
+    return out
 
 
 def load_prepared(directory: str | Path) -> Model:
@@ -83,6 +124,10 @@ def open_run(directory: str | Path) -> Run:
     run = Run(Path(directory), load(directory).eval(), info)
     if info.get("kind") == "text":
         run.tokenizer = tokenizer_from_info(info, directory)  # a learned one is saved beside config.json
+    elif info.get("kind") == "table":
+        from .data.tables.encode import TableEncoding
+        run.encoding = TableEncoding.from_dict(info["encoding"])
+        run.classes = list(run.encoding.target.classes) or None
     elif info.get("kind") == "images":
         run.preprocess = ImagePreprocess.from_info(info)
         run.classes = [str(c) for c in info["classes"]] if info.get("classes") else None

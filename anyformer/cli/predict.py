@@ -1,4 +1,5 @@
-"""`anyformer predict`: image files classified by a trained image model, one line each."""
+"""`anyformer predict`: image files classified by a trained image model, one line each; series files by
+a series model; a table's rows by a table model (one CSV line a row)."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,8 @@ from .runs import image_preprocess, run_info
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     pr = sub.add_parser("predict",
-                        help="classify image files (image models) or series files, .csv or .npy (series models)")
+                        help="classify image files (image models), series files, .csv or .npy (series models), or "
+                             "predict each row of table files, .csv/.parquet/.xlsx (table models)")
     pr.add_argument("dir")
     pr.add_argument("images", nargs="+")
     pr.add_argument("--top", type=int, default=3)
@@ -25,6 +27,8 @@ def predict(args: argparse.Namespace) -> int:
     if model.family == "series":
         from .series import predict_series
         return predict_series(args, model, meta)
+    if model.family == "table":
+        return predict_table(args, model, meta)
     if model.family != "vit":
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
@@ -44,6 +48,38 @@ def predict(args: argparse.Namespace) -> int:
         print(f"{path}: {shown}")
         if warning:  # beside the answer, on stderr, so that stdout stays one line per picture
             print(f"anyformer: warning: {path}: {warning}", file=sys.stderr)
+    if unread and len(args.images) > 1:
+        print(f"anyformer: {unread} of {len(args.images)} files could not be read", file=sys.stderr)
+    return 2 if unread else 0
+
+
+def predict_table(args: argparse.Namespace, model, meta: dict) -> int:
+    """Each file's rows predicted, written as CSV on stdout: the file, its row (counted from 1 after the
+    header), the prediction (and for classes its probability); a file that cannot be read is named on
+    stderr and the rest go on."""
+    import csv
+
+    from ..data.tables.encode import TableEncoding
+    from ..data.tables.read import read_table
+    from ..runs import predict_rows
+    encoding = TableEncoding.from_dict(meta["data"]["encoding"])
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    unread, header = 0, False
+    for path in args.images:
+        try:
+            frame = read_table(path)
+            predicted = predict_rows(model, encoding, frame, path)
+        except (ValueError, OSError) as e:
+            msg = one_line(e)
+            print(f"anyformer: error: {msg if msg.startswith(path) else f'{path}: {msg}'}", file=sys.stderr)
+            unread += 1
+            continue
+        columns = list(predicted.columns[:2])  # the prediction, and for classes its probability
+        if not header:
+            out.writerow(["file", "row", *columns])
+            header = True
+        for row, values in enumerate(predicted[columns].itertuples(index=False), 1):
+            out.writerow([path, row, *(f"{v:.6g}" if isinstance(v, float) else v for v in values)])
     if unread and len(args.images) > 1:
         print(f"anyformer: {unread} of {len(args.images)} files could not be read", file=sys.stderr)
     return 2 if unread else 0

@@ -55,7 +55,13 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
                    help="data without a test split: the seeded, stratified share held out for validation "
                         "(default: 0.2, raised so that each class holds out at least 2)")
     t.add_argument("--label-column", metavar="NAME",
-                   help="series in a CSV: the column that holds the labels (default: label, class, target or y)")
+                   help="series or a table in a CSV: the column that holds the labels or the target (default: a "
+                        "column named label, class, target or y)")
+    t.add_argument("--task", dest="objective", choices=["classify", "regress"],
+                   help="tables: predict classes or a number (default: from the target's values, and said)")
+    t.add_argument("--baseline", action="store_true", default=None,
+                   help="also fit the classical method a practitioner tries first on the same split (tables: "
+                        "LightGBM) and print and record both figures")
     t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
     t.add_argument("--init-from", metavar="DIR",
                    help="start from a run's weights (a ViT from an MAE run's encoder or a ViT run's trunk)")
@@ -143,8 +149,25 @@ def train(args: argparse.Namespace) -> int:
     summary = trainer.run()
     if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run
         print(trainer.task.final_line(summary))
+        if cfg.baseline:
+            print(baseline_line(trainer, summary))
         print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
     return 0
+
+
+def baseline_line(trainer: Any, summary: dict[str, Any]) -> str:
+    """The classical method on the run's own split, recorded in summary.json's "baseline" and said beside
+    the run's own figure."""
+    import json
+
+    from ..files import atomic_write_text
+    from ..train.baseline import fit_baseline
+    base = fit_baseline(trainer.task, trainer.cfg.threads)
+    summary["baseline"] = base
+    atomic_write_text(trainer.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    key = next(k for k in base if k.endswith(("_accuracy", "_r2")))
+    return (f"baseline: {base['method']}: {key.replace('_', ' ')} {base[key]:.4f} against anyformer's "
+            f"{summary[key]:.4f}, in {base['seconds']:.1f}s")
 
 
 def resume_auto(args: argparse.Namespace) -> bool:

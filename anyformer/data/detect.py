@@ -1,4 +1,5 @@
-"""What a user's data is, from its files: images to classify, text to model, or labelled series.
+"""What a user's data is, from its files: images to classify, text to model, labelled series, or a
+table (rows of number and category columns with a target).
 
 `anyformer train --data PATH` with no recipe asks this first, then derives the run's settings from
 the data (anyformer/train/derive.py). Only names and the first bytes of files are read here.
@@ -13,11 +14,18 @@ from pathlib import Path
 from .errors import DataError
 from .images import IMAGE_EXTS
 from .series_format import SERIES_SUFFIXES
+from .tables.read import read_header
 
 __all__ = ["DataKind", "detect_kind", "SERIES_EXTS"]
 
 # What the series loader reads, and ARFF, which it names as unsupported (rather than text to model).
 SERIES_EXTS = {*SERIES_SUFFIXES, ".arff"}
+TABLE_ONLY_EXTS = {".parquet", ".pq", ".xlsx", ".xls"}
+# A CSV is series, not a table, where its columns are a series' layout by name: a long CSV's time and
+# value columns, or (wide) every column but the label and an id named like steps: a shared prefix and
+# consecutive numbers (t0, t1, ... or 1, 2, ...).
+_LONG_TIME, _LONG_VALUE = ("time", "t", "timestamp", "step"), ("value", "v")
+_LABEL_OR_ID = ("label", "class", "target", "y", "category", "id", "series_id", "name")
 TAR_ENDINGS = (".tar", ".tar.gz", ".tgz")
 # Files that are neither data nor a reason to refuse it: what operating systems and editors leave behind.
 _DEBRIS = {".ds_store", "thumbs.db", "desktop.ini"}
@@ -27,7 +35,7 @@ _MAX_FILES = 200_000  # enough to classify any folder; a larger one is judged by
 
 @dataclass(frozen=True)
 class DataKind:
-    kind: str    # "images" | "text" | "series"
+    kind: str    # "images" | "text" | "series" | "table"
     why: str     # one phrase, e.g. "a folder of 9 class folders holding 1,906 images"
 
 
@@ -45,6 +53,10 @@ def _suffix(p: Path) -> str:
 
 
 def _detect_file(p: Path) -> DataKind:
+    if _suffix(p) in TABLE_ONLY_EXTS:
+        return DataKind("table", f"a {_suffix(p)} table")
+    if _suffix(p) in (".csv", ".tsv") and csv_holds_table(p):
+        return DataKind("table", f"a {_suffix(p)} table")
     if _suffix(p) in SERIES_EXTS:
         return DataKind("series", f"a {_suffix(p)} file of labelled series")
     if p.name.lower().endswith(TAR_ENDINGS):
@@ -76,6 +88,37 @@ def _is_text(p: Path) -> bool:
     return True
 
 
+def csv_holds_table(p: Path) -> bool:
+    """Whether a CSV (or TSV) with a header is a table rather than series, by its column names alone
+    (see _LONG_TIME). A .tsv without a header line (the UCR archive's) is series."""
+    names = [n.strip() for n in read_header(p)]
+    if _suffix(p) == ".tsv" and sum(not _is_number(n) for n in names) < 2:
+        return False
+    lowered = [n.lower() for n in names]
+    if any(n in _LONG_TIME for n in lowered) and any(n in _LONG_VALUE for n in lowered):
+        return False
+    steps = [n for n in names if n.lower() not in _LABEL_OR_ID and not n.startswith("column ")]
+    return not _named_like_steps(steps)
+
+
+def _named_like_steps(names: list[str]) -> bool:
+    import re
+    parts = [re.fullmatch(r"(.*?)(\d+)", n) for n in names]
+    if len(names) < 2 or not all(parts):
+        return False
+    prefixes = {m[1] for m in parts}
+    numbers = sorted(int(m[2]) for m in parts)
+    return len(prefixes) == 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
 def _files(folder: Path) -> list[Path]:
     out = []
     for root, dirs, names in os.walk(folder):
@@ -98,6 +141,11 @@ def _detect_folder(p: Path) -> DataKind:
                    and len(f.relative_to(p).parts) >= 2}
         if kinds["images"] >= max(kinds["series"], kinds["other"]):
             return DataKind("images", f"a folder of {kinds['images']:,} images in {len(classes)} folders")
+    tables = [f for f in files if _suffix(f) in TABLE_ONLY_EXTS
+              or (_suffix(f) in (".csv", ".tsv") and csv_holds_table(f))]
+    series_only = kinds["series"] - sum(_suffix(f) in SERIES_EXTS for f in tables)  # series files that are no table
+    if tables and len(tables) >= series_only:
+        return DataKind("table", f"a folder of {len(tables)} table file{'s' if len(tables) > 1 else ''}")
     if kinds["series"]:
         return DataKind("series", f"a folder of {kinds['series']} series files")
     if kinds["tar"] == len(files):

@@ -42,11 +42,12 @@ def holdout_fraction(labels: torch.Tensor, asked: float | None = None) -> float:
     return min(MAX_FRACTION, max(DEFAULT_FRACTION, MIN_HELD_OUT_PER_CLASS / smallest))
 
 
-def stratified_holdout(labels: torch.Tensor, fraction: float, seed: int,
-                       classes: Sequence[str] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+def stratified_holdout(labels: torch.Tensor, fraction: float, seed: int, classes: Sequence[str] = (),
+                       hint: str = "or give the data a test/ split") -> tuple[torch.Tensor, torch.Tensor]:
     """(train indices, held-out indices), both sorted: round(fraction * n_c) examples of each class
     c held out, drawn by `seed`. Refused in one line where a class would give fewer than
-    MIN_HELD_OUT_PER_CLASS examples to the held-out share, or keep none for training."""
+    MIN_HELD_OUT_PER_CLASS examples to the held-out share, or keep none for training; `hint` ends that
+    line with the remedy the data's format allows."""
     if not 0 < fraction < 1:
         raise DataError(f"the held-out share must lie in (0, 1), got {fraction}")
     g = torch.Generator().manual_seed(seed)
@@ -60,7 +61,7 @@ def stratified_holdout(labels: torch.Tensor, fraction: float, seed: int,
             raise DataError(f"class {name!r} has {len(members)} examples, so a held-out share of {fraction:.0%} "
                             f"gives it {k} for validation and {len(members) - k} for training; expected at least "
                             f"{MIN_HELD_OUT_PER_CLASS} held out and 1 to train (add examples to reach {need} or "
-                            f"more, raise --val-fraction, or give the data a test/ split)")
+                            f"more, raise --val-fraction, {hint})")
         shuffled = members[torch.randperm(len(members), generator=g)]
         held.append(shuffled[:k])
         train.append(shuffled[k:])

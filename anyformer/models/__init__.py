@@ -6,9 +6,11 @@ from .sampling import sample
 from .mae import MAE, MAEConfig
 from .presets import PRESETS, presets_of
 from .series import SeriesConfig, SeriesTransformer
+from .tabular import TableConfig, TableTransformer
 from .text_encoder import TextEncoder, TextEncoderConfig
 from .vit import ViT, ViTConfig
 
 __all__ = ["REGISTRY", "Model", "load", "read_config", "GPT", "GPTConfig", "sample", "PRESETS",
            "presets_of", "TextEncoder", "TextEncoderConfig", "ViT", "ViTConfig",
-           "DiT", "DiTConfig", "MAE", "MAEConfig", "SeriesConfig", "SeriesTransformer"]
+           "DiT", "DiTConfig", "MAE", "MAEConfig", "SeriesConfig", "SeriesTransformer",
+           "TableConfig", "TableTransformer"]

@@ -51,6 +51,10 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # recipe derives the patch from the length (anyformer/train/series.py).
     "series-small": ("series", dict(channels=1, length=128, patch_size=8, num_classes=2, width=64, depth=3,
                                     heads=4, mlp_hidden=128)),
+    # Table models (`anyformer train --data table.csv`): the data fixes the columns and the outputs; the sizes
+    # are derived from the table (anyformer/train/tables.py).
+    "table-small": ("table", dict(numbers=2, categories=[4], task="classify", outputs=2, width=64, depth=3, heads=4,
+                                  mlp_hidden=128)),
     # BERT-style encoders (post-norm).
     "bert-base": ("text-encoder", dict(width=768, depth=12, heads=12, mlp_hidden=3072)),
     "minilm-l6": ("text-encoder", dict(width=384, depth=6, heads=12, mlp_hidden=1536)),

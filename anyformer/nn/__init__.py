@@ -5,7 +5,8 @@ from .conditioning import (AdaLNModulation, ClassEmbedding, FinalAdaLN, TimeEmbe
                            timestep_sinusoid)
 from .embeddings import ClassToken, LinearEmbedding, PatchEmbedding, TokenEmbedding
 from .dropout import Dropout
-from .heads import ClassifierHead, LMHead, PatchOutput
+from .columns import NUMBER_EMBEDDINGS, CategoryEmbedding, NumberEmbedding
+from .heads import ClassifierHead, LMHead, PatchOutput, RegressionHead
 from .mlp import MLP
 from .positions import (POSITION_KINDS, ConcatPosition, LearnedPosition, RotaryEmbedding,
                         SinusoidalPosition, sinusoidal_1d, sinusoidal_2d)
@@ -14,7 +15,8 @@ from .transformer import LayerScale, Transformer, TransformerBlock, drop_path, i
 __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
     "ClassToken", "LinearEmbedding", "PatchEmbedding", "TokenEmbedding",
-    "ClassifierHead", "LMHead", "PatchOutput", "MLP", "Dropout",
+    "ClassifierHead", "LMHead", "PatchOutput", "RegressionHead", "NUMBER_EMBEDDINGS", "CategoryEmbedding",
+    "NumberEmbedding", "MLP", "Dropout",
     "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
     "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "drop_path",
     "init_weights", "AdaLNModulation", "ClassEmbedding", "FinalAdaLN", "TimeEmbedding", "modulate",

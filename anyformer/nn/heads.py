@@ -40,6 +40,19 @@ class ClassifierHead(nn.Module):
         return self.fc(x)
 
 
+class RegressionHead(ClassifierHead):
+    """(B, N, D) tokens -> (B, outputs) numbers, read from the class token (or the mean) like a
+    classifier's logits; with one output, (B,). Trained on standardised targets, so that one learning
+    rate suits targets of any unit."""
+
+    def __init__(self, width: int, outputs: int = 1, **kwargs) -> None:
+        super().__init__(width, outputs, **kwargs)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        y = super().forward(tokens)
+        return y[:, 0] if y.shape[-1] == 1 else y
+
+
 class LMHead(nn.Module):
     """(B, T, D) -> (B, T, vocab) next-token logits; with `tie_to` it reuses the input table."""
 

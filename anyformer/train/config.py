@@ -47,7 +47,10 @@ class TrainConfig:
     image_size: int | list[int] | None = None  # images: resize every image to this (N or [H, W]); None: as stored
     val_fraction: float | None = None        # classification data without a test split: the seeded, stratified
                                              # share of it held out for validation (None: derived from the data)
-    label_column: str | None = None          # series in a CSV: the column holding the labels (None: found by name)
+    label_column: str | None = None          # series or a table in a CSV: the column holding the labels or the target
+                                             # (None: found by name)
+    objective: str | None = None             # tables: classify or regress (--task; None: from the target's cells)
+    baseline: bool = False                   # also fit the classical method on the same split (tables: LightGBM)
     label_fraction: float | None = None      # classification: a seeded, class-balanced share of the training labels
     init_from: str | None = None             # a run directory whose trunk (an MAE's encoder, a ViT's) starts the model
     device: str = "auto"
@@ -121,6 +124,8 @@ class TrainConfig:
                                                  and math.isfinite(self.time_budget)):
             raise ValueError(f"time_budget must be a number of seconds, > 0 (or 0 / unset: no budget), "
                              f"got {self.time_budget!r}")
+        if self.objective not in (None, "classify", "regress"):
+            raise ValueError(f"unknown task {self.objective!r}; expected classify or regress")
         if self.val_fraction is not None and not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction must lie in (0, 1) (or unset), got {self.val_fraction}")
         if self.image_size is not None:

@@ -47,6 +47,10 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
     kind = detect_kind(data)
     if kind.kind == "series":
         values, why = _series(data, asked, series_recipe)
+    elif kind.kind == "table":
+        from .tables import table_settings
+        what, values, why = table_settings(data, asked)
+        return what, values, {k: v for k, v in why.items() if asked.get(k) is None}
     else:
         values, why = (_images if kind.kind == "images" else _text)(data, asked)
     for key in [k for k in why if asked.get(k) is not None]:  # a flag given wins, and is not "derived"

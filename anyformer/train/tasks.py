@@ -13,6 +13,7 @@ from .lm import LanguageModelling
 from .mae import MaskedAutoencoding
 from .protocol import Task
 from .series import SeriesClassification
+from .tables import TableTask
 
 __all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling",
            "FlowMatching", "MaskedAutoencoding"]
@@ -23,6 +24,7 @@ TASKS: dict[str, type[Task]] = {
     "flow": FlowMatching,
     "mae": MaskedAutoencoding,
     "series": SeriesClassification,
+    "table": TableTask,
 }
 
 

@@ -45,6 +45,10 @@ def _tiny_input(model):
         return torch.randn(2, c.in_chans, h, w), torch.rand(2, c.num_patches)
     if model.family == "series":  # two series, the second half as long (padded, masked)
         return torch.randn(2, c.channels, c.length), torch.tensor([c.length, c.length // 2])
+    if model.family == "table":  # two rows, the second with its numbers missing and its categories unknown
+        numbers = torch.randn(2, c.numbers)
+        numbers[1] = float("nan")
+        return numbers, torch.tensor([[2 + i % (k - 2) for i, k in enumerate(c.categories)], [1] * len(c.categories)])
     return (torch.randint(0, c.vocab_size, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2]))
 
 

@@ -3,6 +3,7 @@
     export_onnx(vit, "vit.onnx")      # images (B, C, H, W) -> logits (B, classes)
     export_onnx(gpt, "gpt.onnx")      # idx (B, T) -> logits (B, T, vocab): the full-sequence forward
     export_onnx(enc, "enc.onnx")      # input_ids, attention_mask (B, N) -> hidden states (B, N, D)
+    export_onnx(table, "table.onnx")  # numbers (B, F_num), NaN missing; categories (B, F_cat) -> logits or numbers
 
 The batch axis is dynamic, and so is the sequence axis of the language model and the text encoder
 (up to their context / max_positions). torch's export-based exporter (`dynamo=True`) writes the
@@ -27,7 +28,7 @@ from ..models.base import config_to_dict
 
 __all__ = ["EXPORTABLE", "export_onnx", "onnx_inputs", "onnx_metadata", "require_onnx", "run_onnx"]
 
-EXPORTABLE = ("vit", "gpt", "text-encoder")
+EXPORTABLE = ("vit", "gpt", "text-encoder", "table")
 _INSTALL = 'pip install "anyformer[onnx]" (onnx, onnxscript and onnxruntime)'
 
 
@@ -52,6 +53,32 @@ class _TextEncoderGraph(nn.Module):
         return self.model(input_ids, attention_mask)
 
 
+class _TableGraph(nn.Module):
+    """A table model's forward taking only the inputs its columns need: a graph input with no columns
+    (a table of categories alone, say) would be a zero-width tensor, which exporters specialise away."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        c = self.model.config
+        numbers = inputs[0] if c.numbers else None
+        categories = inputs[-1] if c.categories else None
+        return self.model(numbers, categories)
+
+
+def _table_inputs(c: Any, batch: int, generator: torch.Generator | None) -> dict[str, Tensor]:
+    inputs: dict[str, Tensor] = {}
+    if c.numbers:
+        numbers = torch.randn(batch, c.numbers, generator=generator)
+        numbers[0, 0] = float("nan")  # a missing cell: the graph keeps its branch, not a constant
+        inputs["numbers"] = numbers
+    if c.categories:
+        inputs["categories"] = torch.stack([torch.randint(0, k, (batch,), generator=generator) for k in c.categories], 1)
+    return inputs
+
+
 def onnx_inputs(model: nn.Module, batch: int = 2, seq_len: int | None = None,
                 generator: torch.Generator | None = None) -> dict[str, Tensor]:
     """Example inputs for `model`, by the names the exported graph gives them."""
@@ -67,6 +94,8 @@ def onnx_inputs(model: nn.Module, batch: int = 2, seq_len: int | None = None,
         mask = torch.ones(batch, n, dtype=torch.long)
         mask[1::2, n // 2 + 1:] = 0  # every second sequence padded: the mask is exercised, not constant
         return {"input_ids": torch.randint(0, c.vocab_size, (batch, n), generator=generator), "attention_mask": mask}
+    if family == "table":
+        return _table_inputs(c, batch, generator)
     raise ValueError(f"ONNX export supports the families {', '.join(EXPORTABLE)}; got a model of family "
                      f"{family!r} ({type(model).__name__})")
 
@@ -76,6 +105,10 @@ def _graph(model: nn.Module) -> tuple[nn.Module, list[str], list[str], tuple[dic
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     if family == "vit":
         return model, ["images"], ["logits"], ({0: batch},)
+    if family == "table":
+        names = [n for n, k in (("numbers", model.config.numbers), ("categories", model.config.categories)) if k]
+        out = "logits" if model.config.task == "classify" else "predictions"
+        return _TableGraph(model), names, [out], (tuple({0: batch} for _ in names),)  # one *inputs argument
     # The sequence axis starts at 2: torch.export specialises a size-1 axis to the constant 1.
     if family == "gpt":
         seq = torch.export.Dim("seq", min=2, max=model.config.context)
@@ -90,6 +123,9 @@ _SIGNATURE = {
     "vit": "input images float32 (B, C, H, W), preprocessed as the anyformer.data.preprocess property says -> logits (B, classes)",
     "gpt": "input idx int64 (B, T) token ids, T <= context -> logits (B, T, vocab) for the next token",
     "text-encoder": "input_ids int64 (B, N), attention_mask int64 (B, N) (1 = token) -> hidden_states (B, N, D)",
+    "table": "input numbers float32 (B, F_num), NaN where missing, and categories int64 (B, F_cat), as the "
+             "anyformer.data.encoding property encodes a row (either input absent where the table has no such "
+             "column) -> logits (B, classes), or predictions (B,) standardised by encoding.target_scale",
 }
 
 

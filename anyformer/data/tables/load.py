@@ -77,6 +77,8 @@ def read_labelled(path: Path, target: str) -> pd.DataFrame:
     """The table's rows that have a target value; rows without one are dropped and counted in a warning
     (nothing can be learned from them, nor scored)."""
     frame = read_table(path)
+    if frame.empty:
+        raise DataError(f"{path}: a header and no rows; expected one row per example after the header line")
     if target in frame.columns:
         missing = is_missing(frame[target])
         if missing.all():

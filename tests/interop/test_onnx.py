@@ -70,8 +70,24 @@ def test_text_encoder_with_padding_matches_onnx_runtime(tmp_path, one_thread):
     assert (full[0, :4] - half[0, :4]).abs().max() > 1e-3
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("numbers,categories,task", [(3, [4, 5], "classify"), (2, [], "regress"), (0, [3], "classify")])
+def test_a_table_model_with_missing_cells_matches_onnx_runtime(numbers, categories, task, tmp_path, one_thread):
+    model = af.models.TableTransformer(af.models.TableConfig(numbers=numbers, categories=categories, task=task,
+                                                             outputs=3 if task == "classify" else 1)).eval()
+    path = export_onnx(model, tmp_path / "t.onnx")
+    inputs = onnx_inputs(model, batch=5, generator=torch.Generator().manual_seed(1))
+    if numbers:
+        inputs["numbers"][2] = float("nan")  # a row of missing numbers: each column's own token
+    got = run_onnx(path, inputs)
+    with torch.no_grad():
+        want = model(inputs.get("numbers"), inputs.get("categories"))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert list(inputs) == [n for n, k in (("numbers", numbers), ("categories", categories)) if k]
+
+
 def test_a_family_that_cannot_be_exported_is_one_line(tmp_path):
-    with pytest.raises(ValueError, match="ONNX export supports the families vit, gpt, text-encoder; got a model "
+    with pytest.raises(ValueError, match="ONNX export supports the families vit, gpt, text-encoder, table; got a model "
                                          "of family None \\(Linear\\)"):
         export_onnx(torch.nn.Linear(2, 2), tmp_path / "x.onnx")
     assert not list(tmp_path.iterdir())

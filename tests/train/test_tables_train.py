@@ -87,6 +87,24 @@ def test_eval_from_elsewhere_scores_the_same_rows_and_predict_answers_each_row(t
     assert np.allclose(frame[["p(big)", "p(red-small)", "p(small)"]].sum(axis=1), 1, atol=1e-5)
 
 
+def test_eval_on_other_rows_matches_columns_by_name_and_refuses_a_missing_one(tmp_path, capsys):
+    data = classes_csv(tmp_path / "shop.csv")
+    assert train(data, tmp_path / "run") == 0
+    other = pd.read_csv(classes_csv(tmp_path / "more.csv", 50, seed=9))
+    other = other[["label", "member", "colour", "size", "joined"]].rename(columns={"size": "SIZE"})
+    other.to_csv(tmp_path / "other.csv", index=False)  # other order, a name in other case, id and note gone
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--data", str(tmp_path / "other.csv")]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    run = af.open_run(tmp_path / "run")
+    predicted = run.predict(tmp_path / "other.csv")["label"]
+    assert scored["eval_accuracy"] == pytest.approx(float((predicted == other["label"]).mean()), abs=1e-9)
+    other.drop(columns=["colour"]).to_csv(tmp_path / "less.csv", index=False)
+    assert main(["eval", str(tmp_path / "run"), "--data", str(tmp_path / "less.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "less.csv: no column 'colour', which the run reads" in err[0]
+
+
 def test_a_number_is_predicted_and_reported_in_its_own_units(tmp_path, capsys):
     data = numbers_csv(tmp_path / "houses.csv")
     assert train(data, tmp_path / "run", "--label-column", "price", steps=300) == 0

@@ -1,0 +1,285 @@
+"""Choosing anyformer's table defaults on the CHOOSE tables alone: k-fold scores of candidate flag sets.
+
+RULE FOR CHOOSING (fixed before any run; the script applies it and prints the verdict):
+
+    The current default is the first candidate given (normally `base`, no extra flags). Another
+    candidate replaces it only if, over the CHOOSE tables,
+      (1) its mean rank is better (lower) than the default's, and
+      (2) its mean score is not lower than the default's.
+    A candidate whose mean rank equals the default's replaces it only if (2) holds and its mean wall
+    time per run is shorter. Where several candidates qualify, the best mean rank wins, and equal
+    mean ranks go to the shorter mean wall time.
+
+    A table's score is the candidate's mean over the k folds of the fold's accuracy (classification)
+    or R^2 (regression), in points (x100). Ranks are taken per table among the candidates only (1 is
+    best, ties share the average rank). Means over tables average the classification tables and the
+    regression tables apart and then the two averages, so the two kinds count equally whatever their
+    numbers. The rule is applied only when every candidate has all k folds of every CHOOSE table
+    (a failed run has no score); LightGBM's column is a reference, not a candidate.
+    Nothing from the MEASURE tables (bench_tables.py) or from any table's 20% test part is ever
+    looked at: the test part is split off and dropped before the folds are made, and written nowhere.
+
+For each CHOOSE table of tables_data.py (never modeldata or dslabs): the same seeded 80/20 split as
+bench_tables.py makes (stratified for classes); the 20% is dropped unread. The 80% is cut into k
+seeded folds (default 3, stratified for classes); fold i is written as `<work>/<table>/fold<i>/` with
+`<table>_TRAIN.csv` (the other folds) and `<table>_TEST.csv` (fold i, which plays the held-out part
+of a training split). Each candidate, a name and a string of extra flags, runs
+
+    anyformer train --data <work>/<table>/fold<i> --out ... --no-progress --label-column T --task K <flags>
+
+on every fold; summary.json's test_accuracy (or test_r2) is the fold's score, beside the run's wall
+time. LightGBM with its defaults (as bench_tables.py runs it) is scored on the same folds.
+
+    python benchmarks/tables_select.py --candidate base="" --candidate periodic="--set numeric=periodic"
+    python benchmarks/tables_select.py --candidate base="" --candidate long="--epochs 200" --resume
+    python benchmarks/tables_select.py --tables titanic,wine --dry-run --no-write    # folds and LightGBM only
+
+Every run's row is appended to benchmarks/results/<processor>/tables_select.jsonl as soon as it ends
+(one line per table x candidate x fold), so an interrupted selection goes on with --resume (rows
+already there, for the same table, candidate, flags and k, are not run again); the summary, over the
+rows in that file for this call's tables and candidates, is written to tables_select.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (str(ROOT), str(ROOT / "benchmarks")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from bench_common import RESULTS, cpu_words, load_average, processor_folder, table  # noqa: E402
+from bench_tables import run_anyformer, run_peer  # noqa: E402
+from tables_data import CHOOSE, holdout_split, kfold, load_table, read_pair, write_pair  # noqa: E402
+
+REFERENCE = "LightGBM"
+EPS = 1e-9  # equal means, as far as the rule is concerned
+NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+def parse_candidates(specs: list[str]) -> dict[str, str]:
+    """NAME=FLAGS pairs, in the order given (the first is the current default)."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, flags = spec.partition("=")
+        if not sep or not NAME.match(name) or name == REFERENCE:
+            sys.exit(f"--candidate {spec!r}: expected NAME=FLAGS, NAME of letters, digits, _.+- and not {REFERENCE}")
+        if name in out:
+            sys.exit(f"--candidate {name} given twice")
+        shlex.split(flags)  # refuses unbalanced quotes now, not after hours of runs
+        out[name] = flags
+    return out or {"base": ""}
+
+
+def write_folds(name: str, work: Path, k: int) -> tuple[str, str, list[Path]]:
+    """(target, task, fold folders): the table's 80% training part cut into k folds, each written as a
+    _TRAIN/_TEST pair. The 20% test part is dropped here, unread and unwritten."""
+    frame, target, task = load_table(name)
+    part, _ = holdout_split(frame, target, task)  # the same split as bench_tables.py; its test part is never used
+    folders = []
+    for i, (rest, fold) in enumerate(kfold(part, target, task, k)):
+        folder = work / name / f"fold{i}"
+        write_pair(folder, name, part.iloc[rest].reset_index(drop=True), part.iloc[fold].reset_index(drop=True))
+        folders.append(folder)
+    return target, task, folders
+
+
+def key(row: dict) -> tuple:
+    return row["table"], row["candidate"], row["flags"], row["folds"], row["fold"]
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def score_of(row: dict) -> float | None:
+    """The fold's score in points, or None for a failed run."""
+    if "error" in row:
+        return None
+    return 100 * row["accuracy" if row["task"] == "classify" else "r2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary and the rule
+
+
+def _kind_mean(values: dict[str, float], tasks: dict[str, str]) -> float | None:
+    """The mean of the per-kind means: classification and regression tables count equally."""
+    kinds = [[v for t, v in values.items() if tasks[t] == kind] for kind in ("classify", "regress")]
+    kinds = [statistics.fmean(v) for v in kinds if v]
+    return statistics.fmean(kinds) if kinds else None
+
+
+def summarise(rows: list[dict], tables: list[str], candidates: dict[str, str], k: int) -> tuple[str, dict]:
+    """(markdown, per-candidate means): mean fold scores per table, mean score, mean rank, mean wall
+    time; then the rule's verdict. The last row of a (table, candidate, flags, k, fold) counts."""
+    latest = {key(r): r for r in rows}
+    names = [*candidates, REFERENCE]
+    tasks = {r["table"]: r["task"] for r in rows}
+    flags = {**candidates, REFERENCE: None}
+    per: dict[tuple[str, str], list[dict]] = {}
+    for (t, c, f, folds, _), r in latest.items():
+        if t in tables and c in flags and f == flags[c] and folds == k:
+            per.setdefault((t, c), []).append(r)
+
+    def mean_score(t, c) -> float | None:
+        got = [score_of(r) for r in per.get((t, c), [])]
+        return statistics.fmean(got) if len(got) == k and None not in got else None
+
+    scores = {(t, c): mean_score(t, c) for t in tables for c in names}
+    complete = [t for t in tables if all(scores[(t, c)] is not None for c in candidates)]
+    # Ranks among the candidates scored on a table: all of them on a complete table (the rule's case);
+    # on others the figures are for looking only.
+    ranks: dict[str, dict[str, float]] = {c: {} for c in candidates}
+    for t in tables:
+        scored = {c: scores[(t, c)] for c in candidates if scores[(t, c)] is not None}
+        for c, rank in pd.Series(scored, dtype=float).rank(ascending=False, method="average").items():
+            ranks[c][t] = float(rank)
+    means = {}
+    for c in names:
+        done = {t: scores[(t, c)] for t in tables if scores[(t, c)] is not None}
+        walls = [r["seconds"] for t in done for r in per.get((t, c), [])]
+        kind = lambda task: [v for t, v in done.items() if tasks[t] == task] or [float("nan")]  # noqa: E731
+        means[c] = {"score": _kind_mean(done, tasks), "tables": len(done),
+                    "classify": statistics.fmean(kind("classify")), "regress": statistics.fmean(kind("regress")),
+                    "rank": _kind_mean(ranks[c], tasks) if c in ranks else None,
+                    "wall": statistics.fmean(walls) if walls else None,
+                    "failed": sum("error" in r for t in tables for r in per.get((t, c), []))}
+
+    def cell(t, c):
+        if scores[(t, c)] is not None:
+            return f"{scores[(t, c)]:.1f}" + (f" ({ranks[c][t]:g})" if c in ranks and t in ranks[c] else "")
+        got = per.get((t, c), [])
+        return f"{sum(score_of(r) is not None for r in got)}/{k} folds" if got else "-"
+    fmt = lambda v, d=1: "-" if v is None or v != v else f"{v:.{d}f}"  # noqa: E731 - None and NaN alike
+    overall = []
+    for c in names:
+        m = means[c]
+        shown = "(reference)" if flags[c] is None else f"`{flags[c]}`" if flags[c] else "(none)"
+        overall.append([c, shown, f"{m['tables']}/{len(tables)}", fmt(m["score"], 2), fmt(m["classify"], 2),
+                        fmt(m["regress"], 2), fmt(m["rank"], 2), fmt(m["wall"]), str(m["failed"])])
+    lines = ["Mean fold score in points (accuracy or R^2 x 100), in brackets the rank among the candidates scored "
+             "on the table. Means are over the tables each candidate was scored on (all k folds, none failed).", "",
+             table(["table", "task", *names], [[t, tasks.get(t, "?"), *[cell(t, c) for c in names]] for t in tables]),
+             "", table(["candidate", "flags", "tables scored", "mean score", "classification", "regression",
+                        "mean rank", "mean wall s / run", "failed runs"], overall),
+             "", verdict(means, candidates, complete, tables)]
+    return "\n".join(lines), means
+
+
+def verdict(means: dict, candidates: dict[str, str], complete: list[str], tables: list[str]) -> str:
+    """The RULE FOR CHOOSING (the module docstring), applied."""
+    every = [t.name for t in CHOOSE]
+    if not candidates:
+        return "No verdict: no candidates were run (--dry-run)."
+    if sorted(tables) != sorted(every):
+        return f"No verdict: the rule is for all CHOOSE tables ({', '.join(every)}); this summary covers {len(tables)}."
+    if len(complete) < len(every):
+        return (f"No verdict yet: {len(every) - len(complete)} CHOOSE tables lack a score of every candidate on every "
+                f"fold ({', '.join(t for t in every if t not in complete)}).")
+    default, *others = candidates
+    d = means[default]
+    better = []
+    for c in others:
+        m = means[c]
+        if m["score"] < d["score"] - EPS:  # means of the same figures in another order may differ in the last bits
+            continue
+        if m["rank"] < d["rank"] - EPS or (abs(m["rank"] - d["rank"]) <= EPS and m["wall"] < d["wall"]):
+            better.append(c)
+    if not better:
+        return (f"Verdict: `{default}` stays the default; no candidate has a better mean rank (or an equal one and a "
+                f"shorter wall time) and a mean score not lower.")
+    best = min(better, key=lambda c: (means[c]["rank"], means[c]["wall"]))
+    return (f"Verdict: `{best}` (`{candidates[best]}`) replaces `{default}`: mean rank {means[best]['rank']:.2f} against "
+            f"{d['rank']:.2f}, mean score {means[best]['score']:.2f} against {d['score']:.2f} points"
+            + (f"; also qualifying: {', '.join(c for c in better if c != best)}" if len(better) > 1 else "") + ".")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tables", help="comma-separated CHOOSE tables (default: all of them)")
+    ap.add_argument("--folds", type=int, default=3)
+    ap.add_argument("--candidate", action="append", default=[], metavar="NAME=FLAGS",
+                    help="a named set of extra `anyformer train` flags (repeatable; the first is the current default)")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "anyformer-tables-select",
+                    help="where the folds and anyformer's runs go")
+    ap.add_argument("--resume", action="store_true", help="skip runs already in tables_select.jsonl")
+    ap.add_argument("--dry-run", action="store_true", help="write the folds and run LightGBM only")
+    ap.add_argument("--threads", type=int, default=2, help="LightGBM's threads")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds before an anyformer run is stopped")
+    ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder (checkpoints), not only its log")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    choose = [t.name for t in CHOOSE]
+    tables = args.tables.split(",") if args.tables else choose
+    if unknown := [t for t in tables if t not in choose]:
+        sys.exit(f"not CHOOSE tables: {unknown} (MEASURE tables are never used for choosing); CHOOSE: {choose}")
+    if args.folds < 2:
+        sys.exit("--folds: at least 2")
+    candidates = parse_candidates(args.candidate)
+    jsonl = RESULTS / processor_folder() / "tables_select.jsonl"
+    done = {key(r) for r in read_rows(jsonl)} if args.resume else set()
+    new_rows: list[dict] = []
+
+    def record(row: dict) -> None:
+        new_rows.append(row)
+        print(json.dumps(row), flush=True)
+        if not args.no_write:
+            jsonl.parent.mkdir(parents=True, exist_ok=True)
+            with jsonl.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    runs = [] if args.dry_run else list(candidates.items())
+    for name in tables:
+        target, task, folders = write_folds(name, args.work, args.folds)
+        for i, folder in enumerate(folders):
+            base = {"table": name, "task": task, "folds": args.folds, "fold": i}
+            for candidate, flags in runs:
+                if key({**base, "candidate": candidate, "flags": flags}) in done:
+                    continue
+                out = args.work / "runs" / name / f"fold{i}" / candidate
+                result = run_anyformer(folder, out, target, task, shlex.split(flags), args.timeout)
+                if not args.keep_runs and out.exists():
+                    shutil.rmtree(out)  # the log beside it stays; checkpoints of every fold would fill the disk
+                record({**base, "candidate": candidate, "flags": flags, **result,
+                        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+            if key({**base, "candidate": REFERENCE, "flags": None}) not in done:
+                train, test = read_pair(folder, name)
+                record({**base, "candidate": REFERENCE, "flags": None,
+                        **run_peer(REFERENCE, train, test, target, task, args.threads),
+                        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+    shown = {} if args.dry_run else candidates
+    # The file holds every row once written; without writing, the new rows and (with --resume) the file's.
+    rows = read_rows(jsonl) if not args.no_write else (read_rows(jsonl) if args.resume else []) + new_rows
+    text, _ = summarise(rows, tables, shown, args.folds)
+    print("\n" + text)
+    if args.no_write:
+        return
+    head = [f"# Choosing anyformer's table defaults: {args.folds}-fold scores on the CHOOSE tables", "",
+            f"{cpu_words()} (lscpu); written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, load "
+            f"{load_average()}. `python benchmarks/tables_select.py {shlex.join(sys.argv[1:])}`; the rows are in "
+            f"tables_select.jsonl. Folds of each table's 80% training part (its 20% test part is never used); "
+            f"the rule for choosing is at the top of tables_select.py.", ""]
+    path = jsonl.with_suffix(".md")
+    path.write_text("\n".join(head) + text + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -123,6 +123,12 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not valid JSON ({e}); the run directory is damaged") from None
+    if isinstance(meta, dict) and meta.get("family") == "own" and isinstance(meta.get("config"), dict):
+        # A module of the user's own (`af.train.fit`): anyformer rebuilds only its own models from a config,
+        # and importing a class a file names would run code the file chose.
+        raise ValueError(f"{directory} holds a module of your own ({meta['config'].get('class', 'its class')}), "
+                         f"which anyformer cannot rebuild from config.json; build it yourself and load its "
+                         f"weights: safetensors.torch.load_model(model, '{Path(directory) / 'model.safetensors'}')")
     if not isinstance(meta, dict) or meta.get("family") not in REGISTRY or not isinstance(meta.get("config"), dict):
         raise ValueError(f"{path} does not describe an anyformer model: expected 'family' in "
                          f"{sorted(REGISTRY)} and a 'config' object")

@@ -64,7 +64,8 @@ def eval_message(t: Trainer, line: dict[str, Any]) -> str:
 def summary(t: Trainer, line: dict[str, Any], resumed: bool) -> dict[str, Any]:
     """The run's summary.json: its settings' outcome, speed and plan, then the task's own fields."""
     cfg, peak, unit = t.cfg, t.peak(), f"{t.task.unit}_per_s"
-    s = {"recipe": cfg.recipe, "model": cfg.model, "steps": t.step,
+    # A module of the user's own is named by its class, not by the preset the data would have derived.
+    s = {"recipe": cfg.recipe, "model": type(t.model).__name__ if is_own(t.model) else cfg.model, "steps": t.step,
          "epochs": round(t.step / t.task.steps_per_epoch, 3), "train_seconds": round(t.elapsed, 2),
          "params": count_params(t.model), "device": str(t.device), "device_name": device_name(t.device),
          "world_size": t.dist.world, "amp": resolve_amp(cfg.amp, t.device), unit: round(line.get(unit, 0.0), 1),

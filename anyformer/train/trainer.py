@@ -85,6 +85,7 @@ class Trainer:
         spe = self.task.steps_per_epoch
         self.total_steps = self._steps_asked()  # a --time-budget may fit it lower as the run goes
         self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget else None
+        self._budget_said: int | None = None  # the steps the last time-budget notice named
         self.eval_every = cfg.eval_every or spe
         self.step = 0
         self.sums: dict[str, float] = {}  # since the last evaluation, as read at the last sync
@@ -295,10 +296,15 @@ class Trainer:
         before, self.total_steps = self.total_steps, fitted
         if bar is not None:
             bar.total = fitted
-        if self.dist.is_main and abs(fitted - before) > 0.01 * before:
+        # Said once, at the first fit that moves the end by more than 1%; later fits follow the measured
+        # speed by a few steps at a time and are said only where they move the end by more than a tenth
+        # of what was said (a refit at every evaluation once filled the log with near-equal lines).
+        said = self._budget_said
+        if self.dist.is_main and abs(fitted - (said or before)) > (0.1 * said if said else 0.01 * before):
             msg = (f"time budget {self.budget.seconds:.0f} s: {fitted} steps ({fitted / self.task.steps_per_epoch:.2f} "
-                   f"epochs) instead of {before}")
+                   f"epochs) instead of {said or before}")
             (bar.write if bar is not None else print)(msg)
+            self._budget_said = fitted
 
     def _steps_asked(self) -> int:
         """The steps --max-steps or --epochs ask for."""

@@ -28,6 +28,13 @@ class PatchNet(nn.Module):
         return self.head(self.trunk(self.patch(images) + self.pos).mean(1))
 
 
+def _run_command(argv):
+    """The command's handler, without main's turning the error into a line (the message is the point here)."""
+    from anyformer.cli import parser
+    args = parser().parse_args(argv)
+    return args.handler(args)
+
+
 def own_trainer(cfg, mnist_slice, model):
     from anyformer.train.tasks import ImageClassification
     train, test = mnist_slice
@@ -52,6 +59,11 @@ def test_an_own_module_trains_and_resumes_bit_for_bit(tmp_path, mnist_slice):
     assert summary["mfu"] > 0  # FLOPs counted on one example, though the module has no forward_flops
     meta = json.loads((run / "config.json").read_text())
     assert meta["family"] == "own" and meta["config"]["class"].endswith("PatchNet")
+    assert summary["model"] == "PatchNet"  # named as the user's, not as the preset the data would derive
+    for command in (["eval", str(run)], ["predict", str(run), "x.png"], ["export", str(run), "--out", "m.onnx"]):
+        with pytest.raises(ValueError, match=r"holds a module of your own \(.*PatchNet\), which anyformer cannot "
+                                             r"rebuild from config.json; build it yourself and load its weights"):
+            _run_command(command)
     weights = load_file(run / "model.safetensors")
     mine = fresh()
     mine.load_state_dict(weights)  # the user's own names: their module takes the weights back as they are

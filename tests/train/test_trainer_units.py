@@ -79,8 +79,11 @@ def test_the_fit_sets_the_steps_and_the_bar_and_says_so(trainer, capsys) -> None
     assert trainer.budget.asked == [(10, 4.5, 63, 126, 126)]
     assert trainer.total_steps == 80 and bar.total == 80
     assert bar.lines == ["time budget 3600 s: 80 steps (1.27 epochs) instead of 126"]
+    trainer.budget.fitted = 76
+    trainer._fit_budget(bar)  # 4 of the 80 said: within a tenth, followed silently
+    assert trainer.total_steps == 76 and bar.total == 76 and len(bar.lines) == 1
     trainer.budget.fitted = 60
-    trainer._fit_budget(None)  # without a bar, printed
+    trainer._fit_budget(None)  # 20 of the 80 said: said again, without a bar printed
     assert trainer.total_steps == 60
     assert capsys.readouterr().out == "time budget 3600 s: 60 steps (0.95 epochs) instead of 80\n"
 
@@ -90,7 +93,7 @@ def test_a_change_of_one_percent_or_less_is_made_silently(trainer) -> None:
     bar = _Bar(1000)
     trainer._fit_budget(bar)
     assert trainer.total_steps == 990 and bar.total == 990 and bar.lines == []
-    trainer.budget.fitted = 1000  # back up by 10 of 990: 1.01%, said
+    trainer.budget.fitted = 1000  # back up by 10 of 990: 1.01%, said (nothing was said before)
     trainer._fit_budget(bar)
     assert bar.lines == ["time budget 3600 s: 1000 steps (15.87 epochs) instead of 990"]
 

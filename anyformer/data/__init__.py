@@ -7,9 +7,10 @@ from .dataset import ImageDataset
 from .download import download, sha256_file
 from .errors import DataError, DataWarning
 from .idx import parse_idx, read_idx
+from .locations import default_cache_dir
 from .numpy_pickle import load_numpy_pickle
 from .preprocess import ImagePreprocess
-from .registry import DATASET_NAMES, default_cache_dir
+from .registry import DATASET_NAMES
 from .text import TEXT_NAMES, TokenCorpus, load_corpus, read_text
 from .tokenizers import BPETokenizer, CharTokenizer, load_tokenizer, tokenizer_from_info
 from .vision import load_image, load_image_dataset

@@ -33,7 +33,7 @@ from ..files import atomic_write, atomic_write_text, sha256_file
 from .bpe import TOKENIZER_FILE, HFTokenizer, bpe_vocab_size, learn_bpe, read_tokenizer_file
 from .download import download as _download
 from .errors import DataError, DataWarning
-from .registry import default_cache_dir
+from .locations import default_cache_dir
 # Re-exported: `anyformer.data.text` has always offered the tokenizers too.
 from .tokenizers import (BPETokenizer, CharTokenizer, StreamDecoder, load_tokenizer,
                          tokenizer_from_info)

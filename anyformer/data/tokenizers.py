@@ -24,7 +24,7 @@ import numpy as np
 from ..files import sha256_file
 from .bpe import TOKENIZER_FILE, HFTokenizer, bpe_vocab_size, learn_bpe, read_tokenizer_file
 from .errors import DataError
-from .registry import default_cache_dir
+from .locations import default_cache_dir
 
 __all__ = [
     "BPETokenizer",

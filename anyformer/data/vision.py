@@ -25,11 +25,12 @@ from .cache import cache_file, cache_load, cache_save, fingerprint
 from .dataset import ImageDataset
 from .errors import DataError, DataWarning
 from .images import list_folder, list_names, open_tar, parse_layout, tar_members
+from .locations import default_cache_dir
 from .numpy_pickle import load_numpy_pickle
 from .picture import RESIZE_RULE, read_picture, size_hw, to_pixels
 from .readers import read_source
-from .registry import (ALIASES, DATASET_NAMES, IDX_FILES, SPLITS, TITLES, Source, default_cache_dir, find_idx,
-                       resolve_named, resolve_path)
+from .registry import (ALIASES, DATASET_NAMES, IDX_FILES, SPLITS, TITLES, Source, find_idx, resolve_named,
+                       resolve_path)
 
 __all__ = [
     "ImageDataset",

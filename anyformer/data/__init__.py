@@ -2,18 +2,13 @@
 downloads, an on-disk decoded cache, batched GPU-friendly augmentation, and text
 (character and GPT-2 BPE tokenizers, memory-mapped token streams)."""
 
-from .augment import random_affine, random_crop_flip
-from .dataset import ImageDataset
 from .download import download, sha256_file
 from .errors import DataError, DataWarning
-from .idx import parse_idx, read_idx
+from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset, load_numpy_pickle,
+                     parse_idx, random_affine, random_crop_flip, read_idx)
 from .locations import default_cache_dir
-from .numpy_pickle import load_numpy_pickle
-from .preprocess import ImagePreprocess
-from .registry import DATASET_NAMES
 from .text import TEXT_NAMES, TokenCorpus, load_corpus, read_text
 from .tokenizers import BPETokenizer, CharTokenizer, load_tokenizer, tokenizer_from_info
-from .vision import load_image, load_image_dataset
 
 __all__ = [
     "BPETokenizer",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DataError
-from .images import IMAGE_EXTS
+from .images.folders import IMAGE_EXTS
 from .series_format import SERIES_SUFFIXES
 from .tables.read import read_header
 

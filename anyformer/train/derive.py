@@ -64,7 +64,7 @@ def _image_counts(data: str, asked: dict[str, Any]) -> tuple[Any, int, int, floa
     """(the scan, the images of the training split, those left to train on, the held-out share or
     None where the data has a test/ or val/ folder). Counted from file headers: an image found
     unreadable when it is decoded is still counted here."""
-    from ..data.image_scan import scan_images
+    from ..data.images.scan import scan_images
     scan = scan_images(data)
     train = scan.splits.get("train") or scan.splits.get("all") or {}
     n, fraction = sum(train.values()), None
@@ -76,7 +76,7 @@ def _image_counts(data: str, asked: dict[str, Any]) -> tuple[Any, int, int, floa
 
 
 def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    from ..data.image_scan import derive_image_size
+    from ..data.images.scan import derive_image_size
     scan, n, n_train, fraction = _image_counts(data, asked)
     why: dict[str, str] = {}
     if fraction is not None:

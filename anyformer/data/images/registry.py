@@ -19,8 +19,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .download import download as _download
-from .errors import DataError
+from ..download import download as _download
+from ..errors import DataError
 
 __all__ = [
     "ALIASES",

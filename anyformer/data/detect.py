@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import DataError
 from .images.folders import IMAGE_EXTS
-from .series_format import SERIES_SUFFIXES
+from .series.read import SERIES_SUFFIXES
 from .tables.read import read_header
 
 __all__ = ["DataKind", "detect_kind", "SERIES_EXTS"]

@@ -195,7 +195,7 @@ def _text(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
 def _series(data: str, asked: dict[str, Any], recipe: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The series recipe, which derives its sizes from the training split itself (train/series.py's
     `derive`); they are worked out here too, to be printed before the run starts."""
-    from ..data.series import load_series_data
+    from ..data.series.dataset import load_series_data
     from .series import derive as series_sizes
     values = {k: v for k, v in recipe.items() if k != "about"}
     values["data"] = data

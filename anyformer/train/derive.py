@@ -153,7 +153,7 @@ def _batch(n_train: int, asked: dict[str, Any], cap: int = 128) -> int:
 # ------------------------------------------------------------------------------------------ text
 
 def _text_bytes(data: str) -> int:
-    from ..data.text import resolve_text
+    from ..data.text.sources import resolve_text
     return sum(os.path.getsize(p) for p in resolve_text(data, allow_download=False))
 
 

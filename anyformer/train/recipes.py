@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.images.registry import ALIASES
-from ..data.text import TEXT_NAMES
+from ..data.text.sources import TEXT_NAMES
 from .config import TrainConfig
 from .derive import auto_settings, fit_recipe_to_data
 

@@ -117,8 +117,8 @@ def load_prepared(directory: str | Path) -> Model:
 
 def open_run(directory: str | Path) -> Run:
     """The run in `directory` (written by `anyformer train`, or by `model.save` with a data section)."""
-    from .data.preprocess import ImagePreprocess
-    from .data.tokenizers import tokenizer_from_info
+    from .data.images.preprocess import ImagePreprocess
+    from .data.text.tokenizers import tokenizer_from_info
     meta = read_config(directory)
     info = meta.get("data") or {}
     run = Run(Path(directory), load(directory).eval(), info)

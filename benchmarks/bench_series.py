@@ -61,7 +61,7 @@ def run_anyformer(name: str, seed: int, overrides: dict, threads: int) -> dict:
 
 
 def run_peer(kind: str, name: str, seed: int, threads: int) -> dict:
-    from anyformer.data.series import load_series_splits
+    from anyformer.data.series.dataset import load_series_splits
     train, test = load_series_splits(PEER_DATA.get(name, name))
     (xtr, ytr), (xte, yte) = as_numpy(train), as_numpy(test)
     if kind == "minirocket":

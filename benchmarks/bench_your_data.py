@@ -89,7 +89,7 @@ def unigram_bits(train: bytes, val: bytes) -> tuple[float, float]:
 
 def text_row(run: Path, task, meta: dict) -> list[str]:
     """The text split as the run made it: the last tenth of the corpus's text is validation."""
-    from anyformer.data.text import read_text
+    from anyformer.data.text.read import read_text
     summary = json.loads((run / "summary.json").read_text())
     text = read_text(meta["train"]["data"]).encode("utf-8")
     cut = int(len(text) * (1 - meta["data"].get("val_fraction", 0.1)))

@@ -70,8 +70,8 @@ def fortunes(out: Path, work: Path) -> None:
 
 
 def osuleaf(out: Path) -> None:
-    from anyformer.data.series import aeon_data_dir
-    from anyformer.data.series_format import read_ts
+    from anyformer.data.series.archive import read_ts
+    from anyformer.data.series.dataset import aeon_data_dir
     rows = []
     for split in ("TRAIN", "TEST"):
         raw = read_ts(aeon_data_dir() / "OSULeaf" / f"OSULeaf_{split}.ts")

@@ -98,7 +98,7 @@ def main() -> None:
         for name, v in VARIANTS.items():
             print(f"{name}: {json.dumps(v)}")
         return
-    from anyformer.data.series import load_series_data
+    from anyformer.data.series.dataset import load_series_data
     folder = RESULTS / processor_folder()
     suffix = f"_{args.tag}" if args.tag else ""
     raw = folder / f"series_select{suffix}.jsonl"

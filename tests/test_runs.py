@@ -4,7 +4,7 @@ import torch
 
 import anyformer as af
 from anyformer.data import read_idx
-from anyformer.data.preprocess import ImagePreprocess
+from anyformer.data.images.preprocess import ImagePreprocess
 from tests.conftest import SHARED_DATA
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"

@@ -33,7 +33,7 @@ def attention(args: argparse.Namespace) -> int:
         viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads,
                                  class_names=info.get("classes"))
     elif model.family == "gpt":
-        from ..data.text import tokenizer_from_info
+        from ..data.text.tokenizers import tokenizer_from_info
         tok = tokenizer_from_info(info, args.dir)
         ids = tok.encode(args.input)[-model.config.context:]
         with torch.no_grad():

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def generate(args: argparse.Namespace) -> int:
     import torch
 
-    from ..data.text import tokenizer_from_info
+    from ..data.text.tokenizers import tokenizer_from_info
     model, meta = run_info(args.dir)
     if model.family != "gpt":
         raise ValueError(f"{args.dir} holds a {model.family} model; `generate` needs a language model run")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch loads after the parser is built
-    from ..data.preprocess import ImagePreprocess
+    from ..data.images.preprocess import ImagePreprocess
     from ..models.base import Model
 
 
@@ -19,7 +19,7 @@ def run_info(directory: str) -> tuple[Model, dict[str, Any]]:
 
 def image_preprocess(directory: str, info: dict[str, Any]) -> ImagePreprocess:
     """The normalisation the run was trained with (the same arithmetic, to the bit)."""
-    from ..data.preprocess import ImagePreprocess
+    from ..data.images.preprocess import ImagePreprocess
     if info.get("kind") != "images":
         raise ValueError(f"{directory} is not an image classifier run (its data kind is {info.get('kind')!r})")
     return ImagePreprocess.from_info(info)

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..data.series import SeriesPreprocess, fit_to_model
-from ..data.series_input import read_series_input
+from ..data.series.dataset import SeriesPreprocess, fit_to_model
+from ..data.series.one_series import read_series_input
 from .args import one_line
 
 

@@ -1,18 +1,22 @@
-"""Datasets for anyformer: IDX/MNIST readers, image folders and tars, checksummed
-downloads, an on-disk decoded cache, batched GPU-friendly augmentation, and text
-(character and GPT-2 BPE tokenizers, memory-mapped token streams)."""
+"""Data for anyformer, one folder per kind and one file per question (like timm's data/readers/):
 
-from .augment import random_affine, random_crop_flip
-from .dataset import ImageDataset
+- `images/`: image classification: MNIST, Fashion-MNIST, CIFAR-10 and your own folders and tars,
+  read, checked, cached decoded, preprocessed and augmented;
+- `text/`: text for language models: sources, reading, memory-mapped token streams, tokenizers;
+- `series/`: labelled time series: the UCR/UEA archives' files, CSV and NumPy files;
+- `tables/`: rows of number, category and date columns with a target;
+- here, what every kind uses: `detect` (which kind a path holds), `download` (checksummed
+  downloads), `locations` (the cache folder), `split` (a held-out share), `transfer` (host to
+  device), `errors` (`DataError`, `DataWarning`).
+"""
+
 from .download import download, sha256_file
 from .errors import DataError, DataWarning
-from .idx import parse_idx, read_idx
-from .numpy_pickle import load_numpy_pickle
-from .preprocess import ImagePreprocess
-from .registry import DATASET_NAMES, default_cache_dir
-from .text import TEXT_NAMES, TokenCorpus, load_corpus, read_text
-from .tokenizers import BPETokenizer, CharTokenizer, load_tokenizer, tokenizer_from_info
-from .vision import load_image, load_image_dataset
+from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset, load_numpy_pickle,
+                     parse_idx, random_affine, random_crop_flip, read_idx)
+from .locations import default_cache_dir
+from .text import (TEXT_NAMES, BPETokenizer, CharTokenizer, TokenCorpus, load_corpus, load_tokenizer, read_text,
+                   tokenizer_from_info)
 
 __all__ = [
     "BPETokenizer",

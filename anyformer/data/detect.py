@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DataError
-from .images import IMAGE_EXTS
-from .series_format import SERIES_SUFFIXES
+from .images.folders import IMAGE_EXTS
+from .series.read import SERIES_SUFFIXES
 from .tables.read import read_header
 
 __all__ = ["DataKind", "detect_kind", "SERIES_EXTS"]

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..data.preprocess import ImagePreprocess
+from ..data.images.preprocess import ImagePreprocess
 from .context import Context
 from .images import check_header, heat_overlay, load_upload, png_data_url
 from .uploads import upload_bytes

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..data.text import tokenizer_from_info
+from ..data.text.tokenizers import tokenizer_from_info
 from ..models.gpt import window_keep
 from ..models.generation import cache_length
 from .context import Context

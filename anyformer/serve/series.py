@@ -17,8 +17,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..data.errors import DataError
-from ..data.series import SeriesPreprocess, fit_to_model
-from ..data.series_input import orient_series, parse_series_csv
+from ..data.series.dataset import SeriesPreprocess, fit_to_model
+from ..data.series.one_series import orient_series, parse_series_csv
 from .context import Context
 from .limits import ApiError
 from .uploads import upload_bytes

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data import DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip
-from ..data.preprocess import ImagePreprocess
+from ..data.images.preprocess import ImagePreprocess
+from ..data.images.vision import source_splits, warn_skipped
 from ..data.split import check_classes, holdout_fraction, stratified_holdout
-from ..data.vision import source_splits, warn_skipped
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig
 from .protocol import scores_other_data

@@ -64,7 +64,7 @@ def _image_counts(data: str, asked: dict[str, Any]) -> tuple[Any, int, int, floa
     """(the scan, the images of the training split, those left to train on, the held-out share or
     None where the data has a test/ or val/ folder). Counted from file headers: an image found
     unreadable when it is decoded is still counted here."""
-    from ..data.image_scan import scan_images
+    from ..data.images.scan import scan_images
     scan = scan_images(data)
     train = scan.splits.get("train") or scan.splits.get("all") or {}
     n, fraction = sum(train.values()), None
@@ -76,7 +76,7 @@ def _image_counts(data: str, asked: dict[str, Any]) -> tuple[Any, int, int, floa
 
 
 def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    from ..data.image_scan import derive_image_size
+    from ..data.images.scan import derive_image_size
     scan, n, n_train, fraction = _image_counts(data, asked)
     why: dict[str, str] = {}
     if fraction is not None:
@@ -153,7 +153,7 @@ def _batch(n_train: int, asked: dict[str, Any], cap: int = 128) -> int:
 # ------------------------------------------------------------------------------------------ text
 
 def _text_bytes(data: str) -> int:
-    from ..data.text import resolve_text
+    from ..data.text.sources import resolve_text
     return sum(os.path.getsize(p) for p in resolve_text(data, allow_download=False))
 
 
@@ -195,7 +195,7 @@ def _text(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
 def _series(data: str, asked: dict[str, Any], recipe: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The series recipe, which derives its sizes from the training split itself (train/series.py's
     `derive`); they are worked out here too, to be printed before the run starts."""
-    from ..data.series import load_series_data
+    from ..data.series.dataset import load_series_data
     from .series import derive as series_sizes
     values = {k: v for k, v in recipe.items() if k != "about"}
     values["data"] = data

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data import ImageDataset
-from ..data.preprocess import ImagePreprocess
+from ..data.images.preprocess import ImagePreprocess
 from ..data.transfer import to_device
 from ..models.flow import interpolate, velocity_target
 from .batches import epoch_order, rank_share, step_generator

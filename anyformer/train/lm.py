@@ -26,7 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.errors import DataWarning
-from ..data.text import HFTokenizer, TokenCorpus, load_corpus, tokenizer_from_info
+from ..data.text.bpe import HFTokenizer
+from ..data.text.corpus import TokenCorpus, load_corpus
+from ..data.text.tokenizers import tokenizer_from_info
 from ..models import PRESETS
 from .batches import rank_share, step_generator
 from .config import TrainConfig
@@ -236,7 +238,7 @@ def _tiles(n: int, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
 def _resumed_tokenizer(cfg: TrainConfig) -> Any:
     """On --resume, the tokenizer the run directory holds: from its config.json's data section, or,
     before the first save, its tokenizer.json alone; None where there is no run there yet."""
-    from ..data.bpe import TOKENIZER_FILE, read_tokenizer_file
+    from ..data.text.bpe import TOKENIZER_FILE, read_tokenizer_file
     from ..models import read_config
     run_dir = Path(cfg.out or f"runs/{cfg.recipe}")
     if (run_dir / "config.json").is_file():

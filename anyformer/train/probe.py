@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data import load_image_dataset
-from ..data.preprocess import ImagePreprocess
+from ..data.images.preprocess import ImagePreprocess
 from ..models import Model, load, read_config
 from .classify import _head, balanced_subset
 

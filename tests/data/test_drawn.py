@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from anyformer.data import DataError, ImagePreprocess, load_image, load_image_dataset
-from anyformer.data.drawn import Framing, fit_framing
+from anyformer.data.images.drawn import Framing, fit_framing
 from tests.conftest import REPO, SHARED_DATA
 
 _spec = importlib.util.spec_from_file_location("paper_digits", REPO / "scripts" / "paper_digits.py")

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anyformer.data import DataError, parse_idx, read_idx
-from anyformer.data.idx import IDX_DTYPES, read_idx_bytes
+from anyformer.data.images.idx import IDX_DTYPES, read_idx_bytes
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
 MNIST = SHARED / "mnist"

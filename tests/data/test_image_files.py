@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from anyformer.data import DataError, DataWarning, ImageDataset, load_image, load_image_dataset
-from anyformer.data import images as image_files
+from anyformer.data.images import folders as image_files
 from tests.data.conftest import check_well_formed
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from anyformer.data import DataError
-from anyformer.data.series import aeon_data_dir, find_series_files, load_series_data, looks_like_series
-from anyformer.data.series_format import read_series_file
+from anyformer.data.series.dataset import aeon_data_dir, find_series_files, load_series_data, looks_like_series
+from anyformer.data.series.read import read_series_file
 
 
 def write(path, text):

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from anyformer.data import DataError
-from anyformer.data.series import aeon_data_dir, find_series_files, load_series_splits
-from anyformer.data.series_format import read_series_file, read_ts, read_tsv
+from anyformer.data.series.archive import read_ts, read_tsv
+from anyformer.data.series.dataset import aeon_data_dir, find_series_files, load_series_splits
+from anyformer.data.series.read import read_series_file
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from anyformer.data import DataError
-from anyformer.data.series import SeriesDataset, SeriesPreprocess
-from anyformer.data.series_augment import augment_series, resample
-from anyformer.data.series_input import read_series_input
+from anyformer.data.series.augment import augment_series, resample
+from anyformer.data.series.dataset import SeriesDataset, SeriesPreprocess
+from anyformer.data.series.one_series import read_series_input
 
 
 def test_csv_columns_are_channels_and_a_header_is_skipped(tmp_path):

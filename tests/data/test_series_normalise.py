@@ -2,7 +2,7 @@
 steps it has, saved with the run and read back the same."""
 import torch
 
-from anyformer.data.series import SeriesDataset, SeriesPreprocess, standardise_each
+from anyformer.data.series.dataset import SeriesDataset, SeriesPreprocess, standardise_each
 
 
 def test_each_series_and_channel_gets_mean_zero_and_unit_sd_over_its_own_steps():

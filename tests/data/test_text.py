@@ -6,9 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anyformer.data import DataError, text, tokenizers
-from anyformer.data.text import (BPETokenizer, CharTokenizer, load_corpus, load_tokenizer, read_text,
-                                 resolve_text, tokenizer_from_info)
+from anyformer.data import DataError
+from anyformer.data.text import corpus, sources, tokenizers
+from anyformer.data.text import read as reading
+from anyformer.data.text.corpus import load_corpus
+from anyformer.data.text.read import read_text
+from anyformer.data.text.sources import resolve_text
+from anyformer.data.text.tokenizers import BPETokenizer, CharTokenizer, load_tokenizer, tokenizer_from_info
 from tests.conftest import SHARED_DATA
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
@@ -113,7 +117,7 @@ def test_shakespeare_corpus_is_split_90_10_memory_mapped_and_cached(tmp_path, mo
     assert c.tokenizer.decode(c.val[:15]) == SHAKESPEARE_TEXT[1_003_854:1_003_854 + 15]
     assert c.sha256 == "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
     # the second load reads the cache, encoding nothing
-    monkeypatch.setattr(text, "_encode_to_cache", lambda *a: pytest.fail("encoded again"))
+    monkeypatch.setattr(corpus, "_encode_to_cache", lambda *a: pytest.fail("encoded again"))
     again = load_corpus(SHAKESPEARE, "char", cache_dir=tmp_path)
     assert again.cache_path == c.cache_path and np.array_equal(again.tokens, c.tokens)
 
@@ -130,7 +134,8 @@ def test_a_changed_source_is_encoded_again(tmp_path):
 
 def test_bpe_stream_encoded_in_pieces_equals_encoding_the_whole(tmp_path, monkeypatch, bpe):
     monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
-    monkeypatch.setattr(text, "_CHUNK_BYTES", 3000)  # many chunk boundaries inside 60 kB
+    monkeypatch.setattr(reading, "_CHUNK_BYTES", 3000)  # many chunk boundaries inside 60 kB
+    monkeypatch.setattr(corpus, "_CHUNK_BYTES", 3000)  # and _Pieces, as when text.py held the one constant
     folder = tmp_path / "plays"
     folder.mkdir()
     (folder / "a.txt").write_text(SHAKESPEARE_TEXT[:30_000])
@@ -191,7 +196,7 @@ def test_the_name_shakespeare_resolves_like_the_image_datasets(tmp_path, monkeyp
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(SHAKESPEARE.read_bytes())
         return dest
-    monkeypatch.setattr(text, "_download", fake_download)
+    monkeypatch.setattr(sources, "_download", fake_download)
     got = resolve_text("tinyshakespeare", cache_dir=tmp_path / "cache")
     assert got == [tmp_path / "cache" / "tinyshakespeare" / "input.txt"]
     assert calls == [("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
@@ -202,7 +207,7 @@ def test_the_name_shakespeare_resolves_like_the_image_datasets(tmp_path, monkeyp
 
     def failed_download(url, dest, sha):
         raise DataError(f"download failed: {url} -> no route to host")
-    monkeypatch.setattr(text, "_download", failed_download)
+    monkeypatch.setattr(sources, "_download", failed_download)
     with pytest.raises(DataError, match=r"^shakespeare text not found and not downloadable: pass --data PATH .*"
                                         r"ANYFORMER_DATA .*tinyshakespeare/input.txt \(the download said: download failed"):
         resolve_text("shakespeare", cache_dir=tmp_path / "third")

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from anyformer.data import DataError, DataWarning
-from anyformer.data.text import load_corpus, read_text, resolve_text
+from anyformer.data.text.corpus import load_corpus
+from anyformer.data.text.read import read_text
+from anyformer.data.text.sources import resolve_text
 
 TEXTS = {
     "greek": "Καλημέρα κόσμε· η γρήγορη καφέ αλεπού.\n",
@@ -44,8 +46,8 @@ def test_a_byte_order_mark_in_each_file_of_a_folder_is_dropped(tmp_path):
 
 
 def test_chunk_boundaries_inside_a_character_change_nothing(tmp_path, monkeypatch):
-    from anyformer.data import text
-    monkeypatch.setattr(text, "_CHUNK_BYTES", 7)  # cuts through 2-, 3- and 4-byte characters and UTF-16 pairs
+    from anyformer.data.text import read as reading
+    monkeypatch.setattr(reading, "_CHUNK_BYTES", 7)  # cuts through 2-, 3- and 4-byte characters and UTF-16 pairs
     for encoding, bom in (("utf-8", codecs.BOM_UTF8), ("utf-16-le", codecs.BOM_UTF16_LE)):
         assert read_text(_write(tmp_path / f"{encoding}.txt", ALL, encoding, bom)) == ALL
 

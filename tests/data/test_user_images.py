@@ -15,10 +15,10 @@ import torch
 from PIL import Image
 
 from anyformer.data import DataError, DataWarning, ImagePreprocess, load_image, load_image_dataset
-from anyformer.data import vision
-from anyformer.data.image_scan import derive_image_size, scan_images
-from anyformer.data.picture import fit_image
-from anyformer.data.vision import source_splits
+from anyformer.data.images import vision
+from anyformer.data.images.picture import fit_image
+from anyformer.data.images.scan import derive_image_size, scan_images
+from anyformer.data.images.vision import source_splits
 
 ORIENTATION = 0x0112
 

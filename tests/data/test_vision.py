@@ -18,8 +18,8 @@ import torch
 from PIL import Image
 
 from anyformer.data import DataError, ImageDataset, load_image_dataset, load_numpy_pickle, read_idx
-from anyformer.data import numpy_pickle, registry
-from anyformer.data.idx import idx_bytes
+from anyformer.data.images import numpy_pickle, registry
+from anyformer.data.images.idx import idx_bytes
 from tests.data.conftest import check_well_formed
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))

@@ -30,7 +30,7 @@ def test_whole_series_proportions_equal_aeons_minirocket_with_its_biases():
     """Given aeon's fitted biases, token 0 (the whole series) is aeon's feature vector: the same
     kernels, dilations, padding alternation and order of features."""
     convolution_based = pytest.importorskip("aeon.transformations.collection.convolution_based")
-    from anyformer.data.series import load_series_splits
+    from anyformer.data.series.dataset import load_series_splits
     train, _ = load_series_splits("GunPoint")
     x = train.values[:16]
     reference = convolution_based.MiniRocket(n_kernels=10_000, random_state=0).fit(x.double().numpy())

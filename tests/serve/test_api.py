@@ -14,8 +14,8 @@ from PIL import Image, ImageDraw, ImageOps
 
 import anyformer as af
 from anyformer import plan
-from anyformer.data.preprocess import ImagePreprocess
-from anyformer.data.text import tokenizer_from_info
+from anyformer.data.images.preprocess import ImagePreprocess
+from anyformer.data.text.tokenizers import tokenizer_from_info
 from anyformer.models import read_config
 from tests.serve.conftest import live_server
 

@@ -137,7 +137,7 @@ def test_a_bad_upload_shows_an_error_and_the_page_keeps_working(vit_run, browser
 
 @pytest.mark.slow
 def test_generated_text_streams_into_the_page(lm_run, browser, tmp_path):
-    from anyformer.data.text import tokenizer_from_info
+    from anyformer.data.text.tokenizers import tokenizer_from_info
     from anyformer.models import read_config
     from anyformer.serve import create_app
     alphabet = set(tokenizer_from_info(read_config(lm_run)["data"]).chars)

@@ -8,7 +8,7 @@ import torch
 
 import anyformer as af
 from anyformer.cli.series import load_series_input
-from anyformer.data.series import load_series_splits
+from anyformer.data.series.dataset import load_series_splits
 from anyformer.models import read_config
 from anyformer.viz.series_attention import series_attention
 

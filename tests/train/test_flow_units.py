@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from anyformer.data import ImageDataset
-from anyformer.data.preprocess import ImagePreprocess
+from anyformer.data.images.preprocess import ImagePreprocess
 from anyformer.train import TrainConfig
 from anyformer.train.batches import step_generator
 from anyformer.train.flow import FlowMatching

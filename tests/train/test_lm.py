@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import anyformer as af
-from anyformer.data.text import load_corpus, tokenizer_from_info
+from anyformer.data.text.corpus import load_corpus
+from anyformer.data.text.tokenizers import tokenizer_from_info
 from anyformer.models import read_config
 from anyformer.train import Interrupted, Trainer, TrainConfig, recipe_config
 from anyformer.train.distributed import Distributed

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from anyformer.data import DataWarning
-from anyformer.data.bpe import HFTokenizer, learn_bpe
-from anyformer.data.text import CharTokenizer, TokenCorpus
+from anyformer.data.text.bpe import HFTokenizer, learn_bpe
+from anyformer.data.text.corpus import TokenCorpus
+from anyformer.data.text.tokenizers import CharTokenizer
 from anyformer.models import PRESETS
 from anyformer.train import TrainConfig
 from anyformer.train.distributed import Distributed

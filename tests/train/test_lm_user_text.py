@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 import anyformer as af
 from anyformer.data import DataError, DataWarning
-from anyformer.data.bpe import learn_bpe
-from anyformer.data.text import CharTokenizer, load_tokenizer
+from anyformer.data.text.bpe import learn_bpe
+from anyformer.data.text.tokenizers import CharTokenizer, load_tokenizer
 from anyformer.models import read_config
 from anyformer.train import TrainConfig
 from anyformer.train.distributed import Distributed
@@ -124,8 +124,8 @@ def test_a_learned_tokenizer_is_saved_with_the_run_and_recorded(tmp_path):
 
 def test_a_finished_run_scores_other_text_whole_with_its_own_tokenizer_never_relearned(tmp_path, monkeypatch):
     tok, info = run_tokenizer("bpe", tmp_path)
-    from anyformer.data import text
-    monkeypatch.setattr(text, "learn_bpe", lambda *a, **k: pytest.fail("a run's tokenizer was learned again"))
+    from anyformer.data.text import corpus
+    monkeypatch.setattr(corpus, "learn_bpe", lambda *a, **k: pytest.fail("a run's tokenizer was learned again"))
     other = tmp_path / "other.txt"
     other.write_text(MIXED * 40, encoding="utf-8")
     task = LanguageModelling(lm_config(other, seq_len=32), "cpu", info={**info, "dataset": str(tmp_path / "own.txt")})

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from anyformer.data.preprocess import ImagePreprocess
+from anyformer.data.images.preprocess import ImagePreprocess
 from anyformer.models import read_config
 from anyformer.train import TrainConfig
 from anyformer.train.tasks import ImageClassification

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from anyformer.cli import main
-from anyformer.data.series import load_series_splits
+from anyformer.data.series.dataset import load_series_splits
 from anyformer.train import Trainer, recipe_config
 
 
@@ -46,7 +46,7 @@ def test_predict_a_csv_and_an_npy_equals_the_model_on_the_test_series(series_run
     assert main(["predict", str(out), str(tmp_path / "s0.csv"), str(tmp_path / "s1.npy"), "--top", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     model = __import__("anyformer").load(out)
-    pre = __import__("anyformer.data.series", fromlist=["SeriesPreprocess"]).SeriesPreprocess.from_info(
+    pre = __import__("anyformer.data.series.dataset", fromlist=["SeriesPreprocess"]).SeriesPreprocess.from_info(
         json.loads((out / "config.json").read_text())["data"])
     with torch.no_grad():
         expected = model(pre(test.values[:2], test.lengths[:2]), test.lengths[:2]).argmax(-1).tolist()

@@ -2,7 +2,7 @@
 <class>/<image>, with or without train/, test/ or val/ split folders, or a tar of such a folder.
 
 Every image set decodes to uint8 (N, C, H, W) with labels that index the sorted class names. Each
-image is decoded as a single picture is (anyformer/data/picture.py: upright, grey or RGB, fitted
+image is decoded as a single picture is (anyformer/data/images/picture.py: upright, grey or RGB, fitted
 by one rule), so a picture a trained run classifies reaches the model as the same numbers as the
 same file did in training.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .errors import DataError
+from ..errors import DataError
 from .picture import UnreadableImage, decode_image, to_pixels
 
 __all__ = ["Decoded", "FolderLayout", "ImageSizesDiffer", "Listing", "decode_folder", "decode_images", "decode_tar",

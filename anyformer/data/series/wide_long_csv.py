@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
-from .series_format import RawSeries, check_label_kinds, is_number, padded_length, problem_name
+from ..errors import DataError
+from .raw import RawSeries, check_label_kinds, is_number, padded_length, problem_name
 
 __all__ = ["LABEL_NAMES", "ID_NAMES", "LONG_NAMES", "read_series_csv"]
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..files import atomic_write
+from ...files import atomic_write
 from .dataset import ImageDataset
-from .images import list_folder
+from .folders import list_folder
 from .readers import idx_pair
 from .registry import IDX_FILES, TITLES, Source, find_idx
 
@@ -26,7 +26,7 @@ __all__ = ["cache_file", "cache_load", "cache_save", "fingerprint"]
 
 # Bump when the decoded-cache layout or decoding rules change, so stale caches are ignored. 2: EXIF
 # orientation applied, unreadable images skipped, what was skipped stored beside the pixels.
-# (The resizing rule has its own name, images.RESIZE_RULE, in the key the caller gives.)
+# (The resizing rule has its own name, picture.RESIZE_RULE, in the key the caller gives.)
 _CACHE_VERSION = 2
 
 

@@ -6,8 +6,8 @@ even a 60k-JPEG dataset is near-instant.
 
 This module is the public face; the work is done a floor below, one job a file:
 `registry` (named datasets, checksums, where each is looked for), `readers` (one per
-kind of source: IDX, mnist.pkl.gz, image folder, tar), `images` and `numpy_pickle`
-(the formats), `image_scan` (what a folder holds, from headers), `cache` (the decoded .npz files).
+kind of source: IDX, mnist.pkl.gz, image folder, tar), `folders` and `numpy_pickle`
+(the formats), `scan` (what a folder holds, from headers), `cache` (the decoded .npz files).
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..errors import DataError, DataWarning
+from ..locations import default_cache_dir
 from .cache import cache_file, cache_load, cache_save, fingerprint
 from .dataset import ImageDataset
-from .errors import DataError, DataWarning
-from .images import list_folder, list_names, open_tar, parse_layout, tar_members
+from .folders import list_folder, list_names, open_tar, parse_layout, tar_members
 from .numpy_pickle import load_numpy_pickle
 from .picture import RESIZE_RULE, read_picture, size_hw, to_pixels
 from .readers import read_source
-from .registry import (ALIASES, DATASET_NAMES, IDX_FILES, SPLITS, TITLES, Source, default_cache_dir, find_idx,
-                       resolve_named, resolve_path)
+from .registry import (ALIASES, DATASET_NAMES, IDX_FILES, SPLITS, TITLES, Source, find_idx, resolve_named,
+                       resolve_path)
 
 __all__ = [
     "ImageDataset",
@@ -90,7 +91,7 @@ def load_image_dataset(
     limit_per_class: keep only the first N images of each class (fast partial loads).
     image_size: fit every image to (H, W) (or N x N): scaled to cover it, then centre-cropped (the
       aspect kept, see images.fit_image). None: as stored where every image has one size; a folder
-      or tar of several sizes is fitted to the size `image_scan.derive_image_size` derives from all
+      or tar of several sizes is fitted to the size `scan.derive_image_size` derives from all
       of its images (`ImageDataset.derived_size` says why).
     channels: 1 or 3 to fix the channels (a trained run's); None: 1 where every image is grey, else 3.
     download: allow fetching MNIST / Fashion-MNIST from the network.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .transfer import to_device
+from ..transfer import to_device
 
 __all__ = ["augment_series", "resample"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import DataError
+from ..errors import DataError
 
 __all__ = ["ImageDataset"]
 

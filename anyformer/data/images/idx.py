@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 __all__ = ["read_idx", "read_idx_bytes", "parse_idx", "idx_bytes", "IDX_DTYPES"]
 

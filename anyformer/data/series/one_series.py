@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 __all__ = ["orient_series", "parse_series_csv", "read_series_input"]
 

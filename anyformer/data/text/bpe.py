@@ -16,14 +16,12 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
-from .errors import DataError
-
-if TYPE_CHECKING:
-    from .tokenizers import StreamDecoder
+from ..errors import DataError
+from .decode import StreamDecoder, StreamText, checked_ids
 
 __all__ = ["EOT", "HFTokenizer", "TOKENIZER_FILE", "bpe_vocab_size", "learn_bpe", "read_tokenizer_file"]
 
@@ -125,7 +123,6 @@ class HFTokenizer:
         return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encoded])
 
     def decode(self, ids: Iterable[int]) -> str:
-        from .tokenizers import checked_ids  # the floor above, which imports this module
         ids = checked_ids(ids, self.vocab_size)
         return self._tok.decode(ids, skip_special_tokens=False)
 
@@ -150,7 +147,6 @@ class HFTokenizer:
     def decoder(self) -> "StreamDecoder | StreamText":
         """Incremental decoding for streaming: a character split over tokens is given once whole."""
         if self._byte_level:
-            from .tokenizers import StreamDecoder
             return StreamDecoder(self.token_bytes)
         return StreamText(lambda ids: self._tok.decode(ids, skip_special_tokens=False))
 
@@ -168,27 +164,6 @@ class HFTokenizer:
 
     def __repr__(self) -> str:
         return f"HFTokenizer({self.kind}, vocab_size={self.vocab_size})"
-
-
-class StreamText:
-    """Streaming for tokenizers whose tokens are not byte strings (WordPiece, SentencePiece): the ids so
-    far are decoded whole and the new text given, held back while it ends in an unfinished character."""
-
-    def __init__(self, decode: Callable[[list[int]], str]) -> None:
-        self._decode, self._ids, self._sent = decode, [], 0
-
-    def feed(self, ids: Iterable[int]) -> str:
-        self._ids.extend(int(i) for i in ids)
-        text = self._decode(self._ids)
-        if text.endswith("\ufffd"):
-            return ""
-        new, self._sent = text[self._sent:], len(text)
-        return new
-
-    def flush(self) -> str:
-        text = self._decode(self._ids)
-        new, self._sent = text[self._sent:], len(text)
-        return new
 
 
 def _cut(text: str, size: int) -> list[str]:

@@ -15,15 +15,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..files import sha256_file
+from ...files import sha256_file
+from ..errors import DataError
 from .dataset import ImageDataset
-from .errors import DataError
+from .folders import Decoded, ImageSizesDiffer, decode_folder, decode_tar
 from .idx import parse_idx, read_idx_bytes
-from .image_scan import derive_image_size, describe_image_size, scan_images
-from .images import Decoded, ImageSizesDiffer, decode_folder, decode_tar
 from .numpy_pickle import decode_mnist_pickle
 from .picture import fit_image
 from .registry import CIFAR10_TAR, CLASSES, IDX_FILES, IDX_SHA256, TITLES, Source, find_idx
+from .scan import derive_image_size, describe_image_size, scan_images
 
 __all__ = ["READERS", "idx_pair", "read_source"]
 

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .transfer import to_device
+from ..transfer import to_device
 
 __all__ = ["random_affine", "random_crop_flip"]
 

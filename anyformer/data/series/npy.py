@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
-from .series_format import RawSeries, check_label_kinds, padded_length, problem_name
+from ..errors import DataError
+from .raw import RawSeries, check_label_kinds, padded_length, problem_name
 
 __all__ = ["read_series_array"]
 

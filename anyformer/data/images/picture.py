@@ -1,6 +1,6 @@
 """One picture: decoded upright (EXIF orientation applied), grey or RGB, and fitted to a target size
 by one rule (`fit_image`: scaled to cover the target, then centre-cropped; the aspect is kept,
-nothing is distorted). A dataset's images (anyformer/data/images.py) and a single picture that a
+nothing is distorted). A dataset's images (anyformer/data/images/folders.py) and a single picture that a
 trained run classifies (`read_picture`: predict, serve, `af.open_run(...).classify`) go through the
 same functions, so the same file reaches the model as the same numbers.
 
@@ -22,8 +22,8 @@ from typing import IO
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..shapes import pair
-from .errors import DataError
+from ...shapes import pair
+from ..errors import DataError
 
 __all__ = ["UnreadableImage", "decode_image", "fit_image", "open_header", "open_image", "orientation", "pillow_quiet",
            "read_picture", "size_hw", "to_pixels", "upright_size", "GRAY_MODES", "MAX_PIXELS", "RESIZE_RULE"]

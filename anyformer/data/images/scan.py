@@ -20,8 +20,8 @@ from typing import IO
 
 from PIL import Image
 
-from .errors import DataError
-from .images import FolderLayout, Listing, list_folder, list_names, open_tar, parse_layout, tar_members
+from ..errors import DataError
+from .folders import FolderLayout, Listing, list_folder, list_names, open_tar, parse_layout, tar_members
 from .picture import GRAY_MODES, UnreadableImage, open_header, upright_size
 
 __all__ = ["ImageFolderScan", "derive_image_size", "describe_image_size", "scan_images"]

@@ -1,6 +1,5 @@
-"""Readers for the time-series classification archives' two text formats, the helpers every series
-reader shares, and `read_series_file`, which picks a reader by the file's suffix (.csv: series_csv,
-.npy/.npz: series_npy).
+"""Readers for the time-series classification archives' two text formats (`read_series_file` in
+read.py picks a reader by the file's suffix).
 
 `.ts` (the UEA/UCR archive's, also aeon's): `#` or `%` comment lines, `@key value` header lines,
 then after `@data` one case per line: each channel's values comma-separated, channels separated by
@@ -13,95 +12,14 @@ line that names the file, the line number and what was expected there.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
+from .raw import RawSeries, check_label_kinds
 
-__all__ = ["SERIES_SUFFIXES", "RawSeries", "check_label_kinds", "padded_length", "problem_name", "read_series_file",
-           "read_ts", "read_tsv"]
-
-MAX_FILE_BYTES = 2 * 1024 ** 3  # a text archive larger than this is not a classification split
-SERIES_SUFFIXES = (".ts", ".tsv", ".csv", ".npy", ".npz")  # in the order a folder's pair is preferred
-
-
-@dataclass
-class RawSeries:
-    """Series as read: one float32 (C, T_i) array per case, its label as written, and the label
-    names the header declares (in their declared order; None when the file declares none)."""
-
-    series: list[np.ndarray]
-    labels: list[str]
-    declared: list[str] | None
-    name: str
-
-
-def read_series_file(path: str | Path, label_column: str | None = None) -> RawSeries:
-    """A `.ts`, `.tsv`, `.csv`, `.npy` or `.npz` file, chosen by its suffix. `label_column` names a
-    CSV's label column (None: found by its name)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"no such series file: {path}")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise DataError(f"{path} is {path.stat().st_size / 2**30:.1f} GiB; expected a series archive under "
-                        f"{MAX_FILE_BYTES / 2**30:.0f} GiB")
-    suffix = path.suffix.lower()
-    if suffix not in SERIES_SUFFIXES:
-        raise DataError(f"{path}: unknown series format {path.suffix!r}; expected a {', '.join(SERIES_SUFFIXES)} file")
-    if label_column is not None and suffix != ".csv":
-        raise DataError(f"{path}: --label-column {label_column!r} names a CSV column, but this is a {suffix} file "
-                        f"whose labels have their own place; expected a .csv, or no --label-column")
-    # Imported here: those readers build on this module's RawSeries and helpers.
-    if suffix == ".csv":
-        from .series_csv import read_series_csv
-        return read_series_csv(path, label_column)
-    if suffix in (".npy", ".npz"):
-        from .series_npy import read_series_array
-        return read_series_array(path)
-    return read_ts(path) if suffix == ".ts" else read_tsv(path)
-
-
-def problem_name(path: Path) -> str:
-    """The problem a file holds: its stem without a _TRAIN/_TEST tag."""
-    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
-    for tag in ("_TRAIN", "_TEST"):
-        if stem.upper().endswith(tag):
-            return stem[: -len(tag)]
-    return stem
-
-
-def is_number(text: str) -> bool:
-    """A finite decimal number (NaN and infinity are not labels or values)."""
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
-
-
-def check_label_kinds(labels: list[str], where: str) -> None:
-    """Refuse labels of two kinds: numbers beside words are a shifted column or a typo more often than
-    classes, and their order (numeric or alphabetical) would be undefined."""
-    distinct = list(dict.fromkeys(labels))
-    numbers = [l for l in distinct if is_number(l)]
-    if numbers and len(numbers) < len(distinct):
-        words = [l for l in distinct if not is_number(l)]
-        raise DataError(f"{where}: the labels mix numbers ({', '.join(numbers[:5])}) and words "
-                        f"({', '.join(repr(w) for w in words[:5])}); expected labels of one kind, all numbers or all "
-                        f"names")
-
-
-def padded_length(row: np.ndarray) -> tuple[int, int | None]:
-    """(length, first gap) of one channel read with NaN for missing cells: NaNs after the last number
-    are padding (the archive's way of ending a shorter series); a NaN before it is a gap, refused by
-    the callers, which know how to name its place."""
-    present = ~np.isnan(row)
-    if not present.any():
-        return 0, None
-    length = int(np.flatnonzero(present)[-1]) + 1
-    gaps = np.flatnonzero(~present[:length])
-    return length, (int(gaps[0]) if gaps.size else None)
+__all__ = ["read_ts", "read_tsv"]
 
 
 def _lines(path: Path) -> list[str]:

@@ -20,9 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import DataError
-from .series_augment import resample_to
-from .series_format import SERIES_SUFFIXES, RawSeries, read_series_file
+from ..errors import DataError
+from .augment import resample_to
+from .raw import RawSeries
+from .read import SERIES_SUFFIXES, read_series_file
 
 __all__ = ["SeriesDataset", "SeriesPreprocess", "find_series_files", "load_series_data", "load_series_dataset",
            "load_series_splits", "looks_like_series"]

@@ -5,7 +5,7 @@ or a tokenizer file.
 the run); `BPETokenizer` is GPT-2's byte-level BPE through tiktoken, read from the local
 ``r50k_base.tiktoken`` when one is found, else tiktoken's own cache/download. A byte-level BPE
 learned from the run's training text, or a Hugging Face tokenizer.json, is an `HFTokenizer`
-(data/bpe.py), saved in the run directory as tokenizer.json.
+(bpe.py), saved in the run directory as tokenizer.json.
 
 Every tokenizer offers `token_byte_lengths()`: the UTF-8 bytes each token id stands for, which turns
 a validation loss in nats a token into bits per byte, comparable across tokenizers.
@@ -13,7 +13,6 @@ a validation loss in nats a token into bits per byte, comparable across tokenize
 
 from __future__ import annotations
 
-import codecs
 import functools
 import os
 from pathlib import Path
@@ -21,10 +20,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..files import sha256_file
+from ...files import sha256_file
+from ..errors import DataError
+from ..locations import default_cache_dir
 from .bpe import TOKENIZER_FILE, HFTokenizer, bpe_vocab_size, learn_bpe, read_tokenizer_file
-from .errors import DataError
-from .registry import default_cache_dir
+from .decode import StreamDecoder, checked_ids
 
 __all__ = [
     "BPETokenizer",
@@ -42,33 +42,6 @@ GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9
 GPT2_EOT = 50256
 # GPT-2's pre-tokenizer (what tiktoken calls r50k_pat_str, written without possessive quantifiers).
 GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-
-def checked_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
-    """Token ids as ints, each in [0, vocab_size): one outside is a ValueError naming it and its place."""
-    ids = [int(i) for i in ids]
-    for pos, i in enumerate(ids):
-        if not 0 <= i < vocab_size:
-            raise ValueError(f"token id {i} at position {pos} is outside the vocabulary [0, {vocab_size})")
-    return ids
-
-
-class StreamDecoder:
-    """Turns token ids into text as they arrive, holding back the bytes of an unfinished character.
-
-    `feed(ids)` returns the text that is complete so far; `flush()` the rest (a character cut off
-    at the end becomes U+FFFD).
-    """
-
-    def __init__(self, token_bytes) -> None:
-        self._bytes = token_bytes
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, ids: Iterable[int]) -> str:
-        return self._utf8.decode(b"".join(self._bytes(int(i)) for i in ids))
-
-    def flush(self) -> str:
-        return self._utf8.decode(b"", final=True)
 
 
 class CharTokenizer:

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from ..shapes import pair
+from ...shapes import pair
 from .drawn import Framing, fit_framing, frame, ink_fill
 from .picture import read_picture
 from .vision import load_image

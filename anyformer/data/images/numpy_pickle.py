@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 from .idx import idx_bytes
 from .registry import IDX_FILES, IDX_SHA256
 

@@ -64,7 +64,8 @@ def test_a_fresh_run_clears_the_pictures_any_task_left(tmp_path, mnist_slice):
     for name in task_pictures():  # a flow run's samples, an MAE run's reconstruction, ...
         (trainer.run_dir / name).write_bytes(b"old")
     trainer.files.prepare(False)
-    assert sorted(task_pictures()) == sorted(("confusion.png", "attention.png", "samples.png", "reconstruction.png"))
+    assert sorted(task_pictures()) == sorted(("confusion.png", "attention.png", "samples.png", "reconstruction.png",
+                                              "predictions.png"))
     assert not any((trainer.run_dir / name).exists() for name in task_pictures())
 
 

@@ -185,7 +185,7 @@ def test_an_archive_dataset_as_a_wide_csv_pair_reads_as_its_ts(tmp_path):
     ("label,a,b\nx,1,inf\n", r"row 1 \(line 2\), column 'b': infinite value"),
     ("label,a,b\n,1,2\n", r"row 1 \(line 2\), column 'label': no label"),
     ("label,a,b\nx,,\n", r"row 1 \(line 2\) has a label and no values"),
-    ("label,a\nx,1,2\n", r"row 1 \(line 2\) has 3 fields, the header names 2"),
+    ("label,a\nx,1,2\n", r"Expected 2 fields in line 2, saw 3"),
     ("label\nx\n", r"has no value columns besides the label"),
     ("label,a,A\nx,1,2\n", r"column\(s\) \['A', 'a'\] appear more than once"),
     ("label,a,b\n1,1,2\n2,3,4\ncat,5,6\nx,7,8\n", r"bad\.csv: column 'label': the labels mix numbers \(1, 2\) and "
@@ -288,3 +288,15 @@ def test_a_test_label_the_training_file_lacks(tmp_path):
     write(tmp_path / "P_TEST.csv", "label,a\nz,1\n")
     with pytest.raises(DataError, match=r"P_TEST\.csv: class label\(s\) \['z'\] do not occur in the training split"):
         load_series_data(str(tmp_path))
+
+
+def test_a_row_is_named_by_the_line_it_starts_on_and_read_as_tables_are(tmp_path):
+    """The series CSV goes through the tables' reader: a quoted line break stays in its cell, and a bad
+    cell is named by the line its row starts on (the row after it by where it starts, too)."""
+    path = tmp_path / "s.csv"
+    path.write_text('label,t0,t1\n"up\nwards",1,2\ndown,3,x\n')
+    with pytest.raises(DataError, match=r"row 2 \(line 4\), column 't1': 'x' is not a number"):
+        read_series_file(path)
+    path.write_text('label,t0,t1\n"up\nwards",1,NA\ndown,3,4\n')
+    raw = read_series_file(path)
+    assert raw.labels == ["up\nwards", "down"] and raw.series[0].shape == (1, 1)  # NA: the tables' missing cell

@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from ..errors import DataError
+from ..tables.cells import as_numbers, is_missing, number_mask
+from ..tables.read import read_csv_rows
 
 __all__ = ["orient_series", "parse_series_csv", "read_series_input"]
 
@@ -19,36 +22,25 @@ def _csv(path: Path) -> np.ndarray:
 
 
 def parse_series_csv(data: bytes, where: str) -> np.ndarray:
-    """CSV bytes -> (rows, columns) float64; `where` names the source in errors (a path, an upload)."""
-    try:
-        lines = [l.strip() for l in data.decode("utf-8").splitlines() if l.strip()]
-    except UnicodeDecodeError as e:
-        raise DataError(f"{where}: not UTF-8 text (byte {e.start}); expected a CSV of numbers") from None
-    sep = ";" if lines and ";" in lines[0] and "," not in lines[0] else "\t" if lines and "\t" in lines[0] else ","
-    rows = []
-    for i, line in enumerate(lines):
-        fields = [f.strip() for f in line.split(sep)]
-        try:
-            rows.append([float(f) for f in fields])
-        except ValueError:
-            if i == 0 and not rows:  # a header line naming the channels
+    """CSV bytes -> (rows, columns) float64, NaN where a cell is missing (which `orient_series` then
+    refuses by its place); a first line that is not numbers is a header naming the channels. Read by the
+    package's one CSV reader and its one opinion of what a number and a missing cell are."""
+    rows = read_csv_rows(data, where)
+    values = []
+    for i, (line, fields) in enumerate(rows):
+        numbers = as_numbers(pd.Series(fields, dtype=object))
+        if numbers is None:
+            if i == 0:  # a header line naming the channels
                 continue
-            bad = next(f for f in fields if not _is_number(f))
-            raise DataError(f"{where}:{i + 1}: {bad[:40]!r} is not a number; expected comma-separated values, "
-                            f"one column per channel") from None
-        if len(rows[-1]) != len(rows[0]):
-            raise DataError(f"{where}:{i + 1}: {len(rows[-1])} values, expected {len(rows[0])} as on the first row")
-    if not rows:
+            bad = next(f for f in fields if not number_mask(pd.Series([f]))[0] and not is_missing(pd.Series([f]))[0])
+            raise DataError(f"{where}:{line}: {bad[:40]!r} is not a number; expected comma-separated values, "
+                            f"one column per channel")
+        if values and len(numbers) != len(values[0]):
+            raise DataError(f"{where}:{line}: {len(numbers)} values, expected {len(values[0])} as on the first row")
+        values.append(numbers)
+    if not values:
         raise DataError(f"{where}: no values; expected a CSV with one column per channel, one row per time step")
-    return np.asarray(rows, dtype=np.float64)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+    return np.asarray(values, dtype=np.float64)
 
 
 def read_series_input(path: str | Path, channels: int) -> np.ndarray:

@@ -19,8 +19,6 @@ file, the row (and its line) and the column.
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..tables.cells import MISSING as CELLS_MISSING
+from ..tables.read import read_csv_rows
 from .raw import RawSeries, check_label_kinds, is_number, padded_length, problem_name
 
 __all__ = ["LABEL_NAMES", "ID_NAMES", "LONG_NAMES", "read_series_csv"]
@@ -38,7 +38,8 @@ ID_NAMES = ("id", "series_id", "name")
 LONG_NAMES = {"id": ("id", "series", "series_id"), "time": ("time", "t", "timestamp", "step"),
               "value": ("value", "v"), "channel": ("channel", "dim", "dimension", "variable"),
               "label": ("label", "class", "target")}
-MISSING = ("", "nan", "na", "n/a", "null", "none", "?")  # what spreadsheets and pandas write for no value
+# What spreadsheets, pandas, R and the UCI archive write for "no value": the tables' own list, one opinion.
+MISSING = tuple(sorted(CELLS_MISSING))
 EXPECTED = ("expected a header line, then one row per series (wide: a label column and one column per step) "
             "or one row per value (long: id, time, value[, channel], label)")
 
@@ -69,23 +70,10 @@ def read_series_csv(path: str | Path, label_column: str | None = None) -> RawSer
 
 
 def _rows(path: Path) -> list[Row]:
-    """The non-blank rows with their line numbers, split on the first line's separator (a comma,
-    else a tab or a semicolon, as spreadsheets of some locales write)."""
-    try:
-        text = path.read_bytes().decode("utf-8-sig")  # a spreadsheet's byte-order mark is not a column name
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); expected a CSV file") from None
-    first = next((l for l in text.splitlines() if l.strip()), "")
-    sep = "," if "," in first else "\t" if "\t" in first else ";" if ";" in first else ","
-    reader = csv.reader(io.StringIO(text), delimiter=sep)
-    rows: list[Row] = []
-    try:
-        for fields in reader:
-            if any(f.strip() for f in fields):
-                rows.append((reader.line_num, fields))
-    except csv.Error as e:
-        raise DataError(f"{path}:{reader.line_num}: {e}; expected CSV fields") from None
-    return rows
+    """The rows that hold a value, with the line each starts on: read by the package's one CSV reader
+    (pandas, as a table is read: quoting, line breaks inside fields, a byte-order mark, the delimiter
+    the first line uses)."""
+    return read_csv_rows(path.read_bytes(), str(path))
 
 
 def _either(names: Sequence[str]) -> str:
@@ -128,12 +116,6 @@ def _label(path: Path, fields: list[str], i: int, name: str, row: int, line: int
     return label
 
 
-def _too_wide(path: Path, header: list[str], fields: list[str], row: int, line: int) -> None:
-    if len(fields) > len(header) and any(f.strip() for f in fields[len(header):]):
-        raise DataError(f"{path}: row {row} (line {line}) has {len(fields)} fields, the header names "
-                        f"{len(header)}; expected at most one field per column")
-
-
 # ------------------------------------------------------------------------------------------ wide
 def _read_wide(path: Path, header: list[str], body: list[Row], label_column: str | None) -> RawSeries:
     li = _column(path, header, label_column, LABEL_NAMES, "label")
@@ -147,7 +129,6 @@ def _read_wide(path: Path, header: list[str], body: list[Row], label_column: str
                         f"one column per time step")
     series, labels = [], []
     for row, (line, fields) in enumerate(body, 1):
-        _too_wide(path, header, fields, row, line)
         labels.append(_label(path, fields, li, header[li], row, line))
         values = _wide_values(path, [_cell(fields, i) for i in columns], [header[i] for i in columns], row, line)
         series.append(values[None])
@@ -207,7 +188,6 @@ def _read_long(path: Path, header: list[str], body: list[Row], label_column: str
     cells: dict[str, dict[str, list[tuple[str, float, int]]]] = {}  # id -> channel -> [(time, value, line)]
     first_label: dict[str, tuple[str, int]] = {}
     for row, (line, fields) in enumerate(body, 1):
-        _too_wide(path, header, fields, row, line)
         sid = _cell(fields, roles["id"])
         if sid.lower() in MISSING:
             raise DataError(f"{path}: row {row} (line {line}), column {header[roles['id']]!r}: no id; expected "

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..errors import DataError
 
-__all__ = ["TABLE_SUFFIXES", "read_header", "read_table", "read_table_bytes", "text_frame"]
+__all__ = ["TABLE_SUFFIXES", "read_csv_rows", "read_header", "read_table", "read_table_bytes", "text_frame"]
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".xlsx", ".xls")
 MAX_FILE_BYTES = 2 * 1024 ** 3   # larger tables are not what a 2-core machine trains from memory
@@ -63,19 +63,43 @@ def read_table_bytes(data: bytes, where: str) -> pd.DataFrame:
         raise DataError(f"{where}: empty; {EXPECTED}")
     sep = _delimiter(text)
     header = _header(text, sep, where)
+    return _stripped(_parse(text, sep, header, where, header_line=True))
+
+
+def read_csv_rows(data: bytes, where: str) -> list[tuple[int, list[str]]]:
+    """Every row of CSV bytes that holds a value, the first line's included (a header or not: the caller
+    knows), as (the line it starts on, its stripped fields). The reader of the series CSVs: the same
+    parsing as a table's, with each row's place in the file kept for the messages that name it."""
+    text = _decode(data, where)
+    if not text.strip():
+        return []
+    sep = _delimiter(text)
+    width = len(_header(text, sep, where, check=False))
+    frame = _stripped(_parse(text, sep, list(range(width)), where, header_line=False, blank_rows=True))
+    rows, line = [], 1
+    for fields in frame.itertuples(index=False):
+        fields = list(fields)
+        if any(fields):
+            rows.append((line, fields))
+        line += 1 + sum(f.count("\n") for f in fields)  # a quoted line break moves the next row down
+    return rows
+
+
+def _parse(text: str, sep: str, names: list, where: str, header_line: bool, blank_rows: bool = False) -> pd.DataFrame:
+    """pandas' C reader, every cell as text; `header_line`: the first line holds the names (replaced by
+    `names`); `blank_rows`: blank lines kept as rows of empty cells (so that lines can be counted)."""
     try:
         with warnings.catch_warnings():
             # A row longer than the header makes pandas drop cells with only a warning: refused instead.
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False, na_filter=False,
-                                index_col=False, skip_blank_lines=True, skipinitialspace=True, header=0,
-                                names=header, engine="c")
+            return pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False, na_filter=False,
+                               index_col=False, skip_blank_lines=not blank_rows, skipinitialspace=True,
+                               header=0 if header_line else None, names=names, engine="c")
     except pd.errors.ParserWarning:
-        raise DataError(f"{where}: a row has more fields than the header names ({len(header)}); "
+        raise DataError(f"{where}: a row has more fields than the header names ({len(names)}); "
                         f"{EXPECTED}, no more fields in a row than columns") from None
     except (pd.errors.ParserError, csv.Error, ValueError, OverflowError) as e:
         raise DataError(f"{where}: {_first_line(e)}; {EXPECTED} (quotes closed, one field per column)") from None
-    return _stripped(frame)
 
 
 def _decode(data: bytes, where: str, partial: bool = False) -> str:
@@ -106,13 +130,15 @@ def _delimiter(text: str) -> str:
     return "," if best == 0 or counts[","] == best else max(counts, key=counts.get)
 
 
-def _header(text: str, sep: str, where: str) -> list[str]:
+def _header(text: str, sep: str, where: str, check: bool = True) -> list[str]:
     """The column names as written; an empty name becomes `column N`, and a name given twice is refused
-    (pandas would rename the second one silently)."""
+    (pandas would rename the second one silently); `check` False: the first line's fields as they are."""
     try:
         row = next(csv.reader(io.StringIO(text), delimiter=sep, skipinitialspace=True))
     except (csv.Error, StopIteration) as e:
         raise DataError(f"{where}: the header line cannot be read ({e}); {EXPECTED}") from None
+    if not check:
+        return row
     names = [name.strip() or f"column {i + 1}" for i, name in enumerate(row)]
     lowered = [n.lower() for n in names]
     twice = sorted({n for n in names if lowered.count(n.lower()) > 1})

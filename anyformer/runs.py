@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch import Tensor
 
 from .models import Model, load, read_config
+
+if TYPE_CHECKING:  # pandas loads when a table's rows are predicted, not with every run
+    import pandas
 
 __all__ = ["Run", "load_prepared", "open_run"]
 
@@ -73,7 +76,6 @@ class Run:
         Columns are matched by name; a cell is read as the training rows' cells were."""
         if self.encoding is None:
             raise ValueError(f"{self.path} is not a table run; predict takes rows of a table (classify takes pictures)")
-        import pandas as pd
         from .data.tables.read import read_table, text_frame
         frame = read_table(rows) if isinstance(rows, (str, Path)) else text_frame(rows, "the rows")
         return predict_rows(self.model, self.encoding, frame, str(rows) if isinstance(rows, (str, Path)) else "the rows")

@@ -20,9 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data.errors import DataError
 from ..data.split import holdout_fraction
-from ..data.tables.columns import describe_columns, describe_target, find_target
+from ..data.tables.columns import describe_columns, describe_target
 from ..data.tables.encode import EncodedRows, TableEncoding, class_cells
 from ..data.tables.load import REGRESSION_FRACTION, find_table_files, holdout_rows, read_labelled
 from .batches import epoch_order, rank_share
@@ -51,12 +50,7 @@ class TableSplits:
 def describe_table(data: str, label_column: str | None, objective: str | None):
     """(files, the training file's rows, its target, its columns): what `derive` prints and the task reads."""
     files = find_table_files(data)
-    from ..data.tables.read import read_table
-    columns_of = list(read_table(files.train).columns)
-    target_name = find_target(columns_of, label_column, str(files.train))
-    frame = read_labelled(files.train, target_name)
-    if frame.empty:
-        raise DataError(f"{files.train}: no rows; expected a header line, then one row per example")
+    frame, target_name = read_labelled(files.train, asked=label_column)
     target = describe_target(frame[target_name], target_name, objective, str(files.train))
     columns = describe_columns(frame, target_name, str(files.train))
     return files, frame, target, columns
@@ -73,7 +67,7 @@ def load_table_splits(cfg: TrainConfig, info: dict[str, Any] | None = None) -> T
     encoding = TableEncoding.fit(frame, columns, target) if info is None else encoding
     if files.test is not None:
         train = encoding.encode(frame, str(files.train)) if info is None else _none(encoding)
-        test = encoding.encode(read_labelled(files.test, encoding.target.name), str(files.test))
+        test = encoding.encode(read_labelled(files.test, encoding.target.name)[0], str(files.test))
         return TableSplits(train, test, encoding, "test", str(files.test))
     labels = torch.tensor(class_codes(frame[target.name], target)) if target.task == "classify" else None
     recorded = (info or {}).get("val_fraction")
@@ -91,7 +85,7 @@ def _other_data(cfg: TrainConfig, encoding: TableEncoding) -> TableSplits:
     """Rows other than the run's own, scored with its encoding: the test file of a pair, else every row."""
     files = find_table_files(cfg.data)
     path = files.test or files.train
-    test = encoding.encode(read_labelled(path, encoding.target.name), str(path))
+    test = encoding.encode(read_labelled(path, encoding.target.name)[0], str(path))
     return TableSplits(_none(encoding), test, encoding, "test", str(path))
 
 

@@ -2,7 +2,6 @@
 `af.open_run(RUN).predict`), a missing column refused with a 400 that names it, and the page's form."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pandas as pd

@@ -7,13 +7,13 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from ..errors import DataError, DataWarning
 from ..split import stratified_holdout
 from .cells import is_missing
+from .columns import find_target
 from .read import TABLE_SUFFIXES, read_table
 
 __all__ = ["TableFiles", "find_table_files", "holdout_rows", "read_labelled", "table_name"]
@@ -73,12 +73,18 @@ def find_table_files(data: str | Path) -> TableFiles:
                     f"expected one, or a NAME_TRAIN/NAME_TEST pair")
 
 
-def read_labelled(path: Path, target: str) -> pd.DataFrame:
-    """The table's rows that have a target value; rows without one are dropped and counted in a warning
-    (nothing can be learned from them, nor scored)."""
+def read_labelled(path: Path, target: str | None = None, asked: str | None = None) -> tuple[pd.DataFrame, str]:
+    """(the table's rows that have a target value, the target's name): the target named `target`, else
+    found as `find_target` finds it (`asked`: --label-column). Rows without a target value are dropped
+    and counted in a warning (nothing can be learned from them, nor scored); each row's index stays
+    its place among the file's rows."""
     frame = read_table(path)
     if frame.empty:
         raise DataError(f"{path}: a header and no rows; expected one row per example after the header line")
+    if target is None:
+        target = find_target(list(frame.columns), asked, str(path))
+    elif target not in frame.columns:  # another file of a run's: the name in any case, as encode matches it
+        target = {c.lower(): c for c in frame.columns}.get(target.lower(), target)
     if target in frame.columns:
         missing = is_missing(frame[target])
         if missing.all():
@@ -86,8 +92,8 @@ def read_labelled(path: Path, target: str) -> pd.DataFrame:
         if missing.any():
             warnings.warn(DataWarning(f"{path}: {int(missing.sum())} of {len(frame)} rows have no {target!r} and are "
                                       f"left out"), stacklevel=2)
-            frame = frame[~missing]  # its index keeps each row's place in the file
-    return frame
+            frame = frame[~missing]
+    return frame, target
 
 
 def holdout_rows(n: int, labels: torch.Tensor | None, fraction: float, seed: int,

@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.split import holdout_fraction
-from ..data.tables.columns import describe_columns, describe_target
+from ..data.tables.columns import Column, Target, describe_columns, describe_target
 from ..data.tables.encode import EncodedRows, TableEncoding, class_cells
-from ..data.tables.load import REGRESSION_FRACTION, find_table_files, holdout_rows, read_labelled
+from ..data.tables.load import REGRESSION_FRACTION, TableFiles, find_table_files, holdout_rows, read_labelled
 from .batches import epoch_order, rank_share
 from .config import TrainConfig
 from .precision import autocast
@@ -47,8 +48,11 @@ class TableSplits:
     fraction: float | None = None
 
 
-def describe_table(data: str, label_column: str | None, objective: str | None):
-    """(files, the training file's rows, its target, its columns): what `derive` prints and the task reads."""
+def describe_table(data: str, label_column: str | None,
+                   objective: str | None) -> tuple[TableFiles, pd.DataFrame, Target, list[Column]]:
+    """(files, the training file's rows, its target, its columns): what `derive` prints and the task reads.
+    The columns' kinds and the classes are read from the whole training file; what is learned from cell
+    values (quantiles, vocabularies, the target's scale) from the training part alone (`load_table_splits`)."""
     files = find_table_files(data)
     frame, target_name = read_labelled(files.train, asked=label_column)
     target = describe_target(frame[target_name], target_name, objective, str(files.train))
@@ -64,8 +68,8 @@ def load_table_splits(cfg: TrainConfig, info: dict[str, Any] | None = None) -> T
         if scores_other_data(cfg.data, info):
             return _other_data(cfg, encoding)
     files, frame, target, columns = describe_table(cfg.data, cfg.label_column, cfg.objective)
-    encoding = TableEncoding.fit(frame, columns, target) if info is None else encoding
     if files.test is not None:
+        encoding = TableEncoding.fit(frame, columns, target) if info is None else encoding
         train = encoding.encode(frame, str(files.train)) if info is None else _none(encoding)
         test = encoding.encode(read_labelled(files.test, encoding.target.name)[0], str(files.test))
         return TableSplits(train, test, encoding, "test", str(files.test))
@@ -250,7 +254,7 @@ class TableTask(ClassifierReport):
 # ---------------------------------------------------------------------------------------------- derived settings
 
 # Optimiser steps a run takes, over as many epochs as that is. Chosen by 3-fold scores on the training
-# parts of 12 tables (benchmarks/tables_select.py, docs/results.md#tables): 600 updates ranked first on 11
+# parts of 12 tables (benchmarks/tables_select.py; docs/results.md, "Tables"): 600 updates ranked first on 11
 # of 12 against 2,000 (mean 65.3 points against 59.2; small tables overfit with more), and in half the time.
 UPDATES = 600
 EPOCHS = (20, 200)       # ... but never fewer or more passes than these

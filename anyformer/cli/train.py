@@ -131,6 +131,9 @@ def train(args: argparse.Namespace) -> int:
     from ..train import Trainer, TrainConfig, recipe_config
     from ..train.resume import continues_past_end, extended_settings, resumed_settings
     values = settings(args)
+    if args.baseline:  # its libraries asked for before the run, not after it
+        from ..train.baseline import require_baseline
+        require_baseline()
     if args.resume == "auto":
         args.resume = values["resume"] = resume_auto(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.

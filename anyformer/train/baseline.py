@@ -14,7 +14,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fit_baseline"]
+__all__ = ["fit_baseline", "require_baseline"]
+
+_INSTALL = "pip install 'anyformer[baseline]'"
+
+
+def require_baseline() -> None:
+    """An ImportError in one line, naming the extra, where the baseline's libraries are missing: asked
+    before a run starts, so that nobody waits for a run to learn its baseline cannot be fitted."""
+    for name in ("lightgbm", "sklearn"):
+        try:
+            __import__(name)
+        except ImportError:
+            raise ImportError(f"--baseline fits LightGBM, which needs {name.replace('sklearn', 'scikit-learn')}: "
+                              f"{_INSTALL}") from None
 
 
 def fit_baseline(task: Any, threads: int | None = None) -> dict[str, Any]:
@@ -23,7 +36,13 @@ def fit_baseline(task: Any, threads: int | None = None) -> dict[str, Any]:
     from .tables import TableTask
     if not isinstance(task, TableTask):
         raise ValueError(f"--baseline is built for tables so far; this run's task is {type(task).__name__}")
-    return _lightgbm(task, threads)
+    try:
+        return _lightgbm(task, threads)
+    except (ImportError, ValueError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the library's own errors, said in one line: the run is saved already
+        raise ValueError(f"--baseline: LightGBM failed on this run's rows ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:200] if str(e) else ''}); the run itself is complete") from None
 
 
 def _features(rows) -> np.ndarray:
@@ -34,11 +53,8 @@ def _features(rows) -> np.ndarray:
 
 
 def _lightgbm(task: Any, threads: int | None) -> dict[str, Any]:
-    try:
-        import lightgbm
-    except ImportError:
-        raise ImportError("--baseline on a table fits LightGBM, which is not installed: "
-                          "pip install 'anyformer[baseline]'") from None
+    require_baseline()
+    import lightgbm
     train_x, test_x = _features(task.train), _features(task.test)
     cats = list(range(task.train.numbers.shape[1], train_x.shape[1]))
     options = dict(verbose=-1, random_state=task.cfg.seed, n_jobs=threads or 0)

@@ -254,7 +254,7 @@ class TableTask(ClassifierReport):
 # ---------------------------------------------------------------------------------------------- derived settings
 
 # Optimiser steps a run takes, over as many epochs as that is. Chosen by 3-fold scores on the training
-# parts of 12 tables (benchmarks/tables_select.py; docs/results.md, "Tables"): 600 updates ranked first on 11
+# parts of 12 tables (benchmarks/tables_select.py; docs/results.md, "Tables"): 600 updates ranked first on 10
 # of 12 against 2,000 (mean 65.3 points against 59.2; small tables overfit with more), and in half the time.
 UPDATES = 600
 EPOCHS = (20, 200)       # ... but never fewer or more passes than these

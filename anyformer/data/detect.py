@@ -7,6 +7,7 @@ the data (anyformer/train/derive.py). Only names and the first bytes of files ar
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ def detect_kind(path: str | os.PathLike[str]) -> DataKind:
     p = Path(path).expanduser()
     if not p.exists():
         raise DataError(f"no data at {p}: expected a folder of class folders of images, a text file or folder "
-                        f"of them, or a .csv/.ts/.tsv/.npy/.npz of labelled series")
+                        f"of them, a .csv/.ts/.tsv/.npy/.npz of labelled series, or a table (.csv, .parquet, .xlsx)")
     return _detect_file(p) if p.is_file() else _detect_folder(p)
 
 
@@ -102,7 +103,6 @@ def csv_holds_table(p: Path) -> bool:
 
 
 def _named_like_steps(names: list[str]) -> bool:
-    import re
     parts = [re.fullmatch(r"(.*?)(\d+)", n) for n in names]
     if len(names) < 2 or not all(parts):
         return False

@@ -146,3 +146,21 @@ def test_a_recipe_on_your_images_fits_its_batch_and_warm_up_to_them(tmp_path):
     total = cfg.epochs * -(-n_train // cfg.batch_size)
     assert cfg.warmup_steps == total // 10 and "warmup_steps" in cfg.derived  # the recipe's 500 is over the run
     assert recipe_config("cifar10", data=str(folder), batch_size=64).batch_size == 64  # a flag still wins
+
+
+def test_a_csv_is_a_table_unless_its_columns_are_named_as_a_series_is(tmp_path):
+    cases = {"shop.csv": "species,island,bill,label\nA,x,1.5,a\n",       # words and numbers under names
+             "steps.csv": "label,t0,t1,t2\na,1,2,3\n",                 # steps named by a prefix and a count
+             "numbered.csv": "class,1,2,3,4\na,1,2,3,4\n",
+             "long.csv": "id,time,value,label\ns,0,1.5,a\n",          # a long series
+             "features.csv": "age,bmi,s1,s2,target\n1,2,3,4,5\n"}      # s1, s2 beside other names: a table
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+    kinds = {name: detect_kind(tmp_path / name).kind for name in cases}
+    assert kinds == {"shop.csv": "table", "steps.csv": "series", "numbered.csv": "series", "long.csv": "series",
+                     "features.csv": "table"}
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    for split in ("TRAIN", "TEST"):
+        (pair / f"shop_{split}.csv").write_text(cases["shop.csv"])
+    assert detect_kind(pair).kind == "table" and "2 table files" in detect_kind(pair).why

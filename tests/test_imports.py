@@ -123,6 +123,15 @@ def test_the_train_floor_is_a_tree_even_counting_imports_inside_functions():
     assert "anyformer.train.trainer" not in set().union(*graph.values()), "only the package imports the trainer"
 
 
+def test_the_data_floor_has_no_cycle_even_counting_imports_inside_functions():
+    """A reader dispatched to inside a function once hid series_format <-> series_csv, and bpe <->
+    tokenizers another: data/ keeps a dispatcher above its readers and shared pieces in their own module."""
+    graph = {name: {d for d in deps if d.startswith("anyformer.data.")}
+             for name, deps in package_graph(everywhere=True).items() if name.startswith("anyformer.data.")}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
 def test_the_train_floor_imports_only_its_floor_and_those_below():
     """The layering (docs/layout.md): train may import models and data (and the shared files/shapes helpers and the speed plan), not the
     command line, viz or interop at import time."""

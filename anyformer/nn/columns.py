@@ -68,6 +68,7 @@ class CategoryEmbedding(nn.Module):
         self.cardinalities = list(cardinalities)
         self.register_buffer("offsets", torch.tensor([0, *cardinalities[:-1]], dtype=torch.int64).cumsum(0),
                              persistent=False)
+        self.register_buffer("limits", torch.tensor(cardinalities, dtype=torch.int64), persistent=False)
         bound = 1 / math.sqrt(width)
         self.weight = nn.Parameter(torch.empty(max(1, sum(cardinalities)), width).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(len(cardinalities), width).uniform_(-bound, bound))
@@ -79,7 +80,6 @@ class CategoryEmbedding(nn.Module):
         # Checked where it costs no wait for a device (as TokenEmbedding's ids, `index_span`).
         if not torch.compiler.is_compiling() and index.numel() and (index.device.type == "cpu"
                                                                     or not torch.is_grad_enabled()):
-            limits = torch.tensor(self.cardinalities, device=index.device)
-            if bool(((index < 0) | (index >= limits)).any()):
+            if bool(((index < 0) | (index >= self.limits)).any()):
                 raise ValueError(f"category indices must lie in [0, cardinality) per column {self.cardinalities}")
         return nn.functional.embedding(index + self.offsets, self.weight) + self.bias

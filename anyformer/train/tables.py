@@ -262,13 +262,10 @@ EPOCHS = (1, 200)        # ... but never more passes than this (a table of a few
 BATCH = (16, 256)        # about a sixteenth of the training rows, a power of two within these
 
 
-def table_sizes(n_train: int) -> dict[str, Any]:
-    """The batch and the run's length from the training rows alone, so the same table gives the same
-    run on any machine."""
+def table_batch(n_train: int) -> int:
+    """The batch from the training rows alone, so the same table gives the same run on any machine."""
     batch = int(min(BATCH[1], max(BATCH[0], 2 ** round(math.log2(max(1, n_train) / 16)))))
-    batch = max(1, min(batch, n_train))
-    per_epoch = math.ceil(n_train / batch)
-    return {"batch": batch, "epochs": _epochs(per_epoch), "per_epoch": per_epoch}
+    return max(1, min(batch, n_train))
 
 
 def _epochs(per_epoch: int) -> int:
@@ -295,7 +292,7 @@ def table_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any
         n_train = n - held
     else:
         n_train = n
-    batch = int(asked.get("batch_size") or table_sizes(n_train)["batch"])
+    batch = int(asked.get("batch_size") or table_batch(n_train))
     why["batch_size"] = f"{batch}: about a sixteenth of the {n_train:,} training rows, a power of two in {BATCH}"
     per_epoch = math.ceil(n_train / batch)
     epochs = _epochs(per_epoch)

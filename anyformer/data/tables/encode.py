@@ -145,19 +145,14 @@ class TableEncoding:
         return EncodedRows(torch.from_numpy(num), torch.from_numpy(cat), target)
 
     def _category_index(self, cells: pd.Series, col: Column) -> tuple[np.ndarray, int]:
-        values = self.categories[col.name]
-        lookup = {v: 2 + i for i, v in enumerate(values)}
+        """Each cell's row of its column's table, and how many present cells hold a value the training
+        file never had (a value seen once there reads as unknown by design, and is not counted)."""
+        lookup = {v: 2 + i for i, v in enumerate(self.categories[col.name])}
         missing = is_missing(cells)
         index = cells.map(lookup).fillna(UNKNOWN_INDEX).to_numpy(dtype=np.int64, copy=True)
         index[missing] = MISSING_INDEX
-        # Values training saw once read as unknown by design: only values it never saw are counted.
-        seen = set(self._seen.get(col.name, ()))
-        unknown = int(sum(1 for v, m in zip(cells, missing) if not m and v not in lookup and v not in seen))
+        unknown = int((~missing & ~cells.isin(lookup.keys()).to_numpy() & ~cells.isin(col.values).to_numpy()).sum())
         return index, unknown
-
-    @property
-    def _seen(self) -> dict[str, tuple[str, ...]]:
-        return {c.name: c.values for c in self.used if c.kind == "category"}
 
     def _target(self, frame: pd.DataFrame, where: str) -> torch.Tensor:
         t = self.target

@@ -16,9 +16,8 @@ from .cells import is_missing
 from .columns import find_target
 from .read import TABLE_SUFFIXES, read_table
 
-__all__ = ["TableFiles", "find_table_files", "holdout_rows", "read_labelled", "table_name"]
+__all__ = ["TableFiles", "find_table_files", "holdout_rows", "read_labelled"]
 
-SPLITS = {"train": "_TRAIN", "test": "_TEST"}
 REGRESSION_FRACTION = 0.2      # the share held out of a table without a test file, for a number to predict
 MIN_REGRESSION_HELD_OUT = 5    # an R^2 on fewer rows says little
 
@@ -27,19 +26,6 @@ MIN_REGRESSION_HELD_OUT = 5    # an R^2 on fewer rows says little
 class TableFiles:
     train: Path
     test: Path | None = None
-
-    @property
-    def name(self) -> str:
-        return table_name(self.train)
-
-
-def table_name(path: Path) -> str:
-    """The table's name: its file's stem without a _TRAIN/_TEST tag."""
-    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
-    for tag in SPLITS.values():
-        if stem.upper().endswith(tag):
-            return stem[: -len(tag)]
-    return stem
 
 
 def find_table_files(data: str | Path) -> TableFiles:

@@ -57,8 +57,10 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--label-column", metavar="NAME",
                    help="series or a table in a CSV: the column that holds the labels or the target (default: a "
                         "column named label, class, target or y)")
-    t.add_argument("--task", dest="objective", choices=["classify", "regress"],
-                   help="tables: predict classes or a number (default: from the target's values, and said)")
+    t.add_argument("--task", dest="objective", choices=["classify", "regress", "text", "table", "lm"],
+                   help="tables: predict classes or a number (default: from the target's values, and said); "
+                        "text: read a CSV or class folders as labelled text (a text classifier), table: as a "
+                        "table, lm: a folder as a corpus for a language model (default: from the files)")
     t.add_argument("--baseline", action="store_true", default=None,
                    help="also fit the classical method a practitioner tries first on the same split (tables: "
                         "LightGBM) and print and record both figures")

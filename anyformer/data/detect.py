@@ -16,6 +16,7 @@ from .errors import DataError
 from .images.folders import IMAGE_EXTS
 from .series.read import SERIES_SUFFIXES
 from .tables.read import read_header
+from .text.labelled import has_class_folders, table_text_column
 
 __all__ = ["DataKind", "detect_kind", "SERIES_EXTS"]
 
@@ -36,28 +37,27 @@ _MAX_FILES = 200_000  # enough to classify any folder; a larger one is judged by
 
 @dataclass(frozen=True)
 class DataKind:
-    kind: str    # "images" | "text" | "series" | "table"
+    kind: str    # "images" | "text" | "series" | "table" | "labelled-text"
     why: str     # one phrase, e.g. "a folder of 9 class folders holding 1,906 images"
 
 
-def detect_kind(path: str | os.PathLike[str]) -> DataKind:
-    """The kind of data at `path`, and why; a one-line DataError where it is none of them."""
+def detect_kind(path: str | os.PathLike[str], label_column: str | None = None) -> DataKind:
+    """The kind of data at `path`, and why; a one-line DataError where it is none of them. `label_column`
+    (--label-column) names a table's target, where a table of texts is told from other tables."""
     p = Path(path).expanduser()
     if not p.exists():
         raise DataError(f"no data at {p}: expected a folder of class folders of images, a text file or folder "
                         f"of them, a .csv/.ts/.tsv/.npy/.npz of labelled series, or a table (.csv, .parquet, .xlsx)")
-    return _detect_file(p) if p.is_file() else _detect_folder(p)
+    return _detect_file(p, label_column) if p.is_file() else _detect_folder(p, label_column)
 
 
 def _suffix(p: Path) -> str:
     return p.suffix.lower()
 
 
-def _detect_file(p: Path) -> DataKind:
-    if _suffix(p) in TABLE_ONLY_EXTS:
-        return DataKind("table", f"a {_suffix(p)} table")
-    if _suffix(p) in (".csv", ".tsv") and csv_holds_table(p):
-        return DataKind("table", f"a {_suffix(p)} table")
+def _detect_file(p: Path, label_column: str | None = None) -> DataKind:
+    if _suffix(p) in TABLE_ONLY_EXTS or (_suffix(p) in (".csv", ".tsv") and csv_holds_table(p)):
+        return _table_or_texts(p, f"a {_suffix(p)} table", label_column)
     if _suffix(p) in SERIES_EXTS:
         return DataKind("series", f"a {_suffix(p)} file of labelled series")
     if p.name.lower().endswith(TAR_ENDINGS):
@@ -69,6 +69,15 @@ def _detect_file(p: Path) -> DataKind:
         return DataKind("text", "a text file")
     raise DataError(f"{p} is neither text (UTF-8 or UTF-16) nor a file of series (.csv, .ts, .tsv, .npy, .npz) "
                     f"nor a tar of images; expected one of those, or a folder of them")
+
+
+def _table_or_texts(p: Path, table: str, label_column: str | None) -> DataKind:
+    """A labelled table whose rows hold a free-text column is labelled text (a text classifier's data);
+    any other, a table. The cells are read to tell: a text column is known by its values, not its name."""
+    column = table_text_column(p, label_column)
+    if column is None:
+        return DataKind("table", table)
+    return DataKind("labelled-text", f"{table} with a free-text column {column!r}")
 
 
 def _is_text(p: Path) -> bool:
@@ -129,7 +138,7 @@ def _files(folder: Path) -> list[Path]:
     return out
 
 
-def _detect_folder(p: Path) -> DataKind:
+def _detect_folder(p: Path, label_column: str | None = None) -> DataKind:
     files = _files(p)
     if not files:
         raise DataError(f"the folder {p} is empty (hidden files aside); expected class folders of images, text "
@@ -145,12 +154,15 @@ def _detect_folder(p: Path) -> DataKind:
               or (_suffix(f) in (".csv", ".tsv") and csv_holds_table(f))]
     series_only = kinds["series"] - sum(_suffix(f) in SERIES_EXTS for f in tables)  # series files that are no table
     if tables and len(tables) >= series_only:
-        return DataKind("table", f"a folder of {len(tables)} table file{'s' if len(tables) > 1 else ''}")
+        return _table_or_texts(p, f"a folder of {len(tables)} table file{'s' if len(tables) > 1 else ''}",
+                               label_column)
     if kinds["series"]:
         return DataKind("series", f"a folder of {kinds['series']} series files")
     if kinds["tar"] == len(files):
         return DataKind("images", "a folder holding a tar archive (of class folders of images)")
     text = [f for f in files if _is_text(f)]
+    if text and has_class_folders(p):  # class folders of text files: labelled text, not a corpus
+        return DataKind("labelled-text", f"a folder of {len(text):,} text files in class folders")
     if text:
         return DataKind("text", f"a folder of {len(text)} text files")
     raise DataError(f"the folder {p} holds {len(files)} files, none of them images, text or series files; "

@@ -7,10 +7,11 @@ from .mae import MAE, MAEConfig
 from .presets import PRESETS, presets_of
 from .series import SeriesConfig, SeriesTransformer
 from .tabular import TableConfig, TableTransformer
+from .text_classifier import TextClassifier, TextClassifierConfig
 from .text_encoder import TextEncoder, TextEncoderConfig
 from .vit import ViT, ViTConfig
 
 __all__ = ["REGISTRY", "Model", "load", "read_config", "GPT", "GPTConfig", "sample", "PRESETS",
            "presets_of", "TextEncoder", "TextEncoderConfig", "ViT", "ViTConfig",
            "DiT", "DiTConfig", "MAE", "MAEConfig", "SeriesConfig", "SeriesTransformer",
-           "TableConfig", "TableTransformer"]
+           "TableConfig", "TableTransformer", "TextClassifier", "TextClassifierConfig"]

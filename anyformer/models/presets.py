@@ -58,6 +58,12 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # BERT-style encoders (post-norm).
     "bert-base": ("text-encoder", dict(width=768, depth=12, heads=12, mlp_hidden=3072)),
     "minilm-l6": ("text-encoder", dict(width=384, depth=6, heads=12, mlp_hidden=1536)),
+    # Text classifiers (`anyformer train --data texts.csv`): all-MiniLM-L6-v2's shape (its weights loaded by the
+    # task), or a small encoder trained from scratch on a BPE learned from the texts (anyformer/train/textclass.py).
+    "minilm-classifier": ("text-classifier", dict(width=384, depth=6, heads=12, mlp_hidden=1536, pooler=False,
+                                                  init="all-MiniLM-L6-v2")),
+    "text-classifier-small": ("text-classifier", dict(vocab_size=8000, max_positions=128, width=256, depth=4,
+                                                      heads=4, mlp_hidden=512, pooler=False)),
 }
 
 

@@ -44,7 +44,15 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
     """(what the data is, the recipe-like settings for it, why each derived one was chosen). `asked`
     holds the flags given (None where not): a value given is taken as it is and not derived.
     `series_recipe`: the series recipe's settings, which series data starts from."""
-    kind = detect_kind(data)
+    kind = detect_kind(data, asked.get("label_column"))
+    forced = asked.get("objective")  # --task text / table / lm: the kind of data, as the user says
+    if forced in ("text", "table", "lm"):
+        kind = _forced_kind(kind, forced)
+        asked = {**asked, "objective": None}
+    if kind.kind == "labelled-text":
+        from .textclass import text_settings
+        what, values, why = text_settings(data, asked)
+        return what, values, {k: v for k, v in why.items() if asked.get(k) is None}
     if kind.kind == "series":
         values, why = _series(data, asked, series_recipe)
     elif kind.kind == "table":
@@ -56,6 +64,13 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
     for key in [k for k in why if asked.get(k) is not None]:  # a flag given wins, and is not "derived"
         del why[key]
     return kind.why, values, why
+
+
+def _forced_kind(kind: Any, forced: str) -> Any:
+    """--task text (labelled text), table or lm (a corpus for a language model) over what the files suggest."""
+    from ..data.detect import DataKind
+    name = {"text": "labelled-text", "table": "table", "lm": "text"}[forced]
+    return kind if kind.kind == name else DataKind(name, f"{kind.why}, read as {forced} (--task {forced})")
 
 
 # ------------------------------------------------------------------------------------------ images

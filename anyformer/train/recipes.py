@@ -164,9 +164,14 @@ def default_out(data: str) -> str:
     return f"runs/{Path(data).name.split('.')[0] or 'data'}"
 
 
+KIND_TASKS = ("text", "table", "lm")  # --task values that name the kind of data (derive.py's _forced_kind)
+
+
 def _auto_config(data: str, overrides: dict[str, Any]) -> TrainConfig:
     data = str(Path(data).expanduser().resolve())
     what, values, why = auto_settings(data, overrides, RECIPES["series"])
+    if overrides.get("objective") in KIND_TASKS:  # --task text/table/lm chose the kind of data, not an objective
+        overrides = {**overrides, "objective": None}
     if overrides.get("time_budget") is None and any(overrides.get(k) is not None for k in ("epochs", "max_steps")):
         values.pop("time_budget", None)  # as for a recipe: a length asked for is taken as asked
     if overrides.get("max_steps") is not None:

@@ -14,6 +14,7 @@ from .mae import MaskedAutoencoding
 from .protocol import Task
 from .series import SeriesClassification
 from .tables import TableTask
+from .textclass import TextClassification
 
 __all__ = ["TASKS", "Task", "make_task", "task_pictures", "ImageClassification", "LanguageModelling",
            "FlowMatching", "MaskedAutoencoding"]
@@ -25,6 +26,7 @@ TASKS: dict[str, type[Task]] = {
     "mae": MaskedAutoencoding,
     "series": SeriesClassification,
     "table": TableTask,
+    "text-classify": TextClassification,
 }
 
 

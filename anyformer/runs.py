@@ -9,6 +9,9 @@ classes), as `anyformer train` recorded them in the run's config.json.
     run = af.open_run("runs/penguins")                # a table: a DataFrame (or a CSV's path) in,
     run.predict(pandas.read_csv("new.csv"))           # a DataFrame of predictions out, one row each
 
+    run = af.open_run("runs/reviews")                 # labelled text: texts in, each its top classes out
+    run.classify(["Great value, would buy again.", "Arrived broken."])   # [[("positive", 0.97), ...], ...]
+
     run = af.open_run("runs/mnist")
     run.classify("digit.png")                         # [("7", 0.98), ("1", 0.01), ...]
     x = run.preprocess(run.preprocess.load("digit.png"))[None]; run.model(x)   # the same, by hand
@@ -60,9 +63,15 @@ class Run:
         return self.decode(out[0])
 
     @torch.no_grad()
-    def classify(self, picture: Any, top: int = 5) -> list[tuple[str, float]]:
+    def classify(self, picture: Any, top: int = 5) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
         """A picture (a path, a file object or a PIL image) -> its `top` classes with their
-        probabilities, read and normalised as the run's training images were."""
+        probabilities, read and normalised as the run's training images were. A text classifier run
+        takes a list of texts (or one text) -> each text's `top` classes, tokenised as in training."""
+        if self.model.family == "text-classifier":
+            from .data.text.inputs import classify_texts
+            one = isinstance(picture, str)
+            answers = classify_texts(self.model, self.tokenizer, self.classes, [picture] if one else list(picture), top)
+            return answers[0] if one else answers
         if self.model.family != "vit" or self.preprocess is None or self.classes is None:
             raise ValueError(f"{self.path} is not an image classifier run; classify needs one (a vit trained on images)")
         probs = self.model(self.preprocess(self.preprocess.load(picture))[None]).softmax(-1)[0]
@@ -126,6 +135,10 @@ def open_run(directory: str | Path) -> Run:
     run = Run(Path(directory), load(directory).eval(), info)
     if info.get("kind") == "text":
         run.tokenizer = tokenizer_from_info(info, directory)  # a learned one is saved beside config.json
+    elif info.get("kind") == "labelled-text":
+        from .data.text.inputs import saved_tokenizer
+        run.tokenizer = saved_tokenizer(directory)
+        run.classes = [str(c) for c in info["classes"]]
     elif info.get("kind") == "table":
         from .data.tables.encode import TableEncoding
         run.encoding = TableEncoding.from_dict(info["encoding"])

@@ -10,7 +10,7 @@ from .runs import image_preprocess, run_info
 def add_parser(sub: argparse._SubParsersAction) -> None:
     at = sub.add_parser("attention", help="draw what a trained model attends to")
     at.add_argument("dir")
-    at.add_argument("input", help="an image file (image models) or text (language models)")
+    at.add_argument("input", help="an image file (image models) or text (language models, text classifiers)")
     at.add_argument("--out", required=True, help="PNG file to write")
     at.add_argument("--layers", type=int, nargs="+")
     at.add_argument("--heads", type=int, nargs="+")
@@ -39,6 +39,20 @@ def attention(args: argparse.Namespace) -> int:
         with torch.no_grad():
             _, attn = model(torch.tensor([ids]), return_attention=args.layers or True)
         viz.plot_token_attention([tok.decode([i]) for i in ids], attn, args.out, layers=args.layers, heads=args.heads)
+    elif model.family == "text-classifier":
+        from ..data.text.inputs import saved_tokenizer
+        tok = saved_tokenizer(args.dir)
+        enc = tok.encode(args.input)
+        with torch.no_grad():
+            logits, attn = model(torch.tensor([enc.ids]), torch.ones(1, len(enc.ids), dtype=torch.long),
+                                 return_attention=args.layers or True)
+        # Every token's row is drawn; the top row, [CLS]'s, is which tokens the class token reads.
+        if args.layers:  # the weights of the layers asked, by their numbers
+            attn = {int(k) % len(model.encoder.backbone.blocks): a for k, a in zip(args.layers, attn)}
+        viz.plot_token_attention(enc.tokens, attn, args.out, heads=args.heads,
+                                 title="top row: which tokens the class token [CLS] reads")
+        best = int(logits.softmax(-1)[0].argmax())
+        print(f"{info['classes'][best]} {float(logits.softmax(-1)[0, best]):.3f}")
     elif model.family == "series":
         from .series import attention_series
         attention_series(args, model, meta)

@@ -11,10 +11,13 @@ from .runs import image_preprocess, run_info
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     pr = sub.add_parser("predict",
-                        help="classify image files (image models), series files, .csv or .npy (series models), or "
-                             "predict each row of table files, .csv/.parquet/.xlsx (table models)")
+                        help="classify image files (image models), series files, .csv or .npy (series models), "
+                             "predict each row of table files, .csv/.parquet/.xlsx (table models), or classify "
+                             "texts (text classifiers: a text in quotes, or a .csv of texts)")
     pr.add_argument("dir")
-    pr.add_argument("images", nargs="+")
+    pr.add_argument("images", nargs="+", metavar="INPUT",
+                    help="image files; series or table files; for a text classifier a text in quotes, a .txt file, "
+                         "or a .csv of texts (one prediction a row)")
     pr.add_argument("--top", type=int, default=3)
     pr.add_argument("--raw", action="store_true",
                     help="skip framing the picture like the training images (plain resize, as before)")
@@ -29,6 +32,8 @@ def predict(args: argparse.Namespace) -> int:
         return predict_series(args, model, meta)
     if model.family == "table":
         return predict_table(args, model, meta)
+    if model.family == "text-classifier":
+        return predict_texts(args, model, meta)
     if model.family != "vit":
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
@@ -82,4 +87,43 @@ def predict_table(args: argparse.Namespace, model, meta: dict) -> int:
             out.writerow([path, row, *(f"{v:.6g}" if isinstance(v, float) else v for v in values)])
     if unread and len(args.images) > 1:
         print(f"anyformer: {unread} of {len(args.images)} files could not be read", file=sys.stderr)
+    return 2 if unread else 0
+
+
+def predict_texts(args: argparse.Namespace, model, meta: dict) -> int:
+    """Texts classified, written as CSV on stdout: where the text came from (`text` for one given on the
+    command line, else the file and its row), the class and its probability. An argument that is a table
+    file (.csv, .tsv, .parquet, .xlsx) is read by the run's text column; any other argument is a text."""
+    import csv
+    from pathlib import Path
+
+    from ..data.tables.read import TABLE_SUFFIXES
+    from ..data.text.inputs import saved_tokenizer, text_probabilities
+    from ..data.text.labelled import read_texts_file
+    info = meta["data"]
+    classes, tokenizer = [str(c) for c in info["classes"]], saved_tokenizer(args.dir)
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(["source", "row", "class", "probability"])
+    unread = 0
+    for arg in args.images:
+        path = Path(arg)
+        is_file = path.suffix.lower() in TABLE_SUFFIXES and path.suffix.lower() != ".txt" and path.is_file()
+        try:
+            if is_file:
+                column = info.get("text_column") or "text"
+                texts, rows = (lambda t: (t.texts, t.rows))(read_texts_file(path, column, None))
+            elif path.suffix.lower() == ".txt" and path.is_file():
+                from ..data.text.labelled import _read_file
+                texts, rows = [_read_file(path)], ["1"]
+            else:
+                texts, rows = [arg], [""]
+            probs = text_probabilities(model, tokenizer, texts)
+        except (ValueError, OSError) as e:
+            print(f"anyformer: error: {arg}: {one_line(e)}", file=sys.stderr)
+            unread += 1
+            continue
+        source = arg if (is_file or rows == ["1"]) else "text"
+        for row, p in zip(rows, probs):
+            best = int(p.argmax())
+            out.writerow([source, row, classes[best], f"{float(p[best]):.4f}"])
     return 2 if unread else 0

@@ -63,7 +63,7 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
                         "table, lm: a folder as a corpus for a language model (default: from the files)")
     t.add_argument("--baseline", action="store_true", default=None,
                    help="also fit the classical method a practitioner tries first on the same split (tables: "
-                        "LightGBM) and print and record both figures")
+                        "LightGBM; labelled text: TF-IDF + logistic regression) and print and record both figures")
     t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
     t.add_argument("--init-from", metavar="DIR",
                    help="start from a run's weights (a ViT from an MAE run's encoder or a ViT run's trunk)")
@@ -135,7 +135,7 @@ def train(args: argparse.Namespace) -> int:
     values = settings(args)
     if args.baseline:  # its libraries asked for before the run, not after it
         from ..train.baseline import require_baseline
-        require_baseline()
+        require_baseline(("sklearn",) if _labelled_text(args) else ("lightgbm", "sklearn"))
     if args.resume == "auto":
         args.resume = values["resume"] = resume_auto(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.
@@ -158,6 +158,19 @@ def train(args: argparse.Namespace) -> int:
             print(baseline_line(trainer, summary))
         print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
     return 0
+
+
+def _labelled_text(args: argparse.Namespace) -> bool:
+    """Whether the run's data is labelled text (its baseline needs scikit-learn alone, not LightGBM)."""
+    from ..data.detect import detect_kind
+    from ..data.errors import DataError
+    if args.objective == "text":
+        return True
+    try:
+        return bool(args.data) and Path(args.data).expanduser().exists() and \
+            detect_kind(args.data, args.label_column).kind == "labelled-text"
+    except DataError:
+        return False
 
 
 def baseline_line(trainer: Any, summary: dict[str, Any]) -> str:

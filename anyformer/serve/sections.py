@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import classify, generate, sample, series, tables
+from . import classify, generate, sample, series, tables, texts
 
-SECTIONS: dict[str, ModuleType] = {m.FAMILY: m for m in (classify, generate, sample, series, tables)}
+SECTIONS: dict[str, ModuleType] = {m.FAMILY: m for m in (classify, generate, sample, series, tables, texts)}
 
 
 def section_for(family: str) -> ModuleType:

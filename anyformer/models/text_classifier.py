@@ -53,6 +53,11 @@ class TextClassifier(Model):
             self.head.bias.zero_()
         self.freeze(c.frozen_layers)
 
+    @property
+    def backbone(self) -> nn.Module:
+        """The encoder's blocks, where every model keeps them."""
+        return self.encoder.backbone
+
     def freeze(self, layers: int) -> None:
         """No gradient for the embeddings and the first `layers` blocks (none where `layers` is 0)."""
         e = self.encoder

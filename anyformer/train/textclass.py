@@ -351,23 +351,27 @@ def macro_f1(confusion: Tensor) -> float:
 # ---------------------------------------------------------------------------------------------- derived settings
 
 MAX_TOKENS = 128       # the length texts are cut to: most reviews, tickets and messages fit; longer ones cost O(N^2)
-EPOCHS = 3             # passes over the training texts (see benchmarks/text_select.py for the choice)
+# Chosen by 3-fold scores on fortunes by category (benchmarks/text_select.py, its rule written before its
+# runs; results in benchmarks/results/amd-epyc/text_select.md): the pretrained encoder's top TRAINED_LAYERS
+# blocks trained for EPOCHS passes at LR_PRETRAINED.
+TRAINED_LAYERS = 4
+EPOCHS = 2
+LR_PRETRAINED, LR_SCRATCH = 1e-4, 5e-4
 BATCH = 16
-LR_PRETRAINED, LR_SCRATCH = 5e-5, 5e-4
-# Seconds a run may spend training on 2 CPU cores, and the training tokens a second a MiniLM step reaches
-# there with every layer trained (measured: benchmarks/results/amd-epyc/text_select.md). Where EPOCHS
-# passes would take longer, the embeddings and the lowest blocks are frozen (their backward is skipped),
-# a plain function of the data's size, so the same data gives the same run on any machine.
+# Seconds a run may spend training, and the token-blocks a second a trained MiniLM block goes through
+# forward and backward on 2 CPU cores (measured in text_select.py's runs: 2,430 with a load average of 5-6
+# from other jobs on the machine, so a conservative figure). Where the chosen blocks would take longer, more
+# lower blocks are frozen (their states computed once, a third of a trained block's cost each, once), a
+# plain function of the data's size, so that the same data gives the same run on any machine.
 TIME_BUDGET_S = 240.0
-TOKENS_PER_S = 3000.0
+BLOCK_TOKENS_PER_S = 2400.0
 
 
-def frozen_for(tokens: int, epochs: int, depth: int = 6) -> int:
-    """Blocks to freeze so that `epochs` passes over `tokens` training tokens fit TIME_BUDGET_S: a frozen
-    block costs its forward only, a third of a trained one's forward and backward."""
-    for frozen in range(depth + 1):
-        trained_share = (depth - frozen + frozen / 3) / depth
-        if epochs * tokens / TOKENS_PER_S * trained_share <= TIME_BUDGET_S:
+def frozen_for(tokens: int, epochs: float, depth: int = 6, trained: int = TRAINED_LAYERS) -> int:
+    """Blocks to freeze so that `epochs` passes over `tokens` training tokens fit TIME_BUDGET_S: at least
+    depth - trained; all of them (a head on fixed states) where nothing else fits."""
+    for frozen in range(max(0, depth - trained), depth + 1):
+        if tokens * (epochs * (depth - frozen) + frozen / 3) / BLOCK_TOKENS_PER_S <= TIME_BUDGET_S:
             return frozen
     return depth
 
@@ -412,13 +416,13 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
     why["eval_every"] = f"{eval_every}: 3 evaluations (none of them chooses anything)"
     overrides: dict[str, Any]
     if pretrained:
-        frozen = frozen_for(tokens * (total / max(1, per_epoch)) / epochs, epochs)
+        frozen = frozen_for(tokens, total / max(1, per_epoch))
         overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False)
         why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
                         f"mean of its tokens into a linear head; "
-                        + (f"embeddings and the first {frozen} of 6 blocks frozen, so that ~{tokens:,} training "
-                           f"tokens a pass fit about {TIME_BUDGET_S:.0f} s on 2 cores" if frozen else
-                           "every layer trained"))
+                        + (f"the embeddings and the first {frozen} of 6 blocks frozen (their states computed once), "
+                           f"so that {total / max(1, per_epoch):g} passes over ~{tokens:,} training tokens fit about "
+                           f"{TIME_BUDGET_S:.0f} s on 2 cores" if frozen else "every layer trained"))
         model, lr = "minilm-classifier", LR_PRETRAINED
     else:
         overrides = dict(init="random", max_positions=max(length, 128), pooler=False)

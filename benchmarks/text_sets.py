@@ -54,4 +54,6 @@ def measure_frames(seed: int = 0) -> dict[str, pd.DataFrame]:
     counts = frame.label.value_counts()
     parts = [frame[frame.label == c].sample(n=min(500, int(counts[c])), random_state=seed) for c in sorted(counts.index)]
     out["movielens_genre"] = pd.concat(parts).reset_index(drop=True)
-    return {k: v.sample(frac=1, random_state=seed).reset_index(drop=True) for k, v in out.items()}
+    # A text that is missing (a title NA) is left out: every method reads the same texts.
+    return {k: v[v.text.notna() & (v.text.astype(str).str.strip() != "")].sample(frac=1, random_state=seed)
+            .reset_index(drop=True) for k, v in out.items()}

@@ -357,6 +357,7 @@ MAX_TOKENS = 128       # the length texts are cut to: most reviews, tickets and 
 # TF-IDF + logistic regression 55.7% on the same folds.
 TRAINED_LAYERS = 4
 EPOCHS = 2
+MIN_UPDATES = 0        # ... but at least this many optimiser steps (a small set's passes are few)
 LR_PRETRAINED, LR_SCRATCH = 1e-4, 5e-4
 BATCH = 16
 # Seconds a run may spend training, and the token-blocks a second a trained MiniLM block goes through
@@ -406,9 +407,10 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
                       f"{'' if pretrained else ', estimated'}; the longest is {max(lengths, default=0):,})")
     batch = int(asked.get("batch_size") or max(1, min(BATCH, n_train // 4)))
     why["batch_size"] = f"{batch}: at most {BATCH} texts, and at most a quarter of the {n_train:,} training texts"
-    epochs = EPOCHS
-    why["epochs"] = f"{epochs}: passes over the {n_train:,} training texts"
     per_epoch = math.ceil(n_train / batch)
+    epochs = max(EPOCHS, round(MIN_UPDATES / per_epoch, 2)) if MIN_UPDATES else EPOCHS
+    why["epochs"] = (f"{epochs:g}: passes over the {n_train:,} training texts"
+                     + (f", at least {MIN_UPDATES} updates" if MIN_UPDATES else ""))
     total = (int(asked["max_steps"]) if asked.get("max_steps") else
              max(1, round((asked.get("epochs") or epochs) * per_epoch)))
     warmup = max(1, total // 10)

@@ -426,7 +426,7 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
         why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
                         f"mean of its tokens into a linear head; "
                         + (f"the embeddings and the first {frozen} of 6 blocks frozen (their states computed once), "
-                           f"so that {total / max(1, per_epoch):g} passes over ~{tokens:,} training tokens fit about "
+                           f"so that {total / max(1, per_epoch):.3g} passes over ~{tokens:,} training tokens fit about "
                            f"{TIME_BUDGET_S:.0f} s on 2 cores" if frozen else "every layer trained"))
         model, lr = "minilm-classifier", LR_PRETRAINED
     else:

@@ -54,6 +54,9 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--val-fraction", type=float, metavar="F",
                    help="data without a test split: the seeded, stratified share held out for validation "
                         "(default: 0.2, raised so that each class holds out at least 2)")
+    t.add_argument("--select-fraction", type=float, metavar="F",
+                   help="tables: the seeded share of the training rows held back to pick the evaluation whose "
+                        "weights the run keeps (0: keep the last; default: derived)")
     t.add_argument("--label-column", metavar="NAME",
                    help="series or a table in a CSV: the column that holds the labels or the target (default: a "
                         "column named label, class, target or y)")

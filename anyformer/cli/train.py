@@ -64,7 +64,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
                    help="tables: predict classes or a number (default: from the target's values, and said)")
     t.add_argument("--baseline", action="store_true", default=None,
                    help="also fit the classical method a practitioner tries first on the same split (tables: "
-                        "LightGBM) and print and record both figures")
+                        "LightGBM; images: logistic regression on the pixels; series: MiniRocket) and print and "
+                        "record both figures")
     t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
     t.add_argument("--init-from", metavar="DIR",
                    help="start from a run's weights (a ViT from an MAE run's encoder or a ViT run's trunk)")
@@ -134,9 +135,6 @@ def train(args: argparse.Namespace) -> int:
     from ..train import Trainer, TrainConfig, recipe_config
     from ..train.resume import continues_past_end, extended_settings, resumed_settings
     values = settings(args)
-    if args.baseline:  # its libraries asked for before the run, not after it
-        from ..train.baseline import require_baseline
-        require_baseline()
     if args.resume == "auto":
         args.resume = values["resume"] = resume_auto(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.
@@ -151,6 +149,9 @@ def train(args: argparse.Namespace) -> int:
     cfg = TrainConfig.from_dict(recorded) if recorded is not None else recipe_config(args.recipe, **values)
     if recorded is None:
         announce_derived(cfg)
+    if cfg.baseline:  # its libraries asked for before the run, not after it
+        from ..train.baseline import require_baseline
+        require_baseline(cfg.task)
     trainer = Trainer(cfg)
     summary = trainer.run()
     if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run

@@ -1,7 +1,7 @@
 """A baseline beside a run (`anyformer train --baseline`): the classical method a practitioner would
-try first, fitted on exactly the run's training rows (those it held back to choose its weights by
-included) and scored on exactly the rows the run was scored
-on, so that a user sees whether the transformer earned its cost.
+try first, fitted on exactly the run's training examples (a table's rows held back to choose its
+weights by included) and scored on exactly the examples the run was scored on, so that a user sees
+whether the transformer earned its cost. Images: baseline_pixels.py; series: baseline_series.py.
 
 Tables: LightGBM with its library defaults (the usual first try on a table; Grinsztajn et al. 2022
 found tree ensembles hard to beat on tables of this size), fed the run's own encoding: numbers with
@@ -17,32 +17,47 @@ import numpy as np
 
 __all__ = ["fit_baseline", "require_baseline"]
 
-_INSTALL = "pip install 'anyformer[baseline]'"
+# Each task's baseline: (its name, the modules it imports, the extra that installs them).
+METHODS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "table": ("LightGBM", ("lightgbm", "sklearn"), "baseline"),
+    "classify": ("logistic regression on the pixels", ("sklearn",), "baseline"),
+    "series": ("MiniRocket", ("aeon",), "series"),
+}
 
 
-def require_baseline() -> None:
-    """An ImportError in one line, naming the extra, where the baseline's libraries are missing: asked
-    before a run starts, so that nobody waits for a run to learn its baseline cannot be fitted."""
-    for name in ("lightgbm", "sklearn"):
+def require_baseline(task: str = "table") -> None:
+    """An ImportError in one line, naming the extra, where the baseline's libraries are missing (and a
+    ValueError where the task has none): asked before a run starts, so that nobody waits for a run to
+    learn its baseline cannot be fitted."""
+    if task not in METHODS:
+        raise ValueError(f"--baseline is built for tables, image classes and series; this run's task is {task}")
+    method, modules, extra = METHODS[task]
+    for name in modules:
         try:
             __import__(name)
         except ImportError:
-            raise ImportError(f"--baseline fits LightGBM, which needs {name.replace('sklearn', 'scikit-learn')}: "
-                              f"{_INSTALL}") from None
+            raise ImportError(f"--baseline fits {method}, which needs {name.replace('sklearn', 'scikit-learn')}: "
+                              f"pip install 'anyformer[{extra}]'") from None
 
 
 def fit_baseline(task: Any, threads: int | None = None) -> dict[str, Any]:
     """{"method", figures named as the run's summary names them, "seconds"} for the run's task; an
     ImportError naming the extra where the baseline's library is missing."""
     from .tables import TableTask
-    if not isinstance(task, TableTask):
-        raise ValueError(f"--baseline is built for tables so far; this run's task is {type(task).__name__}")
+    kind = task.cfg.task
+    require_baseline(kind)
     try:
-        return _lightgbm(task, threads)
+        if isinstance(task, TableTask):
+            return _lightgbm(task, threads)
+        if kind == "series":
+            from .baseline_series import fit_minirocket
+            return fit_minirocket(task, threads)
+        from .baseline_pixels import fit_pixels
+        return fit_pixels(task, threads)
     except (ImportError, ValueError):
         raise
     except Exception as e:  # noqa: BLE001 - the library's own errors, said in one line: the run is saved already
-        raise ValueError(f"--baseline: LightGBM failed on this run's rows ({type(e).__name__}: "
+        raise ValueError(f"--baseline: {METHODS[kind][0]} failed on this run's data ({type(e).__name__}: "
                          f"{str(e).splitlines()[0][:200] if str(e) else ''}); the run itself is complete") from None
 
 
@@ -54,7 +69,6 @@ def _features(rows) -> np.ndarray:
 
 
 def _lightgbm(task: Any, threads: int | None) -> dict[str, Any]:
-    require_baseline()
     import lightgbm
     # Every training row, the ones the run held back to choose its weights by too: the method a
     # practitioner tries first would be fitted on them all.

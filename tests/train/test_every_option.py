@@ -81,7 +81,7 @@ OPTION_PINS: dict[str, list[str]] = {
     "baseline": ["tests/train/test_tables_train.py::test_the_baseline_is_fitted_on_the_same_split_and_recorded",
                  "tests/train/test_baselines.py::test_images_get_logistic_regression_on_their_pixels",
                  "tests/train/test_baselines.py::test_series_get_minirocket"],
-    "select_fraction": ["tests/train/test_tables_keep_best.py::test_a_share_of_zero_keeps_the_last_weights",
+    "select_fraction": ["tests/train/test_tables_keep_best.py::test_by_default_the_last_weights_are_kept",
                         "tests/train/test_tables_keep_best.py::"
                         "test_the_summary_and_the_weights_are_the_best_evaluation_on_the_held_back_rows"],
     "init_from": ["tests/train/test_every_option.py::test_init_from_starts_the_trunk_from_the_runs_weights"],

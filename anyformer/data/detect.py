@@ -25,7 +25,10 @@ SERIES_EXTS = {*SERIES_SUFFIXES, ".arff"}
 TABLE_ONLY_EXTS = {".parquet", ".pq", ".xlsx", ".xls"}
 # A CSV is series, not a table, where its columns are a series' layout by name: a long CSV's time and
 # value columns, or (wide) every column but the label and an id named like steps: a shared prefix and
-# consecutive numbers (t0, t1, ... or 1, 2, ...).
+# consecutive numbers (t0, t1, ... or 1, 2, ...). A few columns numbered under another prefix are a
+# table's features (x1, x2, x3); many (at least _MIN_STEPS) are a series whatever their prefix.
+_TIME_PREFIXES = ("", "t", "time", "step", "timestep", "tick")
+_MIN_STEPS = 8
 _LONG_TIME, _LONG_VALUE = ("time", "t", "timestamp", "step"), ("value", "v")
 _LABEL_OR_ID = ("label", "class", "target", "y", "category", "id", "series_id", "name")
 TAR_ENDINGS = (".tar", ".tar.gz", ".tgz")
@@ -117,7 +120,9 @@ def _named_like_steps(names: list[str]) -> bool:
         return False
     prefixes = {m[1] for m in parts}
     numbers = sorted(int(m[2]) for m in parts)
-    return len(prefixes) == 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+    if len(prefixes) != 1 or numbers != list(range(numbers[0], numbers[0] + len(numbers))):
+        return False
+    return len(names) >= _MIN_STEPS or prefixes.pop().lower().rstrip("_- ") in _TIME_PREFIXES
 
 
 def _is_number(text: str) -> bool:

@@ -1,8 +1,9 @@
 """A run's checkpoints, all in one place: the file (how it is written, named, listed and read) and
 the trainer's side (what it holds, `save`, and how --resume puts it back with `restore`).
 
-A checkpoint holds the model (and its EMA, when the run keeps one), optimiser, step, the running
-epoch sums, each rank's RNG state, how many metrics lines had been written, and the plan in force,
+A checkpoint holds the model (and its EMA, when the run keeps one), the best evaluation's weights
+(when the run keeps those), optimiser, step, the running epoch sums, each rank's RNG state, how many
+metrics lines had been written, and the plan in force,
 so that a resumed run continues to the bit where the uninterrupted one would have gone.
 It is written to a temporary file and flushed to disk (`stage_checkpoint`), then renamed to its
 name (`commit_checkpoint`), so the name `step-N.pt` is the mark that a checkpoint is complete, and a
@@ -148,6 +149,8 @@ def save(t: Trainer) -> Path | None:
         state["scaler"] = t.scaler.state_dict()
     if t.ema is not None:
         state["ema"] = t.ema.state_dict()
+    if t.best is not None:  # the weights a run keeps (--select-fraction) continue across a resume
+        state["best"] = t.best
     path = checkpoint_path(t.run_dir, t.step)
     staged = t.files.on_main("write the checkpoint", path, lambda: stage_checkpoint(t.run_dir, t.step, state))
     try:
@@ -218,6 +221,7 @@ def restore(t: Trainer) -> bool:
         t.step, t.sums = int(state["step"]), dict(state["sums"])
         t.metrics_lines, t.elapsed = int(state["metrics_lines"]), float(state["elapsed"])
         t.last_line = dict(state["last_line"])
+        t.best = state.get("best")
         if t.budget is not None:  # the steps a time budget fitted; this process re-fits what is left
             t.total_steps = int(state.get("total_steps", t.total_steps))
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:

@@ -51,6 +51,8 @@ class TrainConfig:
                                              # (None: found by name)
     objective: str | None = None             # tables: classify or regress (--task; None: from the target's cells)
     baseline: bool = False                   # also fit the classical method on the same split (tables: LightGBM)
+    select_fraction: float | None = None     # tables: the share of the training rows held back to pick the
+                                             # evaluation whose weights the run keeps (None: the last ones)
     label_fraction: float | None = None      # classification: a seeded, class-balanced share of the training labels
     init_from: str | None = None             # a run directory whose trunk (an MAE's encoder, a ViT's) starts the model
     device: str = "auto"
@@ -126,6 +128,8 @@ class TrainConfig:
                              f"got {self.time_budget!r}")
         if self.objective not in (None, "classify", "regress"):
             raise ValueError(f"unknown task {self.objective!r}; expected classify or regress")
+        if self.select_fraction is not None and not 0 <= self.select_fraction < 1:
+            raise ValueError(f"select_fraction must lie in [0, 1) (or unset), got {self.select_fraction}")
         if self.val_fraction is not None and not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction must lie in (0, 1) (or unset), got {self.val_fraction}")
         if self.image_size is not None:

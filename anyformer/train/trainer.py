@@ -102,6 +102,9 @@ class Trainer:
         self.saved_step: int | None = None
         self._cpu_copy: Model | None = None
         self._peak_flops: tuple[float, str] | None = None
+        # The evaluation whose weights the run keeps, where the task scores rows held back from training
+        # for choosing (its result's "select" key, higher is better): {key, step, weights, line}.
+        self.best: dict[str, Any] | None = None
 
     def _build(self, task: Task | None) -> None:
         """The task, the model, its precision and its optimiser (the decisions they need are the plan's)."""
@@ -113,6 +116,9 @@ class Trainer:
         else:
             self.model = own_model.adopt(self._own_model, self.task, self.device, self.dist.fsdp)
         self.model.to(self.device)
+        if cfg.select_fraction and self.dist.fsdp:
+            raise ValueError("--select-fraction keeps a copy of the best weights on each rank; it does not combine "
+                             "with --fsdp")
         if cfg.ema and self.dist.fsdp:
             raise ValueError("--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp")
         torch.manual_seed(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
@@ -356,6 +362,7 @@ class Trainer:
                         line = self.evaluate()
                         line["flops_per_s"] = rate * fpi
                         self.last_line = line
+                        self._keep_if_best(line)
                         if self.dist.is_main:
                             (bar.write if bar is not None else print)(progress.eval_message(self, line))
                         self._save_model()
@@ -373,12 +380,42 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
+        if self.best is not None and self.best["step"] != self.step:
+            line = self._take_best()
         if self.last_eval is None:  # resumed after the final checkpoint: the pictures still need the results
             self.last_eval = self._evaluate_task()
         summary = progress.summary(self, line, resumed)
+        if self.best is not None:
+            summary["kept_step"] = self.best["step"]
         self.write_plan()  # with the answers the last evaluation's shapes added
         self.files.finish(summary, self._draw_on_main if cfg.plots else None)
         return summary
+
+    # ---------------------------------------------------------------- the best evaluation
+    def _evaluated_model(self) -> nn.Module:
+        return self.model if self.ema is None else self.ema.model
+
+    def _keep_if_best(self, line: dict[str, Any]) -> None:
+        """Copy the weights just evaluated where the task's choosing rows score them best so far (the later
+        of equal scores: the same score after more training)."""
+        key = (self.last_eval or {}).get("select")
+        if key is None:
+            return
+        if self.best is None or tuple(key) >= tuple(self.best["key"]):
+            weights = {k: v.detach().clone() for k, v in self._evaluated_model().state_dict().items()}
+            self.best = {"key": list(key), "step": self.step, "weights": weights, "line": dict(line)}
+
+    def _take_best(self) -> dict[str, Any]:
+        """Put the kept weights back (what model.safetensors holds and the pictures show) and return
+        their evaluation's metrics line, which the summary reports."""
+        best = self.best
+        self._evaluated_model().load_state_dict(best["weights"])
+        self.last_eval = self._evaluate_task()
+        self._save_model()
+        if self.dist.is_main:
+            print(f"kept the weights of step {best['step']} of {self.step}: the best on the "
+                  f"{self.task.select_examples} training rows held back for choosing")
+        return {**best["line"], "kept_step": best["step"]}
 
     # ---------------------------------------------------------------- outputs
     def _plain_model(self) -> Model:

@@ -78,7 +78,12 @@ OPTION_PINS: dict[str, list[str]] = {
     "label_column": ["tests/train/test_series_user_data.py::test_a_label_column_named_on_the_command_line"],
     "label_fraction": ["tests/train/test_mae.py::test_label_fraction_picks_a_class_balanced_seeded_subset"],
     "objective": ["tests/train/test_tables_train.py::test_task_overrides_what_the_target_s_cells_suggest"],
-    "baseline": ["tests/train/test_tables_train.py::test_the_baseline_is_fitted_on_the_same_split_and_recorded"],
+    "baseline": ["tests/train/test_tables_train.py::test_the_baseline_is_fitted_on_the_same_split_and_recorded",
+                 "tests/train/test_baselines.py::test_images_get_logistic_regression_on_their_pixels",
+                 "tests/train/test_baselines.py::test_series_get_minirocket"],
+    "select_fraction": ["tests/train/test_tables_keep_best.py::test_by_default_the_last_weights_are_kept",
+                        "tests/train/test_tables_keep_best.py::"
+                        "test_the_summary_and_the_weights_are_the_best_evaluation_on_the_held_back_rows"],
     "init_from": ["tests/train/test_every_option.py::test_init_from_starts_the_trunk_from_the_runs_weights"],
     "device": ["tests/train/test_every_option.py::test_device_is_the_one_asked_for"],
     "amp": ["tests/train/test_every_option.py::test_amp_bf16_runs_the_step_and_the_evaluation_in_bf16",

@@ -153,12 +153,14 @@ def test_a_csv_is_a_table_unless_its_columns_are_named_as_a_series_is(tmp_path):
              "steps.csv": "label,t0,t1,t2\na,1,2,3\n",                 # steps named by a prefix and a count
              "numbered.csv": "class,1,2,3,4\na,1,2,3,4\n",
              "long.csv": "id,time,value,label\ns,0,1.5,a\n",          # a long series
-             "features.csv": "age,bmi,s1,s2,target\n1,2,3,4,5\n"}      # s1, s2 beside other names: a table
+             "features.csv": "age,bmi,s1,s2,target\n1,2,3,4,5\n",     # s1, s2 beside other names: a table
+             "x.csv": "x1,x2,x3,y\n1,2,3,4\n",                        # a few numbered features: a table
+             "many.csv": "label," + ",".join(f"x{i}" for i in range(8)) + "\na" + ",1" * 8 + "\n"}  # 8: series
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
     kinds = {name: detect_kind(tmp_path / name).kind for name in cases}
     assert kinds == {"shop.csv": "table", "steps.csv": "series", "numbered.csv": "series", "long.csv": "series",
-                     "features.csv": "table"}
+                     "features.csv": "table", "x.csv": "table", "many.csv": "series"}
     pair = tmp_path / "pair"
     pair.mkdir()
     for split in ("TRAIN", "TEST"):

@@ -16,7 +16,7 @@ from .cells import is_missing
 from .columns import find_target
 from .read import TABLE_SUFFIXES, read_table
 
-__all__ = ["TableFiles", "find_table_files", "holdout_rows", "read_labelled"]
+__all__ = ["TableFiles", "find_table_files", "holdout_rows", "read_labelled", "selection_rows"]
 
 REGRESSION_FRACTION = 0.2      # the share held out of a table without a test file, for a number to predict
 MIN_REGRESSION_HELD_OUT = 5    # an R^2 on fewer rows says little
@@ -98,5 +98,19 @@ def holdout_rows(n: int, labels: torch.Tensor | None, fraction: float, seed: int
     return order[k:].sort().values, order[:k].sort().values
 
 
-
+def selection_rows(labels: torch.Tensor | None, n: int, fraction: float,
+                   seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows trained on, rows held back to pick the evaluation whose weights a run keeps), sorted: a seeded
+    share of each class (a class too small to give one keeps all its rows), or of all rows for a number.
+    Never refused: these rows only choose a step, so a small share is a weaker choice, not a wrong one."""
+    g = torch.Generator().manual_seed(seed)
+    groups = [torch.arange(n)] if labels is None else [(labels == c).nonzero().flatten()
+                                                        for c in torch.unique(labels).tolist()]
+    train, held = [], []
+    for members in groups:
+        order = members[torch.randperm(len(members), generator=g)]
+        k = min(round(fraction * len(members)), len(members) - 1)
+        held.append(order[:k])
+        train.append(order[k:])
+    return torch.cat(train).sort().values, torch.cat(held).sort().values
 

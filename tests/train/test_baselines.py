@@ -41,5 +41,6 @@ def test_a_task_without_a_baseline_is_refused_before_it_trains(tmp_path, capsys)
     out = tmp_path / "run"
     assert main(["train", "--data", str(tmp_path / "corpus.txt"), "--out", str(out), "--baseline", *FAST]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--baseline is built for tables, image classes and series; this run's task is lm" in err[0]
+    assert len(err) == 1 and ("--baseline is built for tables, image classes, series and labelled text; this run's task is lm"
+                                       in err[0])
     assert not out.exists()

@@ -149,8 +149,8 @@ def save(t: Trainer) -> Path | None:
         state["scaler"] = t.scaler.state_dict()
     if t.ema is not None:
         state["ema"] = t.ema.state_dict()
-    if t.best is not None:  # the weights a run keeps (--select-fraction) continue across a resume
-        state["best"] = t.best
+    if t.kept.state() is not None:  # the weights a run keeps (--select-fraction) continue across a resume
+        state["best"] = t.kept.state()
     path = checkpoint_path(t.run_dir, t.step)
     staged = t.files.on_main("write the checkpoint", path, lambda: stage_checkpoint(t.run_dir, t.step, state))
     try:
@@ -221,7 +221,7 @@ def restore(t: Trainer) -> bool:
         t.step, t.sums = int(state["step"]), dict(state["sums"])
         t.metrics_lines, t.elapsed = int(state["metrics_lines"]), float(state["elapsed"])
         t.last_line = dict(state["last_line"])
-        t.best = state.get("best")
+        t.kept.load(state.get("best"))
         if t.budget is not None:  # the steps a time budget fitted; this process re-fits what is left
             t.total_steps = int(state.get("total_steps", t.total_steps))
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:

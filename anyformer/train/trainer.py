@@ -31,6 +31,7 @@ from .checkpoint import CKPT_DIR
 from .config import TrainConfig
 from .distributed import Distributed
 from .ema import EMA
+from .kept import KeptWeights
 from .optim import lr_at, make_optimizer
 from .perf import peak_flops
 from .planning import StepPlan, adamw_kernel, prepare_for_training, stand_ins
@@ -102,9 +103,7 @@ class Trainer:
         self.saved_step: int | None = None
         self._cpu_copy: Model | None = None
         self._peak_flops: tuple[float, str] | None = None
-        # The evaluation whose weights the run keeps, where the task scores rows held back from training
-        # for choosing (its result's "select" key, higher is better): {key, step, weights, line}.
-        self.best: dict[str, Any] | None = None
+        self.kept = KeptWeights()  # the best evaluation's weights, where the task holds rows back to choose
 
     def _build(self, task: Task | None) -> None:
         """The task, the model, its precision and its optimiser (the decisions they need are the plan's)."""
@@ -362,7 +361,7 @@ class Trainer:
                         line = self.evaluate()
                         line["flops_per_s"] = rate * fpi
                         self.last_line = line
-                        self._keep_if_best(line)
+                        self.kept.offer(self.last_eval, self._evaluated_model(), self.step, line)
                         if self.dist.is_main:
                             (bar.write if bar is not None else print)(progress.eval_message(self, line))
                         self._save_model()
@@ -380,13 +379,13 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
-        if self.best is not None and self.best["step"] != self.step:
-            line = self._take_best()
+        if self.kept.step not in (None, self.step):
+            line = self._put_back_kept()
         if self.last_eval is None:  # resumed after the final checkpoint: the pictures still need the results
             self.last_eval = self._evaluate_task()
         summary = progress.summary(self, line, resumed)
-        if self.best is not None:
-            summary["kept_step"] = self.best["step"]
+        if self.kept.step is not None:
+            summary["kept_step"] = self.kept.step
         self.write_plan()  # with the answers the last evaluation's shapes added
         self.files.finish(summary, self._draw_on_main if cfg.plots else None)
         return summary
@@ -395,27 +394,16 @@ class Trainer:
     def _evaluated_model(self) -> nn.Module:
         return self.model if self.ema is None else self.ema.model
 
-    def _keep_if_best(self, line: dict[str, Any]) -> None:
-        """Copy the weights just evaluated where the task's choosing rows score them best so far (the later
-        of equal scores: the same score after more training)."""
-        key = (self.last_eval or {}).get("select")
-        if key is None:
-            return
-        if self.best is None or tuple(key) >= tuple(self.best["key"]):
-            weights = {k: v.detach().clone() for k, v in self._evaluated_model().state_dict().items()}
-            self.best = {"key": list(key), "step": self.step, "weights": weights, "line": dict(line)}
-
-    def _take_best(self) -> dict[str, Any]:
-        """Put the kept weights back (what model.safetensors holds and the pictures show) and return
-        their evaluation's metrics line, which the summary reports."""
-        best = self.best
-        self._evaluated_model().load_state_dict(best["weights"])
+    def _put_back_kept(self) -> dict[str, Any]:
+        """The kept weights back in the model (what model.safetensors holds and the pictures show); their
+        evaluation's metrics line, which the summary reports."""
+        line = self.kept.put_back(self._evaluated_model())
         self.last_eval = self._evaluate_task()
         self._save_model()
         if self.dist.is_main:
-            print(f"kept the weights of step {best['step']} of {self.step}: the best on the "
+            print(f"kept the weights of step {self.kept.step} of {self.step}: the best on the "
                   f"{self.task.select_examples} training rows held back for choosing")
-        return {**best["line"], "kept_step": best["step"]}
+        return line
 
     # ---------------------------------------------------------------- outputs
     def _plain_model(self) -> Model:

@@ -32,7 +32,8 @@ def test_the_summary_and_the_weights_are_the_best_evaluation_on_the_held_back_ro
     assert main(["train", "--data", str(data), "--label-column", "price", "--out", str(tmp_path / "run"),
                  "--max-steps", "200", "--select-fraction", "0.15", *FAST]) == 0
     out = capsys.readouterr().out
-    assert "derived: select_fraction = 0.15: a seeded share of the training rows (24) held back" in out
+    meta = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert meta["train"]["select_fraction"] == 0.15 and meta["data"]["select_examples"] == 24  # 15% of 160
     history = lines(tmp_path / "run")
     assert len(history) == 20 and all("select_loss" in l for l in history)
     best = max(range(len(history)), key=lambda i: (-history[i]["select_loss"], i))  # the later of equals

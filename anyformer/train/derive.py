@@ -50,7 +50,7 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
         kind = _forced_kind(kind, forced)
         asked = {**asked, "objective": None}
     if kind.kind == "labelled-text":
-        from .textclass import text_settings
+        from .text_settings import text_settings
         what, values, why = text_settings(data, asked)
         return what, values, {k: v for k, v in why.items() if asked.get(k) is None}
     if kind.kind == "series":

@@ -1,0 +1,116 @@
+"""The derived settings of a labelled-text run (`anyformer train --data texts.csv` with no recipe): the
+length texts are cut to, the batch, the passes, the model (the pretrained MiniLM encoder with its lower
+blocks frozen as the data's size requires, or a TextEncoder from scratch) and the learning rate, each
+said with its reason. The task itself is textclass.py."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..data.split import holdout_fraction
+from ..data.text.inputs import encode_texts
+from ..data.text.labelled import describe_text_source, read_labelled_text
+from .textclass import BPE_PIECES, HELD_OUT_FILE, INSTALL_HINT, MINILM, class_names, minilm_available, minilm_tokenizer
+
+MAX_TOKENS = 128       # the length texts are cut to: most reviews, tickets and messages fit; longer ones cost O(N^2)
+# Chosen by 3-fold scores on fortunes by category (benchmarks/text_select.py, its rule written before its
+# runs; benchmarks/results/amd-epyc/text_select.md): the pretrained encoder's top 4 blocks trained for 2
+# passes at 1e-4 (77.6% mean accuracy) against the top 2 for 3 passes at 2e-4 (76.5%) or 5e-5 (68.4%);
+# TF-IDF + logistic regression 55.7% on the same folds.
+TRAINED_LAYERS = 4
+EPOCHS = 2
+# ... but at least MIN_UPDATES optimiser steps: on small sets (fortunes-people, ~530 training texts a fold)
+# 150 updates scored 82.8% against 76.1% for two passes (68 updates) and 81.7% for 300 (text_select.py round 2).
+MIN_UPDATES = 150
+LR_PRETRAINED, LR_SCRATCH = 1e-4, 5e-4
+BATCH = 16
+# Seconds a run may spend training, and the token-blocks a second a trained MiniLM block goes through
+# forward and backward on 2 CPU cores (measured in text_select.py's runs: 3,600 to 3,800 with a load average
+# of 3-4 from other jobs on the machine, 2,400 at 6-7; the machine was never idle). Where the chosen blocks
+# would take longer, more lower blocks are frozen (their states computed once, a third of a trained block's
+# cost each), a plain function of the data's size, so that the same data gives the same run on any machine.
+TIME_BUDGET_S = 240.0
+BLOCK_TOKENS_PER_S = 3600.0
+
+
+def frozen_for(tokens: int, epochs: float, depth: int = 6, trained: int = TRAINED_LAYERS) -> int:
+    """Blocks to freeze so that `epochs` passes over `tokens` training tokens fit TIME_BUDGET_S: at least
+    depth - trained; all of them (a head on fixed states) where nothing else fits."""
+    for frozen in range(max(0, depth - trained), depth + 1):
+        if tokens * (epochs * (depth - frozen) + frozen / 3) / BLOCK_TOKENS_PER_S <= TIME_BUDGET_S:
+            return frozen
+    return depth
+
+
+def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(what the labelled text is, in one line; its run's settings; why each was derived)."""
+    source = describe_text_source(data, asked.get("label_column"))
+    train, test = read_labelled_text(source)
+    classes = class_names(train.labels)
+    n = len(train)
+    why: dict[str, str] = {}
+    fraction = None
+    n_train = n
+    if test is None:
+        index = {c: i for i, c in enumerate(classes)}
+        labels = torch.tensor([index[c] for c in train.labels], dtype=torch.long)
+        fraction = holdout_fraction(labels, asked.get("val_fraction"))
+        held = sum(round(fraction * int(c)) for c in torch.bincount(labels) if c)
+        why["val_fraction"] = (f"{fraction:.2f}: no test part, so a seeded share of each class is held out "
+                               f"({held:,} of {n:,} texts, listed in the run's {HELD_OUT_FILE})")
+        n_train = n - held
+    pretrained = minilm_available()
+    length = int(asked.get("seq_len") or MAX_TOKENS)
+    if pretrained:
+        lengths = [len(x) for x in encode_texts(minilm_tokenizer(100_000), train.texts)]
+    else:  # no tokenizer yet (it is learned from the training part): about 4 characters a token
+        lengths = [2 + len(t) // 4 for t in train.texts]
+    cut = sum(n_tok > length for n_tok in lengths)
+    tokens = round(sum(min(n_tok, length) for n_tok in lengths) * n_train / max(1, n))
+    why["seq_len"] = (f"{length}: texts are cut to their first {length} tokens ({cut:,} of {n:,} are longer"
+                      f"{'' if pretrained else ', estimated'}; the longest is {max(lengths, default=0):,})")
+    batch = int(asked.get("batch_size") or max(1, min(BATCH, n_train // 4)))
+    why["batch_size"] = f"{batch}: at most {BATCH} texts, and at most a quarter of the {n_train:,} training texts"
+    per_epoch = math.ceil(n_train / batch)
+    epochs = max(EPOCHS, round(MIN_UPDATES / per_epoch, 2)) if MIN_UPDATES else EPOCHS
+    why["epochs"] = (f"{epochs:g}: passes over the {n_train:,} training texts"
+                     + (f", at least {MIN_UPDATES} updates" if MIN_UPDATES else ""))
+    total = (int(asked["max_steps"]) if asked.get("max_steps") else
+             max(1, round((asked.get("epochs") or epochs) * per_epoch)))
+    warmup = max(1, total // 10)
+    why["warmup_steps"] = f"{warmup}: a tenth of the run's {total:,} steps"
+    eval_every = max(1, total // 3)
+    why["eval_every"] = f"{eval_every}: 3 evaluations (none of them chooses anything)"
+    overrides: dict[str, Any]
+    if pretrained:
+        frozen = frozen_for(tokens, total / max(1, per_epoch))
+        overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False)
+        why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
+                        f"mean of its tokens into a linear head; "
+                        + (f"the embeddings and the first {frozen} of 6 blocks frozen (their states computed once), "
+                           f"so that {total / max(1, per_epoch):.3g} passes over ~{tokens:,} training tokens fit about "
+                           f"{TIME_BUDGET_S:.0f} s on 2 cores" if frozen else "every layer trained"))
+        model, lr = "minilm-classifier", LR_PRETRAINED
+    else:
+        overrides = dict(init="random", max_positions=max(length, 128), pooler=False)
+        why["model"] = (f"text-classifier-small: anyformer's own TextEncoder (4 blocks, width 256) from scratch with "
+                        f"a BPE of up to {BPE_PIECES:,} pieces learned from the training texts; {INSTALL_HINT}")
+        model, lr = "text-classifier-small", LR_SCRATCH
+    why["lr"] = f"{lr:g}: {'fine-tuning a pretrained encoder' if pretrained else 'a model trained from scratch'}"
+    skipped = source.skipped
+    if skipped:
+        why["skipped"] = "; ".join(f"{k!r} ({v})" for k, v in list(skipped.items())[:6]) + (
+            f"; and {len(skipped) - 6} more" if len(skipped) > 6 else "")
+    mean_chars = sum(len(t) for t in train.texts) / max(1, n)
+    where = (f"a text column {source.text_column!r} ({mean_chars:,.0f} characters on average), label "
+             f"{source.label_column!r}" if source.layout == "table" else
+             f"{n:,} text files in {len(classes)} class folders ({mean_chars:,.0f} characters on average)")
+    what = (f"labelled text: {where}, {len(classes)} classes, {n:,} texts"
+            + (f" (and a test part of {len(test):,})" if test is not None else ""))
+    values = dict(task="text-classify", model=model, data=data, label_column=source.label_column,
+                  val_fraction=fraction, batch_size=batch, epochs=epochs, seq_len=length, lr=lr, weight_decay=0.01,
+                  warmup_steps=warmup, eval_every=eval_every, label_smoothing=0.0, grad_clip=1.0, amp="none",
+                  compile=False, eval_batch_size=64, model_overrides=overrides)
+    return what, values, why

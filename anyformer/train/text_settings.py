@@ -12,7 +12,8 @@ import torch
 from ..data.split import holdout_fraction
 from ..data.text.inputs import encode_texts
 from ..data.text.labelled import describe_text_source, read_labelled_text
-from .textclass import BPE_PIECES, HELD_OUT_FILE, INSTALL_HINT, MINILM, class_names, minilm_available, minilm_tokenizer
+from . import textclass
+from .textclass import BPE_PIECES, HELD_OUT_FILE, INSTALL_HINT, MINILM, class_names, minilm_tokenizer
 
 MAX_TOKENS = 128       # the length texts are cut to: most reviews, tickets and messages fit; longer ones cost O(N^2)
 # Chosen by 3-fold scores on fortunes by category (benchmarks/text_select.py, its rule written before its
@@ -61,7 +62,7 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
         why["val_fraction"] = (f"{fraction:.2f}: no test part, so a seeded share of each class is held out "
                                f"({held:,} of {n:,} texts, listed in the run's {HELD_OUT_FILE})")
         n_train = n - held
-    pretrained = minilm_available()
+    pretrained = textclass.minilm_available()  # looked up at call time: tests stand in for a missing package
     length = int(asked.get("seq_len") or MAX_TOKENS)
     if pretrained:
         lengths = [len(x) for x in encode_texts(minilm_tokenizer(100_000), train.texts)]

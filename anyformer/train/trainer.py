@@ -238,7 +238,7 @@ class Trainer:
 
     def _evaluate_task(self) -> dict[str, Any]:
         with self.dist.gathered(self.model):
-            return self.task.evaluate(self.model if self.ema is None else self.ema.model, self.dist)
+            return self.task.evaluate(self._evaluated_model(), self.dist)
 
     def evaluate(self) -> dict[str, Any]:
         """Score the model, append the metrics line, and start the next period's sums (after a sync)."""
@@ -421,7 +421,7 @@ class Trainer:
 
     def _draw_on_main(self, run_dir: Path) -> None:
         """The task's pictures from the last evaluation (rank 0; `finish` and `_draw` run it there)."""
-        model = self._cpu_copy if self.dist.fsdp else self.model if self.ema is None else self.ema.model
+        model = self._cpu_copy if self.dist.fsdp else self._evaluated_model()
         if own_model.is_own(model):  # the task's pictures read a preset's attention; curves.png is drawn still
             return
         self.task.draw(model, self.last_eval, run_dir)

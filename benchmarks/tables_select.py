@@ -35,6 +35,14 @@ time. LightGBM with its defaults (as bench_tables.py runs it) is scored on the s
     python benchmarks/tables_select.py --tables titanic,wine --dry-run --no-write    # folds and LightGBM only
     python benchmarks/tables_select.py --candidate base="" --candidate split="--epochs 50 || --epochs 200"
                                       # classes with the flags left of ||, numbers with those right of it
+    python benchmarks/tables_select.py --candidate base="" --candidate grow="--epochs {round(600 / per_epoch)}"
+                                      # a rule of the fold's size: {EXPR} is worked out per fold (below)
+
+A `{EXPR}` in a candidate's flags is a rule of the fold's training part, worked out before each run:
+EXPR is arithmetic over `n` (the fold's training rows), `batch` (the batch anyformer derives for n
+rows, train/tables.py's table_batch) and `per_epoch` (ceil(n / batch)), with min, max, round, int,
+sqrt and log2. The row records the flags as written (so the same rule is the same run) and the
+flags it ran with (`ran`).
 
 Every run's row is appended to benchmarks/results/<processor>/tables_select.jsonl as soon as it ends
 (one line per table x candidate x fold), so an interrupted selection goes on with --resume (a row already there, of one of
@@ -47,6 +55,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import re
 import shlex
 import shutil
@@ -91,9 +100,30 @@ def parse_candidates(specs: list[str]) -> dict[str, str]:
         if name in out:
             sys.exit(f"--candidate {name} given twice")
         for task in ("classify", "regress"):
-            shlex.split(flags_for(flags, task))  # refuses unbalanced quotes now, not after hours of runs
+            try:  # unbalanced quotes or a rule that does not work out: refused now, not after hours of runs
+                shlex.split(resolve(flags_for(flags, task), 1000))
+            except Exception as e:  # noqa: BLE001 - whatever the rule raised, said in one line
+                sys.exit(f"--candidate {name}: {type(e).__name__}: {e}")
         out[name] = flags
     return out or {"base": ""}
+
+
+RULE = re.compile(r"\{([^{}]+)\}")
+RULE_NAMES = {"min": min, "max": max, "round": round, "int": int, "sqrt": math.sqrt, "log2": math.log2}
+
+
+def resolve(flags: str, n: int) -> str:
+    """Flags with each {EXPR} replaced by its value for a fold of n training rows (see the docstring)."""
+    from anyformer.train.tables import table_batch
+
+    batch = table_batch(n)
+    names = {**RULE_NAMES, "n": n, "batch": batch, "per_epoch": math.ceil(n / batch)}
+
+    def value(m: re.Match) -> str:
+        # The expressions are this script's own command line, not a stranger's: arithmetic, no builtins.
+        v = eval(m.group(1), {"__builtins__": {}}, names)
+        return str(int(v)) if float(v).is_integer() else f"{v:.6g}"
+    return RULE.sub(value, flags)
 
 
 def write_folds(name: str, work: Path, k: int) -> tuple[str, str, list[Path]]:
@@ -284,10 +314,11 @@ def main() -> None:
                     continue
                 done.add((name, flags, args.folds, i))
                 out = args.work / "runs" / name / f"fold{i}" / candidate
-                result = run_anyformer(folder, out, target, task, shlex.split(flags), args.timeout)
+                ran = resolve(flags, len(read_pair(folder, name)[0]))
+                result = run_anyformer(folder, out, target, task, shlex.split(ran), args.timeout)
                 if not args.keep_runs and out.exists():
                     shutil.rmtree(out)  # the log beside it stays; checkpoints of every fold would fill the disk
-                record({**base, "candidate": candidate, "flags": flags, **result,
+                record({**base, "candidate": candidate, "flags": flags, "ran": ran, **result,
                         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
             if (name, None, args.folds, i) not in reference_done:
                 train, test = read_pair(folder, name)

@@ -17,6 +17,9 @@ CHOOSE = {
     "fortunes8": ("computers", "definitions", "linux", "men-women", "politics", "science", "songs-poems", "work"),
     "fortunes-people": ("art", "education", "food", "law", "literature", "medicine", "sports", "startrek"),
 }
+# A third CHOOSE set of another kind: Debian packages' one-line descriptions by archive section (short,
+# keyword-laden texts, as titles and subject lines are), read from the machine's apt lists.
+DEBIAN_SECTIONS = ("database", "editors", "fonts", "games", "graphics", "mail", "math", "net", "science", "sound")
 
 
 def read_fortunes(category: str) -> list[str]:
@@ -30,6 +33,25 @@ def fortunes_frame(name: str, cap: int = 450, seed: int = 0) -> pd.DataFrame:
     for c in CHOOSE[name]:
         f = pd.DataFrame({"text": read_fortunes(c), "label": c}).drop_duplicates("text")
         parts.append(f.sample(n=min(cap, len(f)), random_state=seed))
+    return pd.concat(parts).sample(frac=1, random_state=seed).reset_index(drop=True)
+
+
+def debian_frame(cap: int = 150, seed: int = 0) -> pd.DataFrame:
+    """At most `cap` packages of each of DEBIAN_SECTIONS: `text` the package's synopsis (the Description
+    field's first line), `label` its section; drawn by the seed from `apt-cache dumpavail` (the release
+    the machine's apt lists hold: run `apt-get update` first on a fresh machine)."""
+    import subprocess
+
+    out = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True, check=True).stdout
+    rows = []
+    for record in out.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in record.splitlines() if ": " in line and not line[0].isspace())
+        if fields.get("Section") in DEBIAN_SECTIONS and fields.get("Description"):
+            rows.append((fields["Description"].strip(), fields["Section"]))
+    frame = pd.DataFrame(rows, columns=["text", "label"]).drop_duplicates("text")
+    if frame.empty:
+        raise SystemExit("apt-cache dumpavail lists no packages of the chosen sections: run `apt-get update` first")
+    parts = [g.sample(n=min(cap, len(g)), random_state=seed) for _, g in frame.groupby("label", sort=True)]
     return pd.concat(parts).sample(frac=1, random_state=seed).reset_index(drop=True)
 
 

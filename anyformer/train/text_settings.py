@@ -45,6 +45,17 @@ def frozen_for(tokens: int, epochs: float, depth: int = 6, trained: int = TRAINE
     return depth
 
 
+def _kept(frozen: int, lengths: list[int], length: int, depth: int = 6, width: int = 384) -> str:
+    """How the frozen blocks' states are kept (textclass.STATES_BYTES), said for the file's texts."""
+    if frozen == depth:
+        return "each text's mean state computed once"
+    size = textclass.states_bytes(sum(min(n, length) for n in lengths), width)
+    if size <= textclass.STATES_BYTES:
+        return "their states computed once"
+    return (f"their states computed again at every step: keeping them would take about {size / 1024 ** 3:.1f} GiB, "
+            f"over {textclass.STATES_BYTES / 1024 ** 3:.0f}")
+
+
 def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
     """(what the labelled text is, in one line; its run's settings; why each was derived)."""
     source = describe_text_source(data, asked.get("label_column"))
@@ -90,7 +101,7 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
         overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False)
         why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
                         f"mean of its tokens into a linear head; "
-                        + (f"the embeddings and the first {frozen} of 6 blocks frozen (their states computed once), "
+                        + (f"the embeddings and the first {frozen} of 6 blocks frozen ({_kept(frozen, lengths, length)}), "
                            f"so that {total / max(1, per_epoch):.3g} passes over ~{tokens:,} training tokens fit about "
                            f"{TIME_BUDGET_S:.0f} s on 2 cores" if frozen else "every layer trained"))
         model, lr = "minilm-classifier", LR_PRETRAINED

@@ -90,9 +90,22 @@ def pad_states(states: list[Tensor]) -> tuple[Tensor, Tensor]:
     return out, mask
 
 
+# The states after the frozen blocks are kept for every text, float32, one vector a token: where that
+# would pass STATES_BYTES (a rule of the data, not of the machine's free memory, so that the same data
+# gives the same run anywhere) the frozen blocks run again at every step instead, slower but in bounded
+# memory. Where every block is frozen the head reads only a text's mean state: one vector a text is kept.
+STATES_BYTES = 2 * 1024 ** 3
+
+
+def states_bytes(tokens: int, width: int) -> int:
+    """Bytes the states of `tokens` tokens take, kept as float32."""
+    return tokens * width * 4
+
+
 @torch.no_grad()
-def _states(model: nn.Module, ids: list[list[int]], batch: int = 64) -> list[Tensor]:
-    """Each text's states after the model's frozen blocks, (N_i, D), computed in batches of alike lengths."""
+def _states(model: nn.Module, ids: list[list[int]], batch: int = 64, *, mean: bool = False) -> list[Tensor]:
+    """Each text's states after the model's frozen blocks, (N_i, D), computed in batches of alike lengths;
+    with `mean`, their mean alone (1, D), which the pooling reads back unchanged as a one-token text."""
     was = model.training
     model.eval()
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -102,7 +115,7 @@ def _states(model: nn.Module, ids: list[list[int]], batch: int = 64) -> list[Ten
         x, m = pad([ids[i] for i in part])
         h = model.frozen_states(x, m).float()
         for row, i in enumerate(part):
-            out[i] = h[row, :len(ids[i])].clone()
+            out[i] = h[row, :len(ids[i])].mean(0, keepdim=True) if mean else h[row, :len(ids[i])].clone()
     model.train(was)
     return out
 
@@ -225,12 +238,15 @@ class TextClassification(ClassifierReport):
 
     def fit_model(self, model: nn.Module) -> None:
         """The pretrained encoder's weights, where the run starts from them (before --init-from, if any);
-        then, where blocks are frozen, the texts' states after them, computed once (they never change)."""
+        then, where blocks are frozen, the texts' states after them, computed once (they never change),
+        within STATES_BYTES."""
         if self.pretrained:
             self._load_minilm(model)
-        if model.config.frozen_layers:
-            self.train_states = _states(model, self.train_ids)
-            self.test_states = _states(model, self.test_ids)
+        c = model.config
+        every = c.frozen_layers == c.depth
+        if c.frozen_layers and (every or states_bytes(sum(map(len, self.train_ids + self.test_ids)), c.width) <= STATES_BYTES):
+            self.train_states = _states(model, self.train_ids, mean=every)
+            self.test_states = _states(model, self.test_ids, mean=every)
 
     def _load_minilm(self, model: nn.Module) -> None:
         from ..interop.minilm import load_minilm

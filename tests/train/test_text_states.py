@@ -1,0 +1,64 @@
+"""The states after a text classifier's frozen blocks, kept once for training: the same logits as the
+model computes from the token ids, one vector a text where every block is frozen, and none kept where
+they would pass the memory rule (the frozen blocks then run at every step, and the run still trains)."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from anyformer.cli import main
+from anyformer.data.text.inputs import pad
+from anyformer.models.text_classifier import TextClassifier, TextClassifierConfig
+from anyformer.train import textclass
+from anyformer.train.textclass import _states, pad_states
+
+from .test_text_classify import FAST, texts
+
+
+def tiny(frozen: int) -> TextClassifier:
+    torch.manual_seed(0)
+    cfg = TextClassifierConfig(vocab_size=50, max_positions=32, width=16, depth=2, heads=2, mlp_hidden=32,
+                               num_classes=3, frozen_layers=frozen, head_dropout=0.0)
+    return TextClassifier(cfg).eval()
+
+
+IDS = [[2, 5, 7, 3], [2, 9, 3], [2, 11, 12, 13, 14, 15, 3], [2, 3]]
+
+
+@pytest.mark.parametrize("frozen", [1, 2])
+def test_kept_states_give_the_logits_of_the_token_ids(frozen):
+    model = tiny(frozen)
+    every = frozen == model.config.depth
+    states = _states(model, IDS, batch=2, mean=every)
+    if every:  # one vector a text: its mean state
+        assert all(s.shape == (1, 16) for s in states)
+    else:
+        assert [s.shape[0] for s in states] == [len(x) for x in IDS]
+    with torch.no_grad():
+        from_ids = model(*pad(IDS))
+        from_states = model(*pad_states(states))
+    torch.testing.assert_close(from_states, from_ids, rtol=1e-5, atol=1e-5)
+
+
+def test_the_memory_rule_counts_four_bytes_a_value():
+    assert textclass.states_bytes(1000, 384) == 1000 * 384 * 4
+
+
+@pytest.mark.slow
+def test_states_over_the_rule_are_not_kept_and_the_run_still_trains(tmp_path, monkeypatch):
+    monkeypatch.setattr(textclass, "minilm_available", lambda: False)
+    monkeypatch.setattr(textclass, "STATES_BYTES", 0)
+    kept: list[bool] = []
+    fit = textclass.TextClassification.fit_model
+
+    def spy(self, model):
+        fit(self, model)
+        kept.append(self.train_states is not None)
+    monkeypatch.setattr(textclass.TextClassification, "fit_model", spy)
+    texts(8).to_csv(tmp_path / "texts.csv", index=False)
+    assert main(["train", "--data", str(tmp_path / "texts.csv"), "--out", str(tmp_path / "run"), "--max-steps", "3",
+                 "--set", "frozen_layers=1", *FAST]) == 0
+    assert kept == [False]
+    summary = json.loads(Path(tmp_path / "run" / "summary.json").read_text())
+    assert 0.0 <= summary["val_accuracy"] <= 1.0

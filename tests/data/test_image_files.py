@@ -52,7 +52,7 @@ def test_folder_mixed_modes_become_rgb(tmp_path: Path) -> None:
     assert ds.images[0, :, 0, 0].tolist() == [77, 77, 77]  # grey replicated
     r, g, b = ds.images[1, :, 4, 3].tolist()
     assert r > 240 and g < 15 and b < 15  # JPEG is lossy
-    assert ds.images[2, :, 0, 0].tolist() == [0, 255, 0]
+    assert ds.images[2, :, 0, 0].tolist() == [127, 255, 127]  # half-transparent green laid on white
 
 
 def test_folder_size_mismatch_and_resize(tmp_path: Path) -> None:
@@ -197,6 +197,28 @@ def test_load_image_converts_and_resizes(tmp_path: Path) -> None:
     Image.fromarray(np.tile(np.arange(16, dtype=np.uint8) * 16, (8, 1))).save(grad)
     z = load_image(grad, channels=1, size=(8, 16))  # same size: pixels untouched
     assert z[0, 3].tolist() == [i * 16 for i in range(16)]
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P"])
+def test_a_transparent_ground_reads_as_white_and_what_is_drawn_keeps_its_colour(tmp_path: Path, mode: str) -> None:
+    # An icon as icon sets ship them: a dark mark on a transparent ground whose hidden colour is black.
+    rgba = np.zeros((8, 8, 4), dtype=np.uint8)
+    rgba[2:6, 2:6] = (20, 40, 200, 255)                      # the mark, opaque
+    rgba[0, 0] = (0, 0, 0, 128)                              # half transparent black on white: grey
+    im = Image.fromarray(rgba, "RGBA")
+    if mode == "LA":
+        im = im.convert("LA")
+    elif mode == "P":  # a palette with one transparent entry, as GIFs and small PNGs hold it
+        im = Image.fromarray(rgba[..., :3]).convert("P", palette=Image.Palette.ADAPTIVE, colors=4)
+        im.info["transparency"] = int(np.asarray(im)[7, 7])
+    path = tmp_path / f"icon_{mode}.png"
+    im.save(path)
+    x = load_image(path, channels=3, size=(8, 8))
+    assert x[:, 7, 7].tolist() == [255, 255, 255]            # the ground: white, not black
+    mark = x[:, 3, 3].tolist()
+    assert max(mark) < 230 and mark != [255, 255, 255]        # the mark stays dark
+    if mode == "RGBA":
+        assert mark == [20, 40, 200] and all(abs(v - 127) <= 1 for v in x[:, 0, 0].tolist())
 
 
 def test_load_image_errors(tmp_path: Path) -> None:

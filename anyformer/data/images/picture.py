@@ -166,6 +166,16 @@ def _eight_bit(im: Image.Image) -> Image.Image:
     return im
 
 
+def on_white(im: Image.Image) -> Image.Image:
+    """An image with transparency laid on white, as a viewer shows it. Pillow's convert("RGB") drops
+    the alpha and keeps whatever colour the transparent pixels hold, most often black: an icon drawn
+    in black on a transparent ground would decode as black on black."""
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info:
+        rgba = im.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return im
+
+
 def fit_image(im: Image.Image, size: tuple[int, int]) -> Image.Image:
     """`im` resized to `size` (H, W): scaled (bilinear) so that it covers the target, then cropped
     about its centre. The aspect is kept, nothing is distorted: a 4:3 photo made square loses the
@@ -191,7 +201,7 @@ def to_pixels(im: Image.Image, channels: int | None, size: tuple[int, int] | Non
     A grey image in a colour set is replicated into three channels by the caller."""
     grey = channels == 1 or _is_gray(im)
     with pillow_quiet():
-        im = _eight_bit(im).convert("L" if grey else "RGB")
+        im = on_white(_eight_bit(im)).convert("L" if grey else "RGB")
         if size is not None:
             im = fit_image(im, size)
     return np.asarray(im), grey

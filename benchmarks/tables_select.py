@@ -167,18 +167,20 @@ def _kind_mean(values: dict[str, float], tasks: dict[str, str]) -> float | None:
     return statistics.fmean(kinds) if kinds else None
 
 
-def summarise(rows: list[dict], tables: list[str], candidates: dict[str, str], k: int) -> tuple[str, dict]:
+def summarise(rows: list[dict], tables: list[str], candidates: dict[str, str], k: int,
+              reuse: frozenset[str] = frozenset()) -> tuple[str, dict]:
     """(markdown, per-candidate means): mean fold scores per table, mean score, mean rank, mean wall
     time; then the rule's verdict. The last row of a (table, candidate, flags, k, fold) counts."""
     latest = {key(r): r for r in rows}
     names = [*candidates, REFERENCE]
     tasks = {r["table"]: r["task"] for r in rows}
     flags = {**candidates, REFERENCE: None}
-    # A fold's row of a candidate: its own, or another of this call's candidates' with the same flags for
-    # the table's task (the same run: the seed is fixed); the last written counts.
+    # A fold's row of a candidate: its own, or another of this call's candidates' (or of a --reuse
+    # candidate's) with the same flags for the table's task (the same run: the seed is fixed); the last
+    # written counts.
     folds_of: dict[tuple[str, str], dict[int, dict]] = {}
     for (t, c, f, folds, fold), r in latest.items():
-        if t not in tables or folds != k or c not in flags:
+        if t not in tables or folds != k or (c not in flags and c not in reuse):
             continue
         if c == REFERENCE:
             folds_of.setdefault((t, c), {})[fold] = r
@@ -273,6 +275,9 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "anyformer-tables-select",
                     help="where the folds and anyformer's runs go")
     ap.add_argument("--resume", action="store_true", help="skip runs already in tables_select.jsonl")
+    ap.add_argument("--reuse", metavar="NAMES",
+                    help="with --resume, the rows of these earlier candidates (comma-separated; made by the same "
+                         "code) count for any candidate of this call with the same flags")
     ap.add_argument("--dry-run", action="store_true", help="write the folds and run LightGBM only")
     ap.add_argument("--threads", type=int, default=2, help="LightGBM's threads")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before an anyformer run is stopped")
@@ -289,8 +294,9 @@ def main() -> None:
     jsonl = RESULTS / processor_folder() / "tables_select.jsonl"
     # Runs already written by one of this call's candidates are the same runs for any candidate of the
     # call with the same flags for that table (the seed is fixed): they are not run again.
+    reuse = frozenset(filter(None, (args.reuse or "").split(",")))
     done = {(r["table"], r["flags"], r["folds"], r["fold"]) for r in read_rows(jsonl)
-            if r["candidate"] in candidates} if args.resume else set()
+            if r["candidate"] in candidates or r["candidate"] in reuse} if args.resume else set()
     reference_done = {(r["table"], None, r["folds"], r["fold"]) for r in read_rows(jsonl)
                       if r["candidate"] == REFERENCE} if args.resume else set()
     new_rows: list[dict] = []
@@ -328,7 +334,7 @@ def main() -> None:
     shown = {} if args.dry_run else candidates
     # The file holds every row once written; without writing, the new rows and (with --resume) the file's.
     rows = read_rows(jsonl) if not args.no_write else (read_rows(jsonl) if args.resume else []) + new_rows
-    text, _ = summarise(rows, tables, shown, args.folds)
+    text, _ = summarise(rows, tables, shown, args.folds, reuse)
     print("\n" + text)
     if args.no_write:
         return

@@ -1,4 +1,4 @@
-"""Throughput accounting: the peak that MFU divides by, and the precision `amp=auto` means.
+"""Throughput accounting: the peak that MFU divides by (what `amp=auto` means is train/precision.py's).
 
 Model FLOPs come from the models themselves (`Model.forward_flops`), through each task.
 

@@ -1,6 +1,7 @@
 """Every test gets its own plan cache (never the user's) and planners it makes itself; the planned layers'
 tests see which private kernel or attention function each call ran on (`ran`, `choice`) and stand in
-for torch.compile's tracing (`compiling`)."""
+for torch.compile's tracing (`compiling`); `plan.prepare`'s tests have the planner's decisions answered
+and recorded (`asked`)."""
 from __future__ import annotations
 
 import contextlib
@@ -14,6 +15,7 @@ from anyformer.plan.choices import Decision, register, unregister
 from anyformer.plan.timing import Measurement
 
 from .layer_calls import recorded
+from .prepare_doubles import Asked, door
 
 
 class FakeTimer:
@@ -105,3 +107,18 @@ def choice():
     log = []
     kinds = {(False, False): "many", (False, True): "one", (True, False): "many, grads", (True, True): "one, grads"}
     return AttentionChoice({key: recorded(log, name) for key, name in kinds.items()}), log
+
+
+@pytest.fixture
+def asked(monkeypatch) -> Asked:
+    """`plan.prepare`'s tests: the planner's CPU decisions, as prepare's module calls them, answered
+    and recorded by an `Asked` (stock answers until the test sets its own); a CUDA question fails."""
+    a = Asked()
+    for name in ("linear_kernel", "gelu_kernel", "attention_kernel"):
+        monkeypatch.setattr(door, name, getattr(a, name))
+    monkeypatch.setattr(door, "sdpa_backend", lambda *args, **kw: pytest.fail("a CPU model asked for CUDA"))
+    # A linear call is asked about only where it could run on oneDNN; these tests are about what
+    # prepare asks, whichever torch build runs them (no oneDNN kernel runs here: every answer is
+    # left on the layers, and the example runs before any is made).
+    monkeypatch.setattr(layers, "_ONEDNN", True)
+    return a

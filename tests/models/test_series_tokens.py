@@ -128,11 +128,11 @@ def test_token_drop_keeps_a_patch_where_its_draw_reaches_the_drop_rate():
 def test_token_drop_drops_a_time_patch_of_every_channel_together():
     torch.manual_seed(4)
     draws = torch.rand(3, 6)
-    model = build(patching="channel", token_drop=0.5).train()
+    model = build(patching="channel", token_drop=0.3).train()  # not 0.5, where a rate and its complement agree
     x = torch.randn(3, 3, 23)
     torch.manual_seed(4)
     _, mask = model.tokens(x)
-    assert torch.equal(mask, torch.cat([torch.ones(3, 1, dtype=torch.bool), (draws >= 0.5).repeat(1, 3)], dim=1))
+    assert torch.equal(mask, torch.cat([torch.ones(3, 1, dtype=torch.bool), (draws >= 0.3).repeat(1, 3)], dim=1))
 
 
 def test_training_drops_out_the_positioned_tokens():

@@ -121,15 +121,16 @@ def test_a_run_asks_its_max_steps_or_its_epochs_and_at_least_one_step(tmp_path, 
 
 
 def test_a_step_adds_to_the_periods_counts_and_moves_the_average_by_its_number(tmp_path, mnist_slice) -> None:
-    """The step's number sets the average's decay: step 7 is the 8th optimiser step, so the average
-    moves 1 - min(0.9, (1 + 8) / (10 + 8)) = 0.5 of the way; items count each example's units (4 here)."""
+    """The step's number sets the average's decay: step 9 is the 10th optimiser step, so the average
+    moves 1 - min(0.9, (1 + 10) / (10 + 10)) = 0.45 of the way (not a half, where the decay and its
+    complement agree); items count each example's units (4 here)."""
     t = make_trainer(tiny_config(tmp_path, ema=0.9), mnist_slice)
     t.task.items_per_example = 4
-    t.step, t.sums = 7, {"steps": 2, "items": 64}
+    t.step, t.sums = 9, {"steps": 2, "items": 64}
     before = {k: v.clone() for k, v in t.ema.model.state_dict().items()}
     t.train_step()
     assert t.sums == {"steps": 3, "items": 64 + 32 * 4}
-    assert t.ema.decay_at(8) == 0.5
+    assert t.ema.decay_at(10) == pytest.approx(0.55)
     for k, v in t.model.state_dict().items():
         if v.is_floating_point():
-            torch.testing.assert_close(t.ema.model.state_dict()[k], before[k] + 0.5 * (v - before[k]), msg=k)
+            torch.testing.assert_close(t.ema.model.state_dict()[k], before[k] + 0.45 * (v - before[k]), msg=k)

@@ -6,6 +6,8 @@ the source with `ast` and `tokenize`: run it before and after a change to the la
     python scripts/layout_counts.py --root ../old-clone    # another checkout (e.g. before a change)
 
 Code lines are a function's lines that hold code: not blank, not comments, not its docstring.
+A comment naming a machine is a line of a `#` comment, a docstring or a `//` comment (the C++ kernels)
+that names a processor or card, or a date, in any case: `--details` lists where.
 """
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# A comment that names a machine a measurement ran on belongs in docs/results.md.
-MACHINE_WORDS = re.compile(r"\b(EPYC|Xeon|Zen ?\d|Cascade Lake|H100|H200|Ryzen|Graviton)\b")
+# A comment that names a machine a measurement ran on, or the day it ran, belongs in docs/results.md:
+# the code's comments say why a choice holds. Case does not matter ("amd-epyc" in a results path counts).
+MACHINE_WORDS = re.compile(r"\b(epyc|xeon|zen ?\d?|cascade ?lake|ice ?lake|sapphire ?rapids|skylake|ryzen|graviton"
+                           r"|a100|h100|h200)s?\b|\b(19|20)\d\d-[01]\d-[0-3]\d\b", re.IGNORECASE)
 
 
 def modules() -> dict[str, ast.Module]:
@@ -73,9 +77,26 @@ def find(tree: ast.Module, cls: str | None, name: str) -> ast.FunctionDef | None
     return None
 
 
-def machine_comments(path: Path) -> int:
-    tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
-    return sum(1 for t in tokens if t.type == tokenize.COMMENT and MACHINE_WORDS.search(t.string))
+def docstrings(tree: ast.Module) -> list[ast.Constant]:
+    """The module's, its classes' and its functions' docstrings."""
+    owners = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef,
+                                                                   ast.AsyncFunctionDef))]
+    return [o.body[0].value for o in owners if o.body and isinstance(o.body[0], ast.Expr)
+            and isinstance(o.body[0].value, ast.Constant) and isinstance(o.body[0].value.value, str)]
+
+
+def machine_comments(path: Path) -> list[str]:
+    """'path:line' of each comment line and docstring line in `path` that names a machine or a date."""
+    text = path.read_text()
+    if path.suffix != ".py":   # C and C++: the `//` comments
+        lines = [(i, line[line.index("//"):]) for i, line in enumerate(text.splitlines(), 1) if "//" in line]
+    else:
+        tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+        lines = [(t.start[0], t.string) for t in tokens if t.type == tokenize.COMMENT]
+        for doc in docstrings(ast.parse(text, str(path))):
+            lines += [(doc.lineno + i, line) for i, line in enumerate(doc.value.splitlines())]
+    rel = path.relative_to(ROOT).as_posix()
+    return [f"{rel}:{n}" for n, line in sorted(set(lines)) if MACHINE_WORDS.search(line)]
 
 
 def counts() -> dict[str, object]:
@@ -101,6 +122,8 @@ def counts() -> dict[str, object]:
     plan_named = sorted(p for p in mods if "plan" in Path(p).stem and not p.startswith("anyformer/plan/"))
     planned_attrs = sorted({f"{p}:{n.attr}" for p, t in mods.items() for n in ast.walk(t)
                             if isinstance(n, ast.Attribute) and n.attr.startswith("_planned")})
+    machine = [hit for p in sorted((ROOT / "anyformer").rglob("*"))
+               if p.suffix in (".py", ".cpp", ".c", ".h") for hit in machine_comments(p)]
     nn_init = (ROOT / "anyformer" / "nn" / "__init__.py").read_text()
     return {
         "MultiHeadAttention.forward code lines": lines_of("anyformer/nn/attention.py", "MultiHeadAttention", "forward"),
@@ -119,9 +142,9 @@ def counts() -> dict[str, object]:
         "anyformer.nn.Linear is a planned subclass": bool(re.search(r"Linear\s*=\s*PlannedLinear|\bLinear,", nn_init)
                                                           and "PlannedLinear" in nn_init),
         "checkpoint modules in train/": len([p for p in mods if re.match(r"anyformer/train/checkpoint", p)]),
-        "comments naming a machine": sum(machine_comments(ROOT / p) for p in mods),
+        "comments naming a machine": len(machine),
         "_importers": importers, "_sink signatures": sink_sigs, "_decode_step": decode_steps,
-        "_plan-named modules": plan_named,
+        "_plan-named modules": plan_named, "_comments naming a machine": machine,
     }
 
 

@@ -25,8 +25,9 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                               final_norm=False, norm_eps=1e-3)),
     # The default MNIST model: a hybrid ViT (the ViT paper's section 3.1) whose 7x7 grid of tokens comes from
     # two 3x3 stride-2 convolutions instead of one 4x4 patch projection; width 64, 6 blocks of 4 heads, MLP 128
-    # (0.21M parameters). Measured on MNIST (benchmarks/results/amd-epyc/mnist.md): 99.0% after 5 epochs, where the
-    # same transformer on plain 4x4 patches needed 12 epochs for 98.9%. `--set stem=patch` gives the pure ViT.
+    # (0.21M parameters): on MNIST it reaches 99% in under half the epochs the same transformer on plain 4x4
+    # patches needs to come close (measured: docs/results.md, 'Measurements behind the code's choices').
+    # `--set stem=patch` gives the pure ViT.
     "vit-mnist-fast": ("vit", dict(image_size=28, in_chans=1, num_classes=10, patch_size=4, width=64, depth=6,
                                    heads=4, mlp_hidden=128, stem="conv")),
     # A small masked autoencoder for 28x28 grey images (2-core CPU sized): a 4-block ViT trunk of width 128 on

@@ -1,11 +1,10 @@
 """Dropout whose mask costs less on the CPU.
 
-torch's CPU dropout draws its mask with `bernoulli_`, which runs single-threaded at about 130
-million values a second: 11 ms for one (16, 256, 384) activation, as long as a 4096 x 384 x 1536
-matmul on oneDNN. Comparing uniform draws with p gives the same Bernoulli(1 - p) keep-mask from
-torch's same generator in about a third of the time (benchmarks/results/amd-epyc/gpt_cpu.md: dropout 0.2
-on nanoGPT's char model). Same maths: each value kept with probability 1 - p and scaled by
-1 / (1 - p); only the random stream differs from F.dropout's.
+torch's CPU dropout draws its mask with `bernoulli_`, which runs single-threaded: one activation's
+mask can take as long as a large matmul. Comparing uniform draws with p gives the same
+Bernoulli(1 - p) keep-mask from torch's same generator in a fraction of the time
+(measured: docs/results.md, 'Measurements behind the code's choices'). Same maths: each value kept
+with probability 1 - p and scaled by 1 / (1 - p); only the random stream differs from F.dropout's.
 """
 from __future__ import annotations
 

@@ -4,10 +4,11 @@
 
 Inductor fuses what eager PyTorch runs as separate kernels (LayerNorm, GELU, bias and residual
 adds, softmax, the copies around attention). Whether that pays depends on the machine, the model and
-the precision: on a 2-core AMD EPYC the small MNIST ViTs' fp32 steps ran 1.08-1.24x faster
-compiled, their bf16 steps 2.3-2.7x slower, the char GPT's fp32 step no faster. A compile costs
-time too, so it is measured only where the calls to come could repay it (`REPAY`), and a record
-is used only where they do. Forced: `ANYFORMER_PLAN=compile=...`, `anyformer train --compile`.
+the precision: the same small ViT's step can run faster compiled in fp32 and slower compiled in
+bf16, and a larger model's step no faster at all (measured: docs/results.md, 'Measurements behind
+the code's choices'). A compile costs time too, so it is measured only where the calls to come
+could repay it (`REPAY`), and a record is used only where they do. Forced:
+`ANYFORMER_PLAN=compile=...`, `anyformer train --compile`.
 The compile done for the measurement is not wasted: the compiled module is handed back ready.
 Dropout stays comparable: the compiled module draws its random numbers through eager's kernels
 (inductor's `fallback_random`), so the same seed gives the same masks in both candidates.

@@ -2,10 +2,11 @@
 the torch build and the thread count, the GPU and its driver, the C++ compiler of the native kernels,
 and the plan's own code. Together they form the machine key that names a plan file.
 
-A choice measured on one machine says nothing about another: on the 2-core AMD EPYC this project
-was tuned on, oneDNN's fp32 Linear beat MKL 2x, while on an Intel Xeon without native bf16 it cost
-21% and bf16 ran 1.7x slower than fp32. So every flag that can flip a kernel choice is
-in the key, and nothing else (clock speed, microcode), so that the key stays stable on one host.
+A choice measured on one machine says nothing about another: oneDNN's fp32 Linear beat MKL by a
+wide margin on one CPU and lost to it on another, and bf16, a gain where the CPU computes it
+natively, ran slower than fp32 where the CPU emulates it (measured: docs/results.md, 'Measurements
+behind the code's choices'). So every flag that can flip a kernel choice is in the key, and nothing
+else (clock speed, microcode), so that the key stays stable on one host.
 """
 from __future__ import annotations
 
@@ -121,7 +122,8 @@ def machine(threads: int | None = None) -> dict[str, Any]:
 
 
 def file_name(m: dict[str, Any]) -> str:
-    """A readable name that is also unique: 'amd-epyc-torch2.13.0-t2-<hash>.json'."""
+    """A readable name that is also unique: '<cpu model>-torch<version>-t<threads>-<hash>.json', the CPU's
+    model name lower-cased with its runs of other characters made one '-'."""
     slug = re.sub(r"[^a-z0-9]+", "-", m["cpu"].lower()).strip("-")[:40] or "cpu"
     version = re.sub(r"[^A-Za-z0-9.]+", "_", m["torch"])
     return f"{slug}-torch{version}-t{m['threads']}-{m['key']}.json"

@@ -1,10 +1,11 @@
 """One kernel for all of a model's linear layers in a training step, timed on the step's forward and backward.
 
 `linear_kernel` times each layer's shape alone, in a loop over the same operands; inside a model
-the answer can differ, either way (each product reads what the kernels before it left). On a
-2-core AMD EPYC (2026-11-24) the char GPT's linears each measured 2-10% faster on oneDNN alone,
-most under the margin, while its whole step ran 5-9% faster with every layer on oneDNN; the MNIST
-ViT's q/k/v projection measured 7% faster "mixed" alone, while its whole step ran 9% slower so.
+the answer can differ, either way (each product reads what the kernels before it left): a GPT's
+linears can each measure a little faster on oneDNN alone, most under the margin, while its whole
+step runs faster with every layer on oneDNN; and a ViT's q/k/v projection can measure faster
+"mixed" alone while its whole step runs slower so (measured: docs/results.md, 'Measurements behind
+the code's choices').
 So a training run also times its own step's forward and backward with every layer on F.linear
 ("stock"), as its shape's plan chose ("planned"), on oneDNN ("onednn"), or on oneDNN with the
 weight gradient on BLAS ("mixed"), checked against stock, by the compile decision's 5% margin.

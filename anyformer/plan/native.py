@@ -6,13 +6,15 @@ attention over a packed q/k/v projection, and GELU (exact and tanh) forward and 
 (B, N, H*D_h): no copy of q, k or v on the way in, none of the output on the way out, and a backward
 that writes the gradient of the packed projection directly. It is a torch custom op
 (`anyformer::attention`), so a torch.compile'd block calls it as one opaque node. `gelu(x,
-approximate)` is F.gelu (`anyformer::gelu`) with its own vectorized exp: where ATen's tanh GELU ran
-at about 1.1 G elements/s on 2 cores of an AMD EPYC, this one ran 2.5-2.8x faster.
+approximate)` is F.gelu (`anyformer::gelu`) with its own vectorized exp, which runs at more than
+twice the rate of ATen's tanh GELU (measured: docs/results.md, 'Measurements behind the code's
+choices').
 
 The library is built once per machine with the system's C++ compiler (`$CXX`, else g++) into
 `$ANYFORMER_NATIVE_DIR`, else `$ANYFORMER_CACHE/native/`, named by a hash of the source, the
-compiler and the CPU, and written atomically (g++ took 9.6 s on a 2-core Zen 3: a folder that
-many processes share, like torch's TORCH_EXTENSIONS_DIR, is built once for all). Where there is
+compiler and the CPU, and written atomically (a build takes seconds of g++, too long to pay in
+every process: a folder that many processes share, like torch's TORCH_EXTENSIONS_DIR, is built
+once for all; measured: docs/results.md, 'Measurements behind the code's choices'). Where there is
 no compiler, the build fails or the CPU is not x86-64, `library()` is None and the speed plan
 never offers the kernel (`why_unavailable()` says why). Where it is built,
 the plan still uses it only for shapes where it measured faster than SDPA and matched it.

@@ -26,9 +26,10 @@ class Limits:
     queue: int = 16                         # requests waiting per lane; past it, 503 with Retry-After
     max_work_seconds: float = 5.0           # a request's estimated compute (steps x measured step time)
     deadline_seconds: float = 30.0          # from the request's first byte to its last: then 504 (or 408)
-    # The heavy lane's most share of a core while light requests are in the server (worker.py). In
-    # 60 s soaks of a char model on 2 cores (benchmarks/soak_serve.py): 0.3 gave light p99 1.32-1.34x
-    # idle and 700-token generations in 24 s (p50, 28 s at most); 0.5 gave 1.53-2.15x and 18-20 s.
+    # The heavy lane's most share of a core while light requests are in the server (worker.py). A half:
+    # in soaks (benchmarks/soak_serve.py) a smaller share kept light requests nearer their idle latency
+    # but brought long generations close to their deadline (measured: docs/results.md, 'Measurements
+    # behind the code's choices').
     heavy_share: float = 0.5
 
     def __post_init__(self) -> None:

@@ -10,9 +10,9 @@ upload) runs one, in its own thread, and takes turns: while light requests are i
 takes at most `heavy_share` of a core's time (after a step that used t seconds of CPU it waits
 t (1 - share) / share), and when none are, it runs flat out. Turns rather than a lower CPU
 priority: a heavy step of a small model is mostly Python, and a thread at nice 5 that the scheduler
-holds back while it has the GIL holds back the light calls waiting for it as well; in soaks of a
-char model on 2 cores, nice 5 and turns together let 700-token generations take 25-27 s of their
-30 s deadline, turns alone 18-23 s, at about the same light latency.
+holds back while it has the GIL holds back the light calls waiting for it as well: in soaks, nice 5
+on top of turns brought long generations close to their deadline at about the same light latency
+(measured: docs/results.md, 'Measurements behind the code's choices').
 Each lane admits at most its running calls plus `queue` waiting requests; past that a request is
 refused at once with 503 and Retry-After, not queued without end. Heavy work is a sequence of
 short steps (one token, one ODE step), run in slices of about SLICE_S a call, so it can be stopped

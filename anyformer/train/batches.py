@@ -21,9 +21,9 @@ def epoch_order(n: int, seed: int, epoch: int, device: torch.device | None = Non
     """The shuffled order of n examples in one epoch (read-only: every step of the epoch shares it),
     drawn on the CPU (the same on every device) and, with `device`, copied there once per epoch: a
     CUDA step then indexes the data kept on the device without copying its indices first (a copy that
-    made the host wait for the device). Kept, not drawn again for each step: a permutation of
-    MNIST's 60,000 took 0.8 ms a step (2-core AMD EPYC), where the default model's whole eager step on
-    an H100 took 21 ms."""
+    made the host wait for the device). Kept, not drawn again for each step: a permutation of a data
+    set the size of MNIST's costs a few percent of a small model's whole step on a GPU, every step
+    (measured: docs/results.md, 'Measurements behind the code's choices')."""
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 10_007 + epoch))
     return order if device is None else to_device(order, device)
 

@@ -61,7 +61,9 @@ _INIT = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_",
 def _shapes_only():
     """Initialisers that leave their tensor as it is, for a probe that needs only shapes (Hugging
     Face's `no_init_weights` does the same). On meta tensors, torch runs its Python reference of
-    each initialiser, whose first call imports the compiler: about 1.4 s of every run's start on 2 cores.
+    each initialiser, whose first call imports the compiler: a second or so of every run's start,
+    for a probe whose values nobody reads (measured: docs/results.md, 'Measurements behind the
+    code's choices').
     (For the same reason the models scale their random tables in place, `randn(...).mul_(std)`.)"""
     saved = {name: getattr(nn.init, name) for name in _INIT if hasattr(nn.init, name)}
     try:

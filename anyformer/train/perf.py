@@ -1,4 +1,4 @@
-"""Throughput accounting: the peak that MFU divides by, and the precision `amp=auto` means.
+"""Throughput accounting: the peak that MFU divides by (what `amp=auto` means is train/precision.py's).
 
 Model FLOPs come from the models themselves (`Model.forward_flops`), through each task.
 
@@ -17,7 +17,8 @@ import torch
 from .precision import resolve_amp
 
 # Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's data sheets, matched in this
-# order as substrings of torch.cuda.get_device_name(): the PCIe and NVL H100s before the SXM one.
+# order as substrings of torch.cuda.get_device_name(): a variant's longer name (PCIe, NVL) before the
+# shorter name it contains, so that a card takes its own variant's peak.
 SPEC_PEAK_BF16: tuple[tuple[str, float], ...] = (
     ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.4e12), ("H200", 989.4e12), ("H20", 148e12),
     ("GH200", 989.4e12), ("B200", 2250e12), ("A100", 312e12), ("A10G", 70e12), ("L40S", 362e12),

@@ -21,8 +21,10 @@ def settle_amp(amp: str, device: torch.device, *, width: int, hidden: int,
                decided: str | None = None) -> str:
     """Decide `auto` once, for the model at hand: bf16 autocast where the speed plan measured an
     MLP step of this width and hidden size (forward and backward, both ways) clearly faster than
-    fp32 on this machine, else fp32. Native bf16 (avx512_bf16, AMX) made it about 2x faster on an
-    AMD EPYC; emulated bf16 was 1.7x slower on an Intel Xeon. On CUDA: bf16 where supported.
+    fp32 on this machine, else fp32: measured, not assumed from the CPU's flags, because bf16 can
+    halve a step where the CPU computes it natively (avx512_bf16, AMX) and slow it where the CPU
+    emulates it (measured: docs/results.md, 'Measurements behind the code's choices'). On CUDA: bf16
+    where supported.
     `decided`: what another process settled (rank 0's choice, under torchrun): taken as it is, so
     that every rank computes in the same precision and only one of them measures.
     Later `resolve_amp("auto")` calls (the tasks' evaluation, the summary) return this choice."""
@@ -66,9 +68,9 @@ def make_scaler(amp: str, device: torch.device) -> torch.amp.GradScaler | None:
 
 def fast_fp32_matmuls(device: torch.device) -> None:
     """On CUDA, float32 matrix products on TF32 tensor cores (inputs rounded to a 10-bit mantissa,
-    sums in fp32), as timm's and nanoGPT's training scripts set: several times the fp32 rate on an
-    A100 or H100, for the parts of a step that autocast leaves in fp32 and for `--amp none`. The CPU
-    has no such mode; nothing changes there."""
+    sums in fp32), as timm's and nanoGPT's training scripts set: several times the fp32 rate on a
+    card with TF32 tensor cores, for the parts of a step that autocast leaves in fp32 and for
+    `--amp none`. The CPU has no such mode; nothing changes there."""
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")
 

@@ -17,7 +17,7 @@ from .textclass import BPE_PIECES, HELD_OUT_FILE, INSTALL_HINT, MINILM, class_na
 
 MAX_TOKENS = 128       # the length texts are cut to: most reviews, tickets and messages fit; longer ones cost O(N^2)
 # Chosen by 3-fold scores on fortunes by category (benchmarks/text_select.py, its rule written before its
-# runs; benchmarks/results/amd-epyc/text_select.md): the pretrained encoder's top 4 blocks trained for 2
+# runs; docs/results.md, 'Labelled text'): the pretrained encoder's top 4 blocks trained for 2
 # passes at 1e-4 (77.6% mean accuracy) against the top 2 for 3 passes at 2e-4 (76.5%) or 5e-5 (68.4%);
 # TF-IDF + logistic regression 55.7% on the same folds.
 TRAINED_LAYERS = 4

@@ -78,7 +78,7 @@ class Trainer:
             # torchrun sets OMP_NUM_THREADS=1 for each rank; share the cores among the local ranks instead.
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // self.dist.local_world))
         # The plan in force: replayed from the run (--resume) or another (--plan PATH), else made now;
-        # every decision from here on is taken inside `_plan_scope`, which records and pins it.
+        # every decision from here on is taken inside `self.step_plan.scope()`, which records and pins it.
         self.step_plan = StepPlan(cfg, self.run_dir, self.device, announce=self.dist.is_main)
         with self.step_plan.scope():
             self._build(task)

@@ -1,4 +1,7 @@
-"""Every test gets its own plan cache (never the user's) and planners it makes itself."""
+"""Every test gets its own plan cache (never the user's) and planners it makes itself; the planned layers'
+tests see which private kernel or attention function each call ran on (`ran`, `choice`) and stand in
+for torch.compile's tracing (`compiling`); `plan.prepare`'s tests have the planner's decisions answered
+and recorded (`asked`)."""
 from __future__ import annotations
 
 import contextlib
@@ -6,9 +9,13 @@ import contextlib
 import pytest
 import torch
 
-from anyformer.plan import Planner, using
+from anyformer.plan import Planner, attention_choice, layers, native, using
+from anyformer.plan.attention_choice import AttentionChoice
 from anyformer.plan.choices import Decision, register, unregister
 from anyformer.plan.timing import Measurement
+
+from .layer_calls import recorded
+from .prepare_doubles import Asked, door
 
 
 class FakeTimer:
@@ -61,3 +68,57 @@ def planner_with():
             stack.enter_context(using(p))
             return p
         yield make
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    """The planned layers' tests: the private kernels that calls ran on, in order: "onednn", "mixed" (oneDNN with the weight
+    gradient on BLAS), "rows" (native.linear_rows), "rowwise" (layers.rowwise_linear), "gelu"
+    (native.gelu), "attention" (native.attention_packed); F.linear, F.gelu and SDPA record nothing."""
+    log = []
+
+    def watch(owner, attr, name):
+        real = getattr(owner, attr)
+
+        def spy(*args, **kwargs):
+            log.append(name(args, kwargs) if callable(name) else name)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(owner, attr, spy)
+
+    watch(layers, "onednn_linear",
+          lambda a, kw: "mixed" if kw.get("blas_dw", a[3] if len(a) > 3 else False) else "onednn")
+    watch(native, "linear_rows", "rows")
+    watch(layers, "rowwise_linear", "rowwise")
+    watch(native, "gelu", "gelu")
+    watch(native, "attention_packed", "attention")
+    return log
+
+
+@pytest.fixture
+def compiling(monkeypatch):
+    """Inside torch.compile's tracing, as the layers and the attention function see it."""
+    monkeypatch.setattr(layers, "_is_compiling", lambda: True)
+    monkeypatch.setattr(attention_choice, "_is_compiling", lambda: True)
+
+
+@pytest.fixture
+def choice():
+    """An AttentionChoice with a recording function per kind of call, and its record."""
+    log = []
+    kinds = {(False, False): "many", (False, True): "one", (True, False): "many, grads", (True, True): "one, grads"}
+    return AttentionChoice({key: recorded(log, name) for key, name in kinds.items()}), log
+
+
+@pytest.fixture
+def asked(monkeypatch) -> Asked:
+    """`plan.prepare`'s tests: the planner's CPU decisions, as prepare's module calls them, answered
+    and recorded by an `Asked` (stock answers until the test sets its own); a CUDA question fails."""
+    a = Asked()
+    for name in ("linear_kernel", "gelu_kernel", "attention_kernel"):
+        monkeypatch.setattr(door, name, getattr(a, name))
+    monkeypatch.setattr(door, "sdpa_backend", lambda *args, **kw: pytest.fail("a CPU model asked for CUDA"))
+    # A linear call is asked about only where it could run on oneDNN; these tests are about what
+    # prepare asks, whichever torch build runs them (no oneDNN kernel runs here: every answer is
+    # left on the layers, and the example runs before any is made).
+    monkeypatch.setattr(layers, "_ONEDNN", True)
+    return a

@@ -44,6 +44,21 @@ def make_trainer(cfg, mnist_slice, task_class=None):
     return Trainer(cfg, task=(task_class or ImageClassification)(cfg, torch.device("cpu"), train, test))
 
 
+@pytest.fixture
+def trainer(tmp_path, mnist_slice):
+    """A tiny trainer on the MNIST slice, nothing run yet (the trainer's unit tests, test_trainer_*.py):
+    2,000 examples in batches of 32, so 63 steps an epoch and 126 steps asked."""
+    return make_trainer(tiny_config(tmp_path, epochs=2), mnist_slice)
+
+
+@pytest.fixture
+def no_peak_measurement(monkeypatch):
+    """The summary's MFU divides by the measured matmul rate, about a second per run on a CPU; the
+    tests that ask for this (test_every_option_*.py) never read it."""
+    from anyformer.train import trainer as trainer_module
+    monkeypatch.setattr(trainer_module, "peak_flops", lambda device, amp="none": (1e12, "test"))
+
+
 def interrupt_at(trainer, step: int) -> None:
     """Send this process SIGTERM right after `step`: the step ends and a checkpoint is written."""
     real = trainer.train_step

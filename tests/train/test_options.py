@@ -92,14 +92,14 @@ def test_the_optimiser_runs_the_adamw_kernel_the_plan_chose(impl):
 def test_the_average_follows_its_closed_form():
     model = nn.Linear(2, 2)
     model.register_buffer("count", torch.zeros(()))
-    ema = EMA(model, 0.5)
-    assert [ema.decay_at(n) for n in (0, 1, 100)] == pytest.approx([0.1, 2 / 11, 0.5])
+    ema = EMA(model, 0.9)  # not 0.5, where d and 1 - d agree and a swap of them would pass
+    assert [ema.decay_at(n) for n in (0, 1, 100)] == pytest.approx([0.1, 2 / 11, 0.9])
     start = ema.model.weight.clone()
     with torch.no_grad():
         model.weight.add_(1.0)
         model.count.fill_(7)
-    ema.update(model, 100)  # d = 0.5: half way from the average to the weights
-    assert torch.allclose(ema.model.weight, 0.5 * start + 0.5 * model.weight)
+    ema.update(model, 100)  # d = 0.9 (the ramp, 101 / 110, is past it): a tenth of the way to the weights
+    assert torch.allclose(ema.model.weight, 0.9 * start + 0.1 * model.weight)
     assert ema.model.count.item() == 7  # buffers are copied, not averaged
     assert not any(p.requires_grad for p in ema.model.parameters())  # a copy the optimiser never sees
     for decay in (0.0, 1.0):

@@ -89,7 +89,7 @@ def _leave_group() -> None:
 def test_under_torchrun_the_local_ranks_share_the_cores(tmp_path, mnist_slice, monkeypatch, threads, local_world):
     torchrun_env(monkeypatch, local_world=local_world, restarts=0)
     torch.set_num_threads(3)
-    try:  # FSDP, not DDP: see test_every_option's test_fsdp_shards_the_weights_under_torchrun
+    try:  # FSDP, not DDP: see test_every_option_step's test_fsdp_shards_the_weights_under_torchrun
         trainer = make_trainer(tiny_config(tmp_path, threads=None, fsdp=True), mnist_slice)
         assert trainer.dist.enabled and trainer.dist.local_world == local_world
         assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // local_world)

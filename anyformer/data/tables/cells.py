@@ -47,7 +47,7 @@ def as_booleans(cells: pd.Series) -> pd.Series | None:
 
 def as_dates(cells: pd.Series) -> pd.Series | None:
     """The cells as timestamps (NaT where missing) where every present one is an ISO 8601 date or date
-    and time (2024-01-31, 2024-01-31 12:00); else None. Day-first and month-first forms are
+    and time (YYYY-MM-DD, YYYY-MM-DD HH:MM); else None. Day-first and month-first forms are
     ambiguous, so they are not guessed at: such a column is read as categories."""
     missing = is_missing(cells)
     present = cells[~missing]

@@ -1,12 +1,12 @@
 // anyformer's own fp32 CPU kernels: attention over a packed q/k/v projection, and GELU.
 //
 // Attention: softmax(Q K^T * scale) V over (B, H, N, D) heads, forward and backward, one (batch,
-// head) pair per OpenMP iteration, so that a head's scores stay in the caches. Why it exists: on 2
-// cores, SDPA's CPU flash kernel ran a char GPT's causal attention (256 tokens, head dim 64) at about
-// 30 GFLOP/s, and a 28x28 MNIST ViT's (50 tokens, head dim 16) at about 40: its inner products are
-// blocked for long sequences and go through BLAS calls too small to pay. Here four query rows are
-// computed at once in registers (GCC vector extensions, 16 floats: AVX-512 where the compiler is
-// given it, two AVX2 halves elsewhere), and the keys and values of one head are
+// head) pair per OpenMP iteration, so that a head's scores stay in the caches. Why it exists: SDPA's
+// CPU flash kernel runs a small model's attention (tens to hundreds of tokens, heads of 16 to 64)
+// slowly, because its inner products are blocked for long sequences and go through BLAS calls too
+// small to pay (measured: docs/results.md, 'Measurements behind the code's choices'). Here four
+// query rows are computed at once in registers (GCC vector extensions, 16 floats: AVX-512 where the
+// compiler is given it, two AVX2 halves elsewhere), and the keys and values of one head are
 // transposed once into a buffer. The forward saves log-sum-exp per row; the backward recomputes the
 // probabilities from it (flash attention's recipe, at the granularity of a whole head).
 //
@@ -38,7 +38,7 @@ static inline void st(float *p, vf v) { *(vfu *)p = v; }
 static inline vf bc(float x) { return vf{} + x; }
 // Horizontal max and sum of a row's vector: a shuffle tree where AVX-512 is there. The scalar loop
 // is a chain of 16 dependent operations, and two of them a query row took about a quarter of the
-// forward's time for 50 keys on a 2-core Intel Xeon (Cascade Lake).
+// forward's time for 50 keys, a small ViT's (measured: docs/results.md, as above).
 #ifdef __AVX512F__
 static inline float hmax(vf v) { return _mm512_reduce_max_ps((__m512)v); }
 static inline float hsum(vf v) { return _mm512_reduce_add_ps((__m512)v); }
@@ -155,8 +155,8 @@ static inline void swap_bit(vf (&x)[W]) {
 }
 
 // t = the head's first M rows transposed (D x Mp, zero past M), a 16 x 16 tile at a time. Element by
-// element, every store went to another row Mp floats on: for a char GPT's heads (256 keys of 64,
-// t larger than L1) that took a quarter of the forward's time on a 2-core Intel Xeon.
+// element, every store went to another row Mp floats on: once t is larger than L1 (a char GPT's
+// heads, 256 keys of 64) that took a quarter of the forward's time (measured: docs/results.md).
 static void transpose(const Head &h, long M, long D, long Mp, float *t) {
     for (long j0 = 0; j0 < Mp; j0 += W) {
         long rows = M - j0 < W ? M - j0 : W;
@@ -266,8 +266,8 @@ static float *buf(long n) { return (float *)std::aligned_alloc(64, ((n * 4 + 63)
 
 // ---------------------------------------------------------------------------------------------
 // GELU, exact (erf) and tanh-approximated, forward and backward over contiguous fp32 arrays.
-// ATen's CPU kernels ran these at 0.5-1.1 G elements/s on 2 cores of an AMD EPYC (the backward of
-// a char GPT's MLP took as long as a quarter of its attention); these use the polynomial exp above.
+// ATen's CPU kernels run these slowly enough that the backward of a char GPT's MLP took as long as
+// a quarter of its attention (measured: docs/results.md); these use the polynomial exp above.
 //   exact:  y = x Phi(x),  dy/dx = Phi(x) + x phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2
 //   tanh:   y = x (1 + tanh u) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)
 //           dy/dx = (1 + tanh u) / 2 + x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2

@@ -7,8 +7,9 @@ EMA, the gradient scaler, the step counter and the pending sums, and (timed insi
 random generators. So a run that says its estimate trains exactly the same bits as one that does
 not, and the seconds it takes are only the estimate's own (a second or so for a small model).
 
-The first of the steps is a warm-up (allocator, oneDNN primitives); the median of the others is the
-time a step takes. An evaluation is counted as forward passes over the scored examples at a third
+The first of the steps is a warm-up (allocator, oneDNN primitives); then steps are timed until at least
+MIN_TIMED of them and MIN_SECONDS have passed (at most MAX_TIMED), and their median is the time a step
+takes: on a 2-core machine shared with other work, single steps of the same run varied 0.06-0.5 s. An evaluation is counted as forward passes over the scored examples at a third
 of a training step's time per example (forward and backward cost about three forwards).
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ import torch
 if TYPE_CHECKING:
     from .trainer import Trainer
 
-WARMUP_STEPS, TIMED_STEPS = 1, 3
+WARMUP_STEPS = 1
+MIN_TIMED, MAX_TIMED, MIN_SECONDS = 3, 20, 1.0
 
 
 def wanted(t: Trainer) -> bool:
@@ -34,29 +36,31 @@ def wanted(t: Trainer) -> bool:
             and t.step < t.total_steps)
 
 
-def step_seconds(t: Trainer, warmup: int = WARMUP_STEPS, timed: int = TIMED_STEPS) -> float:
-    """The median seconds of `timed` of the run's next training steps (after `warmup` more), each
-    then undone: the run goes on from exactly the state it was in."""
+def step_seconds(t: Trainer) -> tuple[float, int]:
+    """(the median seconds of the run's next training steps, how many were timed), after WARMUP_STEPS more;
+    each step then undone: the run goes on from exactly the state it was in."""
     saved = _snapshot(t)
     times: list[float] = []
     devices = [t.device] if t.device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=devices):
-            for i in range(warmup + timed):
+            for i in range(WARMUP_STEPS + MAX_TIMED):
                 t0, planned = time.perf_counter(), t.step_plan.planning_seconds()
                 t.train_step()
                 if t.device.type == "cuda":
                     torch.cuda.synchronize(t.device)
-                if i >= warmup:  # without the speed plan's first measurements of a new shape, as the loop counts
+                if i >= WARMUP_STEPS:  # without the speed plan's first measurements of a new shape, as the loop counts
                     times.append(time.perf_counter() - t0 - (t.step_plan.planning_seconds() - planned))
+                    if len(times) >= MIN_TIMED and sum(times) >= MIN_SECONDS:
+                        break
     finally:
         _restore(t, saved)
-    return statistics.median(times)
+    return statistics.median(times), len(times)
 
 
 def expected_line(t: Trainer) -> str:
     """One line: the steps left, the seconds a step took here, evaluations, and the total."""
-    per_step = step_seconds(t)
+    per_step, timed = step_seconds(t)
     steps = t.total_steps - t.step
     evals = sum(1 for s in range(t.step + 1, t.total_steps + 1) if s % t.eval_every == 0 or s == t.total_steps)
     scored = len(getattr(t.task, "test", ()) or ())
@@ -67,7 +71,7 @@ def expected_line(t: Trainer) -> str:
               if t.cfg.time_budget and t.cfg.time_budget < total else "")
     evaluations = f" and {evals} evaluations of {scored:,} images (~{_duration(eval_s)})" if scored else ""
     return (f"expected time: about {_duration(total)} for {steps:,} steps of {per_step:.3g} s (timed on "
-            f"{TIMED_STEPS} of the run's own steps, then undone){evaluations}{budget}")
+            f"{timed} of the run's own steps, then undone){evaluations}{budget}")
 
 
 def _duration(seconds: float) -> str:

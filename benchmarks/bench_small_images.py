@@ -54,6 +54,7 @@ from bench_common import (
     machine,
     processor_folder,
     table,
+    wait_for_quiet,
     write_results,
 )
 from image_sets import CHOOSE, MEASURE, folder_of
@@ -227,6 +228,7 @@ def main() -> None:
     ap.add_argument("--resnet-seconds", type=float, help="the ResNet-18's training seconds (default: anyformer's)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds before an anyformer run is stopped")
     ap.add_argument("--tag", default="", help="suffix of the results files")
+    ap.add_argument("--no-wait", action="store_true", help="start without waiting for a quiet machine")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     measure = {s.name: s for s in MEASURE}
@@ -235,7 +237,7 @@ def main() -> None:
         sys.exit(f"not MEASURE folders: {unknown} (CHOOSE folders {[s.name for s in CHOOSE]} are for "
                  f"images_select.py only); MEASURE: {list(measure)}")
     extra = shlex.split(args.anyformer_args)
-    started, load_before = dt.datetime.now(dt.timezone.utc), load_average()
+    started, load_before = dt.datetime.now(dt.timezone.utc), load_average() if args.no_wait else wait_for_quiet()
     rows: list[dict] = []
 
     def record(row: dict) -> None:

@@ -64,6 +64,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,8 +292,10 @@ CLIPART = ("animals", "buildings", "food", "geography", "office", "people", "pla
 def _small_enough(path: Path, pixels: int = 4_000_000) -> bool:
     """A drawing of at most `pixels` (a few are posters of hundreds of megapixels): its header alone is read."""
     try:
-        with Image.open(path) as im:
-            return im.width * im.height <= pixels
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                return im.width * im.height <= pixels
     except (Image.DecompressionBombError, OSError):
         return False
 

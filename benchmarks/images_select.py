@@ -30,7 +30,9 @@ string of extra flags, runs
     python -m anyformer train --data <work>/<folder>/k<k>/fold<i> --out ... --no-progress --no-plots <flags>
 
 with this checkout first on PYTHONPATH; summary.json's test_accuracy is the fold's score, beside the run's
-wall time, its training seconds and the time the run said it expected before its first step.
+wall time, its training seconds and the time the run said it expected before its first step. Wall times
+count (the timeout, ties): the script waits for a quiet machine before its first run (--no-wait not to),
+and each row records the load average when it ended.
 Logistic regression and an RBF SVM (scikit-learn's defaults, on standardised pixels scaled to [0, 1],
 pooled to at most 32x32 as anyformer's --baseline does) are fitted on the same fold's training images,
 decoded at the size and channels anyformer derives for the fold, and scored on its test images.
@@ -77,7 +79,14 @@ for _p in (str(ROOT), str(ROOT / "benchmarks")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from bench_common import RESULTS, cpu_words, load_average, processor_folder, table
+from bench_common import (
+    RESULTS,
+    cpu_words,
+    load_average,
+    processor_folder,
+    table,
+    wait_for_quiet,
+)
 from image_sets import CHOOSE, MEASURE, folder_of
 
 REFERENCES = ("LogReg", "SVM")
@@ -400,6 +409,7 @@ def main() -> None:
     ap.add_argument("--no-references", action="store_true", help="fit no LogReg or SVM")
     ap.add_argument("--timeout", type=float, default=300, help="seconds before an anyformer run is stopped (scores 0)")
     ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder (checkpoints), not only its log")
+    ap.add_argument("--no-wait", action="store_true", help="start without waiting for a quiet machine")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     choose = [s.name for s in CHOOSE]
@@ -428,6 +438,8 @@ def main() -> None:
 
     now = lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     runs = [] if args.dry_run else list(candidates.items())
+    if runs and not args.no_wait:
+        wait_for_quiet()  # wall times decide the 300 s limit and ties: another job's load would count against a run
     for name in folders:
         for i, fold in enumerate(write_folds(name, args.sets, args.work, args.folds)):
             facts = fold_facts(fold)
@@ -462,7 +474,7 @@ def main() -> None:
              f"images_select.jsonl. Folders built by image_sets.py; the rule for choosing is at the top of "
              f"images_select.py."), ""]
     path = jsonl.with_suffix(".md")
-    path.write_text("\n".join(head) + text + "\n")
+    path.write_text("\n".join(head) + "\n" + text + "\n")
     print(f"wrote {path}")
 
 

@@ -45,14 +45,16 @@ decoded at the size and channels anyformer derives for the fold, and scored on i
 A `{EXPR}` in a candidate's flags is a rule of the fold, worked out before each run: EXPR is Python
 arithmetic (with `x if c else y`) over `n` (the fold's training images), `classes`, `h`, `w` and `side`
 (the image size anyformer derives for the fold, side = min(h, w)), `colour` (1 or 0), `batch`,
-`per_epoch`, `epochs0` and `lr0` (the batch, steps per epoch, epochs and learning rate anyformer derives
-for the fold), with min, max, round, int, ceil, sqrt and log2. The row records the flags as written (so
-the same rule is the same run) and the flags it ran with (`ran`).
+`per_epoch`, `epochs0`, `lr0`, `patch`, `width` and `depth` (the batch, steps per epoch, epochs, learning
+rate, patch and model size anyformer derives for the fold), with min, max, round, int, ceil, sqrt and log2. The row records the flags as written (so
+the same rule is the same run) and the flags it ran with (`ran`). An EXPR that gives a string puts flags in
+by a condition: `{'--augment none' if colour else ''}`.
 
 Every run's row is appended to benchmarks/results/<processor>/images_select.jsonl as soon as it ends
-(one line per folder x candidate x fold), so an interrupted selection goes on with --resume (a row already
-there, of one of the call's candidates, is not run again for any of them with the same flags for that
-folder, k and fold: the seed is fixed, so it is the same run; --retry-failed runs failed rows again); the
+(one line per folder x candidate x fold), so an interrupted selection goes on with --resume (a run already
+there is not run again: a row that ran the same flags on the same folder, k and fold, whichever candidate
+wrote it, counts for every candidate whose rules give those flags there; the seed is fixed, so it is the same
+run: a rule that changes only some folders costs only their runs; --retry-failed runs failed rows again); the
 summary, over the rows in that file for this call's folders and candidates, is written to images_select.md.
 """
 from __future__ import annotations
@@ -103,7 +105,7 @@ def parse_candidates(specs: list[str]) -> dict[str, str]:
     """NAME=FLAGS pairs, in the order given (the first is the current default)."""
     out: dict[str, str] = {}
     example = {"n": 1000, "classes": 10, "h": 32, "w": 32, "side": 32, "colour": 1, "batch": 128, "per_epoch": 8,
-               "epochs0": 100, "lr0": 2e-3}
+               "epochs0": 100, "lr0": 2e-3, "patch": 4, "width": 64, "depth": 4}
     for spec in specs:
         name, sep, flags = spec.partition("=")
         if not sep or not NAME.match(name) or name in REFERENCES:
@@ -131,6 +133,8 @@ def resolve(flags: str, facts: dict) -> str:
     def value(m: re.Match) -> str:
         # The expressions are this script's own command line, not a stranger's: arithmetic, no builtins.
         v = eval(m.group(1), {"__builtins__": {}}, names)
+        if isinstance(v, str):  # flags chosen by a condition: {'--augment none' if colour else ''}
+            return v
         return str(int(v)) if float(v).is_integer() else f"{v:.6g}"
     return RULE.sub(value, flags)
 
@@ -144,9 +148,10 @@ def fold_facts(fold: Path) -> dict:
     _, values, _ = auto_settings(str(fold), {}, RECIPES["series"])
     h, w = values["image_size"]
     n = sum(scan.splits["train"].values())
-    batch = values["batch_size"]
+    batch, model = values["batch_size"], values["model_overrides"]
     return {"n": n, "classes": len(scan.classes), "h": h, "w": w, "side": min(h, w), "colour": int(scan.colour),
-            "batch": batch, "per_epoch": math.ceil(n / batch), "epochs0": values["epochs"], "lr0": values["lr"]}
+            "batch": batch, "per_epoch": math.ceil(n / batch), "epochs0": values["epochs"], "lr0": values["lr"],
+            "patch": model["patch_size"], "width": model["width"], "depth": model["depth"]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,6 +294,11 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def ran_by(row: dict) -> str:
+    """The flags a row's run was given (rows of a rule record them; older rows only the flags as written)."""
+    return row.get("ran", row["flags"])
+
+
 def score_of(row: dict) -> float:
     """The fold's score in points; a failed or timed-out run scores 0 (the rule)."""
     return 0.0 if "error" in row else 100 * row["accuracy"]
@@ -301,17 +311,17 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
     latest = {key(r): r for r in rows}
     names = [*candidates, *REFERENCES]
     flags = {**candidates, **{r: None for r in REFERENCES}}
-    # A fold's row of a candidate: its own, or another of this call's candidates' with the same flags (the same
-    # run: the seed is fixed); the last written counts.
+    # A fold's row of a candidate: any row that ran the flags the candidate's rules give for that fold (the same
+    # run: the seed is fixed), whichever candidate wrote it; the last written counts.
     folds_of: dict[tuple[str, str], dict[int, dict]] = {}
     for (f, c, fl, folds, fold), r in latest.items():
-        if f not in folders or folds != k or c not in flags:
+        if f not in folders or folds != k:
             continue
         if c in REFERENCES:
             folds_of.setdefault((f, c), {})[fold] = r
             continue
         for mine in candidates:
-            if fl == flags[mine]:
+            if ran_by(r) == resolve(flags[mine], r):
                 folds_of.setdefault((f, mine), {})[fold] = r
     per = {fc: list(v.values()) for fc, v in folds_of.items()}
 
@@ -423,7 +433,7 @@ def main() -> None:
     candidates = parse_candidates(args.candidate)
     jsonl = RESULTS / processor_folder() / "images_select.jsonl"
     kept = [r for r in read_rows(jsonl) if not (args.retry_failed and "error" in r)] if args.resume else []
-    done = {(r["folder"], r["flags"], r["folds"], r["fold"]) for r in kept if r["candidate"] in candidates}
+    done = {(r["folder"], ran_by(r), r["folds"], r["fold"]) for r in kept if r["candidate"] not in REFERENCES}
     references_done = {(r["folder"], r["candidate"], r["folds"], r["fold"]) for r in kept
                        if r["candidate"] in REFERENCES}
     new_rows: list[dict] = []
@@ -445,10 +455,10 @@ def main() -> None:
             facts = fold_facts(fold)
             base = {"folder": name, "folds": args.folds, "fold": i, **facts}
             for candidate, flags in runs:
-                if (name, flags, args.folds, i) in done:
-                    continue
-                done.add((name, flags, args.folds, i))
                 ran = resolve(flags, facts)
+                if (name, ran, args.folds, i) in done:
+                    continue
+                done.add((name, ran, args.folds, i))
                 out = args.work / "runs" / name / f"k{args.folds}" / f"fold{i}" / candidate
                 result = run_anyformer(fold, out, shlex.split(ran), args.timeout)
                 if not args.keep_runs and out.exists():

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from ..data.transfer import float64_on
 from ..models import REGISTRY, Model
-from . import checkpoint, elastic, own_model, progress
+from . import checkpoint, elastic, estimate, own_model, progress
 from .build import build_model, pick_device
 from .checkpoint import CKPT_DIR
 from .config import TrainConfig
@@ -329,6 +329,8 @@ class Trainer:
             print(f"plan: replaying {len(self.step_plan.plan['answers'])} recorded choices from {self.step_plan.source}")
         self._settle_step_plan()
         self.write_plan()
+        if estimate.wanted(self):  # a few steps timed and undone: the weights are as if it had said nothing
+            print(estimate.expected_line(self))
         if self.budget is not None:
             self.budget.steady(self.step, self.elapsed)
         fpi = own_model.flops_per_item(self.task, self.model)

@@ -60,6 +60,10 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--label-column", metavar="NAME",
                    help="series or a table in a CSV: the column that holds the labels or the target (default: a "
                         "column named label, class, target or y)")
+    t.add_argument("--text-column", metavar="NAME[,NAME...]",
+                   help="labelled text in a table: the column holding the texts, or several joined by commas (a "
+                        "title and a body, read as one text); the data is then read as labelled text (default: "
+                        "the column whose values are long and mostly distinct)")
     t.add_argument("--task", dest="objective", choices=["classify", "regress", "text", "table", "lm"],
                    help="tables: predict classes or a number (default: from the target's values, and said); "
                         "text: read a CSV or class folders as labelled text (a text classifier), table: as a "

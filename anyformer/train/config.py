@@ -49,6 +49,8 @@ class TrainConfig:
                                              # share of it held out for validation (None: derived from the data)
     label_column: str | None = None          # series or a table in a CSV: the column holding the labels or the target
                                              # (None: found by name)
+    text_column: str | None = None           # labelled text in a table: its text column, or several joined by commas
+                                             # (None: the column whose values are texts)
     objective: str | None = None             # tables: classify or regress (--task; None: from the target's cells)
     baseline: bool = False                   # also fit the classical method on the same split (tables: LightGBM)
     select_fraction: float | None = None     # tables: the share of the training rows held back to pick the

@@ -46,8 +46,11 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
     `series_recipe`: the series recipe's settings, which series data starts from."""
     kind = detect_kind(data, asked.get("label_column"))
     forced = asked.get("objective")  # --task text / table / lm: the kind of data, as the user says
+    flag = f"--task {forced}"
+    if asked.get("text_column") and forced is None:  # a text column named: labelled text
+        forced, flag = "text", "--text-column"
     if forced in ("text", "table", "lm"):
-        kind = _forced_kind(kind, forced)
+        kind = _forced_kind(kind, forced, flag)
         asked = {**asked, "objective": None}
     if kind.kind == "labelled-text":
         from .text_settings import text_settings
@@ -66,11 +69,11 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
     return kind.why, values, why
 
 
-def _forced_kind(kind: Any, forced: str) -> Any:
+def _forced_kind(kind: Any, forced: str, flag: str) -> Any:
     """--task text (labelled text), table or lm (a corpus for a language model) over what the files suggest."""
     from ..data.detect import DataKind
     name = {"text": "labelled-text", "table": "table", "lm": "text"}[forced]
-    return kind if kind.kind == name else DataKind(name, f"{kind.why}, read as {forced} (--task {forced})")
+    return kind if kind.kind == name else DataKind(name, f"{kind.why}, read as {forced} ({flag})")
 
 
 # ------------------------------------------------------------------------------------------ images

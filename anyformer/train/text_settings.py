@@ -58,7 +58,7 @@ def _kept(frozen: int, lengths: list[int], length: int, depth: int = 6, width: i
 
 def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
     """(what the labelled text is, in one line; its run's settings; why each was derived)."""
-    source = describe_text_source(data, asked.get("label_column"))
+    source = describe_text_source(data, asked.get("label_column"), asked.get("text_column"))
     train, test = read_labelled_text(source)
     classes = class_names(train.labels)
     n = len(train)
@@ -116,12 +116,16 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
         why["skipped"] = "; ".join(f"{k!r} ({v})" for k, v in list(skipped.items())[:6]) + (
             f"; and {len(skipped) - 6} more" if len(skipped) > 6 else "")
     mean_chars = sum(len(t) for t in train.texts) / max(1, n)
-    where = (f"a text column {source.text_column!r} ({mean_chars:,.0f} characters on average), label "
+    names = (source.text_column or "").split(",")
+    column = (f"a text column {names[0]!r}" if len(names) == 1 else
+              "text columns " + ", ".join(map(repr, names[:-1])) + f" and {names[-1]!r}, read as one text")
+    where = (f"{column} ({mean_chars:,.0f} characters on average), label "
              f"{source.label_column!r}" if source.layout == "table" else
              f"{n:,} text files in {len(classes)} class folders ({mean_chars:,.0f} characters on average)")
     what = (f"labelled text: {where}, {len(classes)} classes, {n:,} texts"
             + (f" (and a test part of {len(test):,})" if test is not None else ""))
     values = dict(task="text-classify", model=model, data=data, label_column=source.label_column,
+                  text_column=source.text_column,
                   val_fraction=fraction, batch_size=batch, epochs=epochs, seq_len=length, lr=lr, weight_decay=0.01,
                   warmup_steps=warmup, eval_every=eval_every, label_smoothing=0.0, grad_clip=1.0, amp="none",
                   compile=False, eval_batch_size=64, model_overrides=overrides)

@@ -152,7 +152,7 @@ def load_text_splits(cfg: TrainConfig, info: dict[str, Any] | None = None) -> Te
     finished run (`info`) its own scored texts again, or other data read with its column names."""
     if info is not None and scores_other_data(cfg.data, info):
         return _other_data(cfg, info)
-    source = describe_text_source(cfg.data, cfg.label_column)
+    source = describe_text_source(cfg.data, cfg.label_column, cfg.text_column)
     train, test = read_labelled_text(source)
     classes = list(info["classes"]) if info is not None else class_names(train.labels)
     if test is not None:

@@ -119,10 +119,33 @@ def table_text_column(path: str | Path, label_column: str | None = None) -> str 
     return text if len(used) < MAX_TABLE_INPUTS else None
 
 
-def _table_texts(frame: pd.DataFrame, text: str, label: str, where: str) -> LabelledTexts:
-    # A missing text cell is an empty text: the model still sees [CLS] [SEP] and answers for it.
-    texts = frame[text].where(~is_missing(frame[text]), "").tolist()
-    return LabelledTexts(texts, frame[label].astype(str).tolist(), [str(int(i) + 1) for i in frame.index], where)
+def text_columns(frame: pd.DataFrame, text_column: str, where: str, expected: str) -> list[str]:
+    """The frame's columns that `text_column` names: one name, or several joined by commas (a title and a
+    body), each matched exactly, else in any case; a one-line DataError naming what the file holds."""
+    if text_column in frame.columns:
+        return [text_column]
+    names = [n.strip() for n in text_column.split(",")]
+    found = []
+    for name in names:
+        hits = [c for c in frame.columns if c == name] or [c for c in frame.columns if c.lower() == name.lower()]
+        if not name or not hits:
+            raise DataError(f"{where}: no column {name!r} among {list(frame.columns)[:8]}; expected {expected}")
+        found.append(hits[0])
+    return found
+
+
+def text_cells(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+    """Each row's text: its cells of `columns` joined by line breaks, a missing cell left out; a row with
+    none is an empty text (the model still sees [CLS] [SEP] and answers for it)."""
+    parts = [frame[c].where(~is_missing(frame[c]), "").astype(str) for c in columns]
+    if len(parts) == 1:
+        return parts[0].tolist()
+    return ["\n".join(x for x in row if x) for row in zip(*(p.tolist() for p in parts))]
+
+
+def _table_texts(frame: pd.DataFrame, columns: list[str], label: str, where: str) -> LabelledTexts:
+    return LabelledTexts(text_cells(frame, columns), frame[label].astype(str).tolist(),
+                         [str(int(i) + 1) for i in frame.index], where)
 
 
 def read_texts_file(path: str | Path, text_column: str, label_column: str | None) -> LabelledTexts:
@@ -134,19 +157,14 @@ def read_texts_file(path: str | Path, text_column: str, label_column: str | None
         frame, label = read_labelled(path, label_column)
     else:
         frame, label = read_table(path), None
-    hits = [c for c in frame.columns if c == text_column] or [c for c in frame.columns
-                                                               if c.lower() == text_column.lower()]
-    if not hits:
-        raise DataError(f"{path}: no column {text_column!r} among {list(frame.columns)[:8]}; expected the text "
-                        f"column the run was trained on")
+    columns = text_columns(frame, text_column, str(path), "the text column the run was trained on")
     if label is not None and label not in frame.columns:
         raise DataError(f"{path}: no label column {label_column!r} among {list(frame.columns)[:8]}; expected the "
                         f"label column the run was trained on")
     if label is None:
-        cells = frame[hits[0]]
-        return LabelledTexts(cells.where(~is_missing(cells), "").tolist(), [""] * len(frame),
-                             [str(int(i) + 1) for i in frame.index], str(path))
-    return _table_texts(frame, hits[0], label, str(path))
+        return LabelledTexts(text_cells(frame, columns), [""] * len(frame), [str(int(i) + 1) for i in frame.index],
+                             str(path))
+    return _table_texts(frame, columns, label, str(path))
 
 
 # ---------------------------------------------------------------------------------------------- folders
@@ -204,8 +222,11 @@ def _folder_texts(folder: Path) -> LabelledTexts:
 
 # ---------------------------------------------------------------------------------------------- both
 
-def describe_text_source(data: str | Path, label_column: str | None = None) -> TextSource:
-    """How the labelled text at `data` is laid out (no texts kept): a table's columns, or class folders."""
+def describe_text_source(data: str | Path, label_column: str | None = None,
+                         text_column: str | None = None) -> TextSource:
+    """How the labelled text at `data` is laid out (no texts kept): a table's columns, or class folders.
+    `text_column` (--text-column) names a table's text column, or several joined by commas, over the
+    column its values would pick."""
     path = Path(data).expanduser()
     if path.is_dir() and has_class_folders(path):
         split = _split_folders(path)
@@ -216,6 +237,14 @@ def describe_text_source(data: str | Path, label_column: str | None = None) -> T
         _folder_texts(path)  # refused there, naming what the folder holds
     files = find_table_files(path)
     frame, target = read_labelled(files.train, asked=label_column)
+    if text_column:
+        named = text_columns(frame, text_column, str(files.train), "a text column (--text-column)")
+        if target in named:
+            raise DataError(f"{files.train}: --text-column names the label column {target!r}; expected a column "
+                            f"of texts beside it")
+        others = {c: "not named by --text-column" for c in frame.columns if c != target and c not in named}
+        return TextSource("table", files.train, files.test, ",".join(named), target, others,
+                          "named by --text-column")
     text, why, others = find_text_column(frame, target)
     if text is None:
         shown = "; ".join(f"{k!r} ({v})" for k, v in list(others.items())[:4])
@@ -231,7 +260,8 @@ def read_labelled_text(source: TextSource) -> tuple[LabelledTexts, LabelledTexts
         test = _folder_texts(source.test) if source.test is not None else None
     else:
         frame, label = read_labelled(source.train, source.label_column)
-        train = _table_texts(frame, source.text_column, label, str(source.train))
+        columns = text_columns(frame, source.text_column, str(source.train), "the text column")
+        train = _table_texts(frame, columns, label, str(source.train))
         test = (read_texts_file(source.test, source.text_column, source.label_column)
                 if source.test is not None else None)
     _check(train)

@@ -3,8 +3,8 @@ model (`default_example`, checked with a recording stand-in), the attention case
 by (`_attention_case`), which calls of a layer are asked about and with which sizes (`_observe`,
 `_has_choice`, `_sizes`), where each answer lands on the layer and how a kind of call never seen
 borrows the answer of one that was (`_choose`, `_choose_attention`), a second prepare starting from
-the stock choices (`_reset`), the default attention functions `unprepare` gives back, and the GPT
-decoder installed and removed. The planner's CPU decisions are stood in for by recorders in the
+the stock choices (`_reset`), the default attention functions `unprepare` gives back, and a GPT's
+compiled decode steps dropped by both. The planner's CPU decisions are stood in for by recorders in the
 module prepare asks them through, so nothing is measured and each answer is the test's own."""
 from __future__ import annotations
 
@@ -17,12 +17,11 @@ from torch import nn
 
 from anyformer import plan
 from anyformer.models import REGISTRY
-from anyformer.models.generation import EAGER, decoder_of
+from anyformer.models.generation import CompiledStep, compiled_steps, next_logits
 from anyformer.nn import MLP, KVCache, MultiHeadAttention, RotaryEmbedding
 from anyformer.nn.attend import ATTENTION_FUNCTIONS, explicit, sdpa
 from anyformer.plan import layers
 from anyformer.plan.attention_choice import AttentionChoice, SdpaBackend
-from anyformer.plan.decode import PLANNED_DECODER
 
 door = importlib.import_module("anyformer.plan.prepare")  # the module (the package exports the function)
 AttentionCase = door.AttentionCase
@@ -170,8 +169,9 @@ def test_prepare_with_default_plans_a_gpts_scoring_and_its_one_token_step(asked)
     gpt = REGISTRY["gpt"](REGISTRY["gpt"].config_class(vocab_size=11, context=8, width=16, depth=1, heads=2)).eval()
     plan.prepare(gpt, "default")
     # (batch, heads, q_len, k_len, head_dim, dtype, causal, training, masked, layout)
+    # the step: one query over the whole cache of the 4 + 2 tokens generate holds, masked
     assert asked.attention == [(1, 2, 4, 4, 8, F32, True, False, False, "packed"),
-                               (1, 2, 1, 5, 8, F32, True, False, False, "cache")]
+                               (1, 2, 1, 6, 8, F32, False, False, True, "cache")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,23 +203,15 @@ def test_a_rotary_or_cross_attention_layer_takes_the_views_layout():
     assert door._attention_case(cross, torch.randn(3, 5, 16), torch.randn(3, 7, 6)) == case(k_len=7, layout="views")
 
 
-def test_a_cached_call_attends_over_the_cache_so_far_and_its_own_tokens():
-    attn, cache = planned_attention(), KVCache(3, 2, 8, 16, F32, "cpu")
+def test_a_cached_call_attends_over_the_whole_cache_masked():
+    """Whatever the cache's position, a call reads every position of its buffer, with its own mask in
+    place of the causal one."""
+    attn, cache = planned_attention(), KVCache(1, 3, 2, 8, 16, F32, "cpu")
     assert door._attention_case(attn, torch.randn(3, 5, 16), causal=True, cache=cache) == \
-        case(causal=True, layout="cache")
-    cache.length = 5
+        case(k_len=16, masked=True, layout="cache")
+    cache.position.fill_(5)
     assert door._attention_case(attn, torch.randn(3, 1, 16), causal=True, cache=cache) == \
-        case(q_len=1, k_len=6, causal=True, layout="cache")
-    # written at an explicit position: the keys before it and its own, whatever the cache's length
-    assert door._attention_case(attn, torch.randn(3, 1, 16), causal=True, cache=cache, position=2) == \
-        case(q_len=1, k_len=3, causal=True, layout="cache")
-
-
-def test_a_static_cache_step_attends_over_the_whole_cache_masked():
-    """A tensor position (a compiled step): the whole buffer, its own mask in place of the causal one."""
-    attn, cache = planned_attention(), KVCache(3, 2, 8, 16, F32, "cpu")
-    step = door._attention_case(attn, torch.randn(3, 1, 16), causal=True, cache=cache, position=torch.tensor(4))
-    assert step == case(q_len=1, k_len=16, masked=True, layout="cache")
+        case(q_len=1, k_len=16, masked=True, layout="cache")
 
 
 def test_attention_dropout_counts_in_training_only():
@@ -434,7 +426,12 @@ def test_a_layer_gets_its_own_default_attention_back(asked, impl, default):
         assert layer.attend is default
 
 
-def test_a_gpt_gets_the_plans_decoder_and_loses_it_unprepared():
+def test_a_gpt_loses_its_compiled_decode_steps_prepared_again_or_unprepared():
+    """The steps were traced through the layers' earlier choices: a new prepare (or unprepare) drops
+    them, and the model generates eagerly until `prepare_decode` settles again."""
     gpt = REGISTRY["gpt"](REGISTRY["gpt"].config_class(vocab_size=11, context=8, width=16, depth=1, heads=2))
-    assert decoder_of(plan.prepare(gpt)) is PLANNED_DECODER
-    assert decoder_of(plan.unprepare(gpt)) is EAGER
+    for door_call in (plan.prepare, plan.unprepare):
+        compiled_steps(gpt)[(1, 8)] = CompiledStep(next_logits)
+        assert gpt.compiled_decode(1, 5)
+        door_call(gpt)
+        assert compiled_steps(gpt) == {} and not gpt.compiled_decode(1, 5)

@@ -47,8 +47,8 @@ __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw
            "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training",
            "configure", "decision", "decisions", "force", "forcing", "gelu_kernel", "linear_kernel", "linears_for_training",
            "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
-           "prepare", "prepare_decode", "register", "reset", "sdpa_backend", "sdpa_context", "set_training_kernel", "unprepare",
-           "unprepared", "using"]
+           "prepare", "prepare_decode", "register", "reset", "sdpa_backend", "sdpa_context", "set_training_kernel",
+           "unprepare", "unprepared", "using"]
 
 
 def force(spec: str | Mapping[str, str] | None = None, **by_name: str):

@@ -100,11 +100,12 @@ def static_step(compiled: Callable[..., Tensor]) -> Step:
 
 
 def _static_addresses(cache: KVCache) -> None:
-    """Mark the cache's buffers and position as static inputs of the compiled step. CUDA graphs replay
-    fixed addresses: an input that is not marked is copied into the graph's own buffer, and one
-    written in place (as these are) makes cudagraph trees skip the graph. Unguarded: another cache
-    (another request's) has the graph recorded again, not recompiled; generation reuses one per size."""
-    for t in (cache.k, cache.v, cache.position):
+    """Mark the cache's tensors as static inputs of the compiled step. CUDA graphs replay fixed
+    addresses: an input that is not marked is copied into the graph's own buffer, and one written in
+    place (as the buffers and the position are) makes cudagraph trees skip the graph. Unguarded:
+    another cache (another request's) has the graph recorded again, not recompiled; generation
+    reuses one per size."""
+    for t in (cache.k, cache.v, cache.position, cache.slots):
         torch._dynamo.mark_static_address(t)
 
 

@@ -100,7 +100,8 @@ def test_a_compiled_step_serves_its_size_with_the_cache_it_kept():
         with generation._decoding(gpt, 1, 40, use_cache=True) as (third, _):
             assert third is second and int(third.position) == 0 and compiled.kept == []
         prompt = torch.randint(0, 20, (1, 4))
-        assert torch.equal(gpt.generate(prompt, 6, temperature=0), gpt.generate(prompt, 6, temperature=0, use_cache=False))
+        cached = gpt.generate(prompt, 6, temperature=0)
+        assert torch.equal(cached, gpt.generate(prompt, 6, temperature=0, use_cache=False))
         assert calls and all(c is third for c in calls)  # the generation ran the step, with the kept cache
         assert not gpt.compiled_decode(2, 20) and gpt.compiled_decode(1, 20)
     finally:

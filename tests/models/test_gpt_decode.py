@@ -168,6 +168,7 @@ def test_the_door_compiles_only_where_the_steps_to_come_would_pay_for_it(monkeyp
             monkeypatch.setattr(plan.Planner, asked, lambda *a, **kw: pytest.fail("generation asked the plan"))
         gpt.generate(prompt, 8, temperature=0)
         gpt.generate(prompt, 50, temperature=0)
+        gpt.generate(prompt.expand(2, -1), 8, temperature=0)  # no step compiled for 2 prompts: eager
     assert len(compiles) == 1
 
 

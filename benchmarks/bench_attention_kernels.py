@@ -89,7 +89,7 @@ def decode_cell(nk: int, head_dim: int, dtype: torch.dtype, rounds: int, steps: 
     torch.manual_seed(0)
     layer = MultiHeadAttention(WIDTH, WIDTH // head_dim).to(dtype)
     cache = KVCache(1, 1, WIDTH // head_dim, head_dim, nk, dtype, "cpu")
-    cache.k.normal_(), cache.v.normal_()
+    cache.k[0].normal_(), cache.v[0].normal_()
     x = torch.randn(1, 1, WIDTH, dtype=dtype)
 
     def step_of(impl: str):

@@ -37,24 +37,27 @@ class KVCache:
     Preallocated to `max_len` positions: a new token is a copy into place, never a concat of the
     prefix. `position` is a 0-dim int64 tensor on the cache's device, so that no shape depends on
     it: one compiled graph serves every step, and the buffers keep their addresses (what CUDA graphs
-    replay). Attention reads each layer's whole buffer with the positions not yet written masked."""
+    replay). Attention reads each layer's whole buffer with the positions not yet written masked.
+    `k[i]`, `v[i]`: layer i's (B, H, M, D_h) buffers, a tensor each: a compiled step then writes each
+    in place, where slices of one (L, ...) tensor cost it copies of the whole."""
 
     def __init__(self, layers: int, batch: int, heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
         # Zeros, not empty: attention reads every position and masks those not yet written, and a
         # masked weight of 0 times a NaN left in fresh memory is NaN.
-        self.k = torch.zeros(layers, batch, heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
+        shape = (batch, heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.position = torch.zeros((), dtype=torch.long, device=device)
         self.slots = torch.arange(max_len, device=device)  # 0 .. max_len - 1, made once, not per layer
 
     @property
     def layers(self) -> int:
-        return self.k.shape[0]
+        return len(self.k)
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[3]
+        return self.slots.shape[0]
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Write `layer`'s (B, H, T, D_h) keys and values at positions position .. position + T - 1;
@@ -73,8 +76,8 @@ class KVCache:
 
     def reset(self) -> None:
         """Empty again, for another request (zeroed: see __init__; a reused buffer keeps its address)."""
-        self.k.zero_()
-        self.v.zero_()
+        for t in (*self.k, *self.v):
+            t.zero_()
         self.position.zero_()
 
 

@@ -105,7 +105,7 @@ def _static_addresses(cache: KVCache) -> None:
     place (as the buffers and the position are) makes cudagraph trees skip the graph. Unguarded:
     another cache (another request's) has the graph recorded again, not recompiled; generation
     reuses one per size."""
-    for t in (cache.k, cache.v, cache.position, cache.slots):
+    for t in (*cache.k, *cache.v, cache.position, cache.slots):
         torch._dynamo.mark_static_address(t)
 
 

@@ -166,9 +166,9 @@ def test_gpt_token_dropout_acts_in_training():
 def test_gpt_caches_take_the_model_s_dtype_and_device():
     gpt = af.GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=2, heads=2)).double()
     cache = gpt.new_cache(3, max_len=5)
-    assert cache.layers == 2 and cache.k.shape == (2, 3, 2, 5, 8) and cache.k.dtype == torch.float64
+    assert cache.layers == 2 and all(t.shape == (3, 2, 5, 8) and t.dtype == torch.float64 for t in cache.k + cache.v)
     assert gpt.new_cache(1).max_len == 16  # the context by default
-    assert gpt.to("meta").new_cache(1).v.device.type == "meta"
+    assert gpt.to("meta").new_cache(1).v[1].device.type == "meta"
 
 
 def test_gpt_stream_hands_every_setting_to_the_loop(gpt, monkeypatch):

@@ -88,8 +88,8 @@ def decode_cell(nk: int, head_dim: int, dtype: torch.dtype, rounds: int, steps: 
     """Generation with a key/value cache, batch 1: one new query attending to nk cached keys."""
     torch.manual_seed(0)
     layer = MultiHeadAttention(WIDTH, WIDTH // head_dim).to(dtype)
-    cache = KVCache(1, WIDTH // head_dim, head_dim, nk, dtype, "cpu")
-    cache.k.normal_(), cache.v.normal_()
+    cache = KVCache(1, 1, WIDTH // head_dim, head_dim, nk, dtype, "cpu")
+    cache.k[0].normal_(), cache.v[0].normal_()
     x = torch.randn(1, 1, WIDTH, dtype=dtype)
 
     def step_of(impl: str):
@@ -97,7 +97,7 @@ def decode_cell(nk: int, head_dim: int, dtype: torch.dtype, rounds: int, steps: 
             use(layer, impl)
             with torch.inference_mode():
                 for _ in range(DECODE_CALLS):
-                    cache.length = nk - 1
+                    cache.position.fill_(nk - 1)
                     layer(x, causal=True, cache=cache)
         return step
     cs = [Contestant(impl, step_of(impl), DECODE_CALLS, 0.0) for impl in ("fused", "explicit")]

@@ -6,10 +6,10 @@ the cache a new token costs one position (plus attention over the cached keys), 
 win by a margin that widens with the prefix. Weights are random (no pretrained GPT-2 ships in a
 package we may use): speed does not depend on their values. Greedy decoding (temperature 0).
 
-Against HF (run first): as a process's first requests, and in the steady state of a process that
-keeps generating, once anyformer's speed plan has had the eager steps it takes to decide on the
-compiled static decode step (anyformer/plan/decode.py; the cache-vs-no-cache rows force it
-eager). Also timed, alternated in one process: one cached step through the model's forward under
+Against HF (run first): as a process's first requests (eager, as `anyformer generate` runs a short
+request), and once the door has settled the one-token step as a server does before it listens
+(`plan.prepare_decode`: measured, and compiled where faster; anyformer/plan/decode.py; the
+cache-vs-no-cache rows run eager). Also timed, alternated in one process: one cached step through the model's forward under
 `torch.no_grad()` and under `torch.inference_mode()` (what `generate` uses), and the step, eager
 and compiled, against its memory floor (every weight read once, and the bare matrix-vector products
 on oneDNN and on MKL): a one-token step is bound by memory.
@@ -125,8 +125,8 @@ def alternate(ways: dict, rounds: int, per_round: int) -> dict[str, float]:
 def one_step_setup(gpt, prefix: int, mode=torch.inference_mode):
     """(rewind, step), as `alternate` takes them: a cache filled with `prefix` random tokens; step() feeds it one more token
     through the model's forward under `mode` (generate's: inference mode), and rewind() sets the
-    cache back to `prefix` so that every timed step does the same work. The cache is made under
-    `mode` too: a cache made in inference mode cannot be written outside it."""
+    cache's position back to `prefix` so that every timed step does the same work. The cache is made
+    under `mode` too: a cache made in inference mode cannot be written outside it."""
     tok = torch.zeros(1, 1, dtype=torch.long)
     with mode():
         cache = gpt.new_cache(1, prefix + 1)
@@ -138,8 +138,8 @@ def one_step_setup(gpt, prefix: int, mode=torch.inference_mode):
             return gpt(tok, cache=cache, last_only=True)[:, -1]
 
     def rewind() -> None:
-        for kv in cache:
-            kv.length = prefix
+        with mode():
+            cache.position.fill_(prefix)
     return rewind, step
 
 
@@ -162,15 +162,13 @@ MV_MKL = "matrix-vector products, torch F.linear (MKL)"
 
 
 def compiled_step_setup(gpt, prefix: int, total: int):
-    """(rewind, step) for the compiled static decode step that `generate` runs for `total`-token
-    requests, if its plan has chosen it in this process (the HF comparison runs first); else None."""
-    from anyformer.models.generation import cache_length
-    from anyformer.plan.decode import PLANNED_DECODER, static_step
+    """(rewind, step) for the compiled decode step that `generate` runs for `total`-token requests,
+    if the door compiled one in this process (the HF comparison runs first); else None."""
+    from anyformer.models.generation import cache_length, compiled_steps
     size = cache_length(gpt, total)
-    compiled = PLANNED_DECODER._steps.get(gpt, {}).get((1, size))  # generate's own memo: the same compiled graph
+    compiled = compiled_steps(gpt).get((1, size))  # what generate runs: the same compiled graph
     if compiled is None:
         return None
-    step_fn = static_step(gpt, compiled)
     tok = torch.zeros(1, 1, dtype=torch.long)
     with torch.inference_mode():
         cache = gpt.new_cache(1, size)
@@ -179,11 +177,11 @@ def compiled_step_setup(gpt, prefix: int, total: int):
 
     def step():
         with torch.inference_mode():
-            return step_fn(tok, cache)
+            return compiled.run(gpt, tok, cache)
 
     def rewind() -> None:
-        for kv in cache:
-            kv.length = prefix
+        with torch.inference_mode():
+            cache.position.fill_(prefix)
     return rewind, step
 
 
@@ -247,11 +245,10 @@ def _show(name: str, prefix: int, new_tokens: int, repeats: int, row: dict, attn
           flush=True)
 
 
-def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2, serve_max: int = 80) -> dict | None:
-    """anyformer's `generate` against HF's, twice: as a process's first requests (the speed plan has
-    not compiled the decode step yet: it waits until the eager steps taken have cost about a
-    compile), and in the steady state of a process that keeps generating, after anyformer has served
-    requests (untimed, up to `serve_max`) until its plan has compiled the step, or not."""
+def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None:
+    """anyformer's `generate` against HF's, twice: as a process's first requests (eager: the door was
+    not asked to compile the decode step), and once `plan.prepare_decode` has settled the step as a
+    server does before it listens (measured, and compiled where faster)."""
     try:
         import transformers
     except ImportError:
@@ -274,22 +271,21 @@ def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2, serve_max: int
         first = _pairs(gpt, hf, prompt, new_tokens, kw, repeats)
         _show("first requests", prefix, new_tokens, repeats, first, attn)
         compiled_in_first = gpt.compiled_decode(1, total)
-        served, t0 = 0, time.perf_counter()
-        while not gpt.compiled_decode(1, total) and served < serve_max:
-            gpt.generate(prompt, new_tokens, temperature=0)
-            served += 1
-        served_s = time.perf_counter() - t0
-        print(f"served {served} more requests ({served_s:.1f} s, untimed); decode step compiled: "
-              f"{gpt.compiled_decode(1, total)}", flush=True)
+        t0 = time.perf_counter()
+        plan.prepare_decode(gpt, 1, total)
+        settle_s = time.perf_counter() - t0
+        print(f"decode step settled by the door in {settle_s:.1f} s; compiled: {gpt.compiled_decode(1, total)}",
+              flush=True)
+        gpt.generate(prompt, 4, temperature=0)  # warm-up, as before the first requests
         steady = _pairs(gpt, hf, prompt, new_tokens, kw, repeats)
-        _show("steady state", prefix, new_tokens, repeats, steady, attn)
+        _show("settled", prefix, new_tokens, repeats, steady, attn)
     hf_out, ours_out = steady["outputs"]["hf"], steady["outputs"]["ours"]
     if hf_out.shape[1] != total:
         raise RuntimeError(f"HF generated {hf_out.shape[1] - prefix} tokens, not {new_tokens}")
     agree = int((ours_out[0, prefix:] == hf_out[0, prefix:]).cumprod(0).sum())
     entry = plan.planner().entry("compile", {**plan_fields(gpt, 1, cache_length(gpt, total)), "pass": "decode"})
     return {"transformers": transformers.__version__, "prefix": prefix, "new": new_tokens, "attn": attn,
-            "agree": agree, "first": first, "steady": steady, "served": served, "served_s": served_s,
+            "agree": agree, "first": first, "steady": steady, "settle_s": settle_s,
             "compiled_before": compiled_before, "compiled_in_first": compiled_in_first,
             "compiled": gpt.compiled_decode(1, total), "plan_entry": entry}
 
@@ -309,7 +305,7 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
         f"- command: `{'OMP_PROC_BIND=' + info['bind'] + ' ' if info['bind'] == 'false' else ''}python "
         f"benchmarks/bench_generate.py {' '.join(sys.argv[1:])}` ({seconds:.0f} s)", "",
         f"## Key/value cache vs recomputing the prefix ({args.new_tokens} new tokens each; cached: best of "
-        f"{args.repeats} runs, uncached: one run; both eager, `compile=eager` forced: what the cache itself is worth)", "",
+        f"{args.repeats} runs, uncached: one run; both eager, any compiled step set aside: what the cache itself is worth)", "",
         "Tokens per second of wall time, and (in brackets) per second of this process's CPU time, which on "
         "this shared machine is the steadier measure of the work (with one thread it approximates the rate on an idle "
         "core); the cache's win is given in both.", "",
@@ -339,12 +335,11 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
                   f"{hf_row['prefix']}-token prefix + {hf_row['new']} new tokens, batch 1, greedy, both with their "
                   f"caches, best of {args.hf_repeats} runs taken alternately; the same weights (converted by "
                   f"`GPT.to_hf`); HF attention implementation `{hf_row['attn']}`. anyformer runs as it ships, "
-                  "its speed plan choosing (no flags). Its plan compiles the one-token step "
-                  "(anyformer/plan/decode.py) only once the eager steps a process has taken have cost about "
-                  "a compile (ski rental), so it is measured twice: as a process's first requests, and in the "
-                  f"steady state of a process that keeps generating, after serving {hf_row['served']} more requests "
-                  f"({hf_row['served_s']:.0f} s, untimed) until its plan had decided.", "",
-                  "| | first requests: tokens/s (wall) | per CPU-s | steady state: tokens/s (wall) | per CPU-s |",
+                  "its speed plan choosing (no flags). It is measured twice: as a process's first requests "
+                  "(eager: nothing compiled), and once the door has settled the one-token step as a server "
+                  "does before it listens (`plan.prepare_decode`, anyformer/plan/decode.py: measured, and "
+                  f"compiled where faster; {hf_row['settle_s']:.0f} s, untimed).", "",
+                  "| | first requests: tokens/s (wall) | per CPU-s | settled: tokens/s (wall) | per CPU-s |",
                   "|---|---:|---:|---:|---:|",
                   f"| anyformer `GPT.generate` | {first['ours']:.1f} | {first['ours_cpu']:.1f} | {steady['ours']:.1f} | "
                   f"{steady['ours_cpu']:.1f} |",
@@ -353,21 +348,20 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
                   f"| ratio anyformer / HF | x{first['ratio']:.2f} | x{first['ratio_cpu']:.2f} | x{steady['ratio']:.2f} | "
                   f"x{steady['ratio_cpu']:.2f} |", "",
                   f"- decode step compiled: {'yes' if hf_row['compiled_before'] else 'no'} at the start of the first "
-                  f"requests, {'yes' if hf_row['compiled_in_first'] else 'no'} by their end (the plan compiles as soon "
-                  f"as the steps taken have cost about a compile, which a request can pass mid-way), "
-                  f"{'yes' if hf_row['compiled'] else 'no'} in the steady state"
+                  f"requests, {'yes' if hf_row['compiled_in_first'] else 'no'} by their end (generation itself never "
+                  f"compiles), {'yes' if hf_row['compiled'] else 'no'} once settled"
                   + (f"; the plan's record: eager {times['eager'] * 1e3:.2f} ms, compiled "
                      f"{times['compiled'] * 1e3:.2f} ms a step, compile {entry.get('compile_s', 0):.1f} s, "
                      f"chose {entry.get('choice')}" if times.get("eager") and times.get("compiled") else ""),
                   "- ratio (HF wall time / anyformer wall time) within each back-to-back pair of runs, in order: "
                   "first requests " + ", ".join(f"x{r:.2f}" for r in first["pair_ratios"])
-                  + f" (median x{first['ratio_median']:.2f}); steady state "
+                  + f" (median x{first['ratio_median']:.2f}); settled "
                   + ", ".join(f"x{r:.2f}" for r in steady["pair_ratios"]) + f" (median x{steady['ratio_median']:.2f})",
                   "- the best-of ratio compares each library's least disturbed run; the pairs show how far load "
                   "from other jobs moves it. In the first requests anyformer's linear layers run on oneDNN where "
-                  "its plan measured that faster (HF's through torch's default BLAS, MKL); in the steady state the "
+                  "its plan measured that faster (HF's through torch's default BLAS, MKL); once settled, the "
                   "compiled step does every one-row product as one fused pass over the weight.",
-                  f"- greedy tokens identical for the first {hf_row['agree']} of {hf_row['new']} (steady state; "
+                  f"- greedy tokens identical for the first {hf_row['agree']} of {hf_row['new']} (settled; "
                   "random weights give near-ties, where float rounding may pick differently; token-for-token "
                   "parity is the job of the interop and decode tests)."]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -408,8 +402,11 @@ def main() -> None:
     t0 = time.perf_counter()
     # HF first: its "first requests" are this process's first generations of that size.
     hf_row = None if args.no_hf else bench_hf(gpt, args.hf_prefix, args.hf_new, args.hf_repeats)
-    with plan.forcing(compile="eager"):  # the cache's own worth: the same eager step at every prefix
-        rows = bench_cache(gpt, args.prefixes, args.new_tokens, args.repeats)
+    from anyformer.models.generation import compiled_steps
+    compiled = dict(compiled_steps(gpt))  # the cache's own worth: the same eager step at every prefix
+    compiled_steps(gpt).clear()
+    rows = bench_cache(gpt, args.prefixes, args.new_tokens, args.repeats)
+    compiled_steps(gpt).update(compiled)
     step_row = bench_step(gpt, args.hf_prefix)
     floor_row = bench_floor(gpt, args.hf_prefix, args.hf_prefix + args.hf_new)
     load_after = _sh("uptime")

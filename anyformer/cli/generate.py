@@ -23,12 +23,16 @@ def generate(args: argparse.Namespace) -> int:
     import torch
 
     from ..data.text.tokenizers import tokenizer_from_info
+    from ..plan import prepare_decode
     model, meta = run_info(args.dir)
     if model.family != "gpt":
         raise ValueError(f"{args.dir} holds a {model.family} model; `generate` needs a language model run")
     tok = tokenizer_from_info(meta.get("data", {}), args.dir)  # a learned tokenizer is in the run directory
     ids = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    if ids.shape[1] > 0:  # compiled one-token steps only where this request's repay a compile (or it is forced)
+        prepare_decode(model, 1, min(ids.shape[1] + args.max_new_tokens, model.config.context),
+                       steps=max(0, args.max_new_tokens - 1))
     sys.stdout.write(args.prompt)
     decoder = tok.decoder()  # holds back a character split across BPE tokens until it is whole
     for nxt in model.stream(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,

@@ -1,18 +1,20 @@
-"""Generation with a GPT: the loop, the one-token step, and who runs the step.
+"""Generation with a GPT: the loop, and the one forward every token comes from.
 
-Every token comes from the model's one forward. With a `KVCache` per layer a new token costs one
-position: its keys and values are written into the preallocated cache (`KVCache.update`) and it
-attends over those before. `decode_step` is that forward in the static cache mode, the position a
-0-dim tensor, for a step compiled as one graph (as gpt-fast's and Hugging Face's StaticCache steps
-are): no shape depends on the position, so one compile serves every step of a cache size.
+One `KVCache` holds the keys and values of every layer and the one position where the next tokens
+go, as gpt-fast's static cache does: a new token costs one position, its keys and values written
+into the preallocated buffers, attention reading them whole with the positions not yet written
+masked. No shape depends on the position, so `next_logits`, the model's forward over the cache,
+compiles as one graph that serves every step of a cache size.
 
-Who runs the one-token steps is the model's `Decoder`: the eager forward by default; the speed
-plan's (`anyformer.plan.prepare` installs it, `plan/decode.py`) runs `decode_step` compiled where it
-measured that faster. The loop here does not know which.
+Which runs the one-token steps is settled before generation starts: the eager `next_logits`, or
+where the speed plan compiled it for the batch and cache size (`anyformer.plan.prepare_decode`, the
+door's decoding half), that `CompiledStep`. The loop does not know which, and asks nobody.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
@@ -24,69 +26,37 @@ from .sampling import sample
 if TYPE_CHECKING:
     from .gpt import GPT
 
-Step = Callable[[Tensor, list[KVCache]], Tensor]  # (B, 1) ids, caches -> (B, vocab) logits
+Step = Callable[["GPT", Tensor, "KVCache | None"], Tensor]  # model, (B, T) ids, cache -> (B, vocab) logits
 
 
-def decode_step(model: "GPT", ids: Tensor, position: Tensor, cache: list[KVCache]) -> Tensor:
-    """Logits (B, vocab) for tokens `ids` (B, 1) standing at `position` (a 0-dim int64 tensor), after
-    the positions before it held in `cache` (written here at `position`): the model's forward in its
-    static cache mode. Eval mode: no dropout."""
-    return model(ids, cache=cache, position=position, last_only=True)[:, -1]
+def next_logits(model: "GPT", ids: Tensor, cache: KVCache | None) -> Tensor:
+    """Logits (B, vocab) of the token after `ids` (B, T), which continue what `cache` holds (None: the
+    whole window, uncached): the model's one forward, its LM head on the last position alone."""
+    return model(ids, cache=cache, last_only=True)[:, -1]
 
 
-def eager_step(model: "GPT") -> Step:
-    """The model's own cached forward, one position, the cache's length moved on."""
-    def step(ids: Tensor, cache: list[KVCache]) -> Tensor:
-        return model(ids, cache=cache, last_only=True)[:, -1]
-    return step
+@dataclass
+class CompiledStep:
+    """A step the speed plan compiled for one (batch, cache size), and the cache that a generation of
+    that size last ran, kept for the next: a CUDA graph replays the addresses it was recorded with
+    (another cache would have it recorded again, a graph more each request). A generation that finds
+    it taken (another running meanwhile) makes its own."""
+
+    run: Step
+    kept: list[KVCache] = field(default_factory=list)
 
 
-class Decoder:
-    """Runs a GPT's one-token steps: here the eager forward, every step. The plan's decoder
-    (plan/decode.py) overrides `step` (and the cache it is given, `take_cache`/`done`) to run a
-    compiled static step where it measured that faster."""
-
-    static = False  # whether caches are sized to the static step's buckets (`cache_length`)
-
-    def take_cache(self, model: "GPT", batch: int, size: int) -> list[KVCache]:
-        """An empty cache for `batch` prompts and `size` positions. Called in inference mode."""
-        return model.new_cache(batch, size)
-
-    def step(self, model: "GPT", ids: Tensor, cache: list[KVCache], steps: int) -> Step:
-        """The step for the `steps` one-token calls from here (`ids` (B, 1), the cache after the prompt)."""
-        return eager_step(model)
-
-    def done(self, model: "GPT", cache: list[KVCache], steps: int) -> None:
-        """A generation ended after `steps` one-token steps, however it ended."""
-
-    def compiled(self, model: "GPT", batch: int, total: int) -> bool:
-        """Whether the steps of `batch` prompts and `total` tokens in all now run compiled."""
-        return False
-
-    def settle(self, model: "GPT", batch: int, total: int) -> bool:
-        """Decide now, for good in this process, whether those steps run compiled; True: they do."""
-        return False
-
-
-EAGER = Decoder()
 # Beside the model, not on it: a deep copy of a model must not carry steps compiled for the original.
-_DECODERS: "weakref.WeakKeyDictionary[GPT, Decoder]" = weakref.WeakKeyDictionary()
+_COMPILED: "weakref.WeakKeyDictionary[GPT, dict[tuple[int, int], CompiledStep]]" = weakref.WeakKeyDictionary()
 
 
-def decoder_of(model: "GPT") -> Decoder:
-    return _DECODERS.get(model, EAGER)
-
-
-def set_decoder(model: "GPT", decoder: Decoder | None) -> None:
-    """`model`'s steps run by `decoder` from now on (None: the eager forward)."""
-    if decoder is None:
-        _DECODERS.pop(model, None)
-    else:
-        _DECODERS[model] = decoder
+def compiled_steps(model: "GPT") -> dict[tuple[int, int], CompiledStep]:
+    """The steps compiled for `model`, by (batch, cache size) (`cache_length`); empty: all eager."""
+    return _COMPILED.setdefault(model, {})
 
 
 def cache_length(model: "GPT", total: int) -> int:
-    """Positions to allocate for `total` tokens where a static step may run: the next power of two
+    """Positions to allocate for `total` tokens where a compiled step may run: the next power of two
     (at least 64), at most the context. One compiled graph serves every request of the same size; the
     unused positions are masked, not read into the softmax."""
     n = 64
@@ -117,42 +87,58 @@ def stream(model: "GPT", idx: Tensor, max_new_tokens: int, *, temperature: float
            use_cache: bool = True) -> Iterator[Tensor]:
     """GPT.stream: yield each new (B, 1) token as soon as it is sampled (see there)."""
     check_request(idx, max_new_tokens, temperature, top_k, top_p)
-    context, decoder = model.config.context, decoder_of(model)
-    idx = idx[:, -context:]
-    total = min(idx.shape[1] + max_new_tokens, context)  # the window's most: what the cache holds
-    was_training, cache, computed = model.training, None, 0  # computed: the steps run, the prompt's first
-    model.eval()
-    try:
-        # Inference mode skips autograd's per-op bookkeeping (5-12% of a small model's step). Sampling
-        # runs outside it, so the tokens handed out are ordinary tensors; the cache stays inside.
-        with torch.inference_mode():
-            size = cache_length(model, total) if decoder.static else total
-            cache = decoder.take_cache(model, idx.shape[0], size) if use_cache else None
-        step_in, step, recent = idx, None, idx  # recent: the last `context` tokens, for a window that slides
-        for i in range(max_new_tokens):
+    context = model.config.context
+    recent = idx[:, -context:]  # the window: the last `context` tokens, what an uncached step reads
+    with _decoding(model, recent.shape[0], min(recent.shape[1] + max_new_tokens, context), use_cache) as (cache, step):
+        ids, filled = recent, 0  # what the next forward reads; the positions the cache holds
+        for _ in range(max_new_tokens):
+            # Inference mode skips autograd's per-op bookkeeping (5-12% of a small model's step). Sampling
+            # runs outside it, so the tokens handed out are ordinary tensors; the cache stays inside.
             with torch.inference_mode():
-                if step is None and use_cache and i == 1:
-                    step = decoder.step(model, step_in, cache, max_new_tokens - 1)
-                if use_cache and cache[0].length + step_in.shape[1] > cache[0].max_len:
-                    logits = _slide(model, cache, recent[:, -window_keep(context):])  # the window is full
-                elif step is not None:
-                    logits = step(step_in, cache)
-                else:
-                    logits = model(step_in, cache=cache, last_only=True)[:, -1]
-            computed = i + 1
+                if cache is not None and filled + ids.shape[1] > cache.max_len:  # the window is full
+                    ids, filled = _refill(cache, recent, window_keep(context)), 0
+                logits = step(model, ids, cache)
+            filled += ids.shape[1]
             nxt = sample(logits.float(), temperature, top_k, top_p, generator)
             recent = torch.cat([recent, nxt], dim=1)[:, -context:]
-            step_in = nxt if use_cache else recent
+            ids = recent if cache is None else nxt
             yield nxt
+
+
+@contextlib.contextmanager
+def _decoding(model: "GPT", batch: int, total: int, use_cache: bool) -> Iterator[tuple[KVCache | None, Step]]:
+    """For one generation of `batch` prompts and `total` tokens in all (the window's most), the model
+    in eval mode meanwhile: the cache (None without `use_cache`) and the step that continues it, the
+    step compiled for its size where the plan made one (with the cache kept from the generation
+    before), else the eager forward over a cache of exactly `total` positions."""
+    compiled = compiled_steps(model).get((batch, cache_length(model, total))) if use_cache else None
+    was_training, cache = model.training, None
+    model.eval()
+    try:
+        if use_cache:
+            with torch.inference_mode():  # the cache is written in inference mode: it must be made there
+                cache = _kept(compiled) or model.new_cache(batch, cache_length(model, total) if compiled else total)
+        yield cache, next_logits if compiled is None else compiled.run
     finally:
         model.train(was_training)
-        if cache is not None:
-            decoder.done(model, cache, max(0, computed - 1))
+        if compiled is not None and cache is not None and not compiled.kept:
+            compiled.kept.append(cache)
 
 
-def _slide(model: "GPT", cache: list[KVCache], window: Tensor) -> Tensor:
-    """Refill the full cache with `window` (B, W), the most recent tokens, at positions 0..W-1: the
-    next token's logits (B, vocab), exactly the uncached model's on the window."""
-    for c in cache:
-        c.reset()
-    return model(window, cache=cache, last_only=True)[:, -1]
+def _kept(compiled: CompiledStep | None) -> KVCache | None:
+    """The compiled step's kept cache, emptied, unless another generation has it (or none is kept)."""
+    if compiled is None:
+        return None
+    try:
+        cache = compiled.kept.pop()
+    except IndexError:  # none kept, or another generation took it meanwhile (list.pop is atomic)
+        return None
+    cache.reset()
+    return cache
+
+
+def _refill(cache: KVCache, recent: Tensor, keep: int) -> Tensor:
+    """Empty the full cache and give the window's last `keep` tokens (B, keep) to fill it again at
+    positions 0..keep-1: their pass gives the next token's logits, exactly the uncached model's on them."""
+    cache.reset()
+    return recent[:, -keep:]

@@ -63,51 +63,46 @@ class GPT(Model):
             if name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
                 nn.init.trunc_normal_(p, std=0.02 / math.sqrt(2 * c.depth), a=-0.04, b=0.04)
 
-    def forward(self, idx: Tensor, *, cache: list[KVCache] | None = None, position: int | Tensor | None = None,
+    def forward(self, idx: Tensor, *, cache: KVCache | None = None,
                 return_attention: bool | Sequence[int] = False, last_only: bool = False):
         """idx (B, T) -> logits (B, T, V); `last_only`: the last position's only, (B, 1, V).
 
-        `cache`: one KVCache per layer (`new_cache`); idx then continues the cached positions.
-        `position` (with `cache`; a 0-dim int64 tensor): the static cache mode of a compiled decode
-        step (models/generation.py): idx stands at that position, its keys and values are written
-        there, and attention reads the whole cache with the later positions masked; the caches'
-        `length` is neither read nor moved, and the caller checks the position against the context.
-        With `return_attention`: `forward_with_attention(idx, return_attention, ...)`."""
+        `cache` (`new_cache`): idx stands at the cache's position, continuing what it holds; its keys
+        and values are written there, attention reads the whole cache with the later positions masked,
+        and the position moves on by T (gpt-fast's static cache: one graph, compiled, serves every
+        step). With `return_attention`: `forward_with_attention(idx, return_attention, ...)`."""
         if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(idx, return_attention, cache=cache, position=position,
-                                               last_only=last_only)
-        h = self.backbone(self.tokens(idx, cache, position), causal=True, cache=cache, position=position)
+            return self.forward_with_attention(idx, return_attention, cache=cache, last_only=last_only)
+        h = self.backbone(self.tokens(idx, cache), causal=True, cache=cache)
         return self.lm_head(h[:, -1:] if last_only else h)
 
     def forward_with_attention(self, idx: Tensor, layers: bool | Sequence[int] = True, *,
-                               cache: list[KVCache] | None = None, position: int | Tensor | None = None,
-                               last_only: bool = False,
+                               cache: KVCache | None = None, last_only: bool = False,
                                on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(logits, weights), weights (B, heads, T, T) per layer asked: see Transformer.forward_with_attention."""
-        h, attn = self.backbone.forward_with_attention(self.tokens(idx, cache, position), layers,
-                                                       on_layer=on_layer, causal=True, cache=cache, position=position)
+        """(logits, weights), weights (B, heads, T, T) per layer asked (T, M with a cache of M
+        positions): see Transformer.forward_with_attention."""
+        h, attn = self.backbone.forward_with_attention(self.tokens(idx, cache), layers, on_layer=on_layer,
+                                                       causal=True, cache=cache)
         return self.lm_head(h[:, -1:] if last_only else h), attn
 
-    def tokens(self, idx: Tensor, cache: list[KVCache] | None = None, position: int | Tensor | None = None) -> Tensor:
-        """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cached ones (from
-        `position` in the static cache mode: see forward)."""
-        if isinstance(position, Tensor):
-            offset = position
-        else:
-            offset = position if position is not None else cache[0].length if cache else 0
-            T = idx.shape[-1] if idx.dim() == 2 else 0
+    def tokens(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cache's position."""
+        offset = 0 if cache is None else cache.position  # a tensor: a compiled graph takes it as an input
+        if not torch.compiler.is_compiling():  # eager: read, checked, and the table sliced at it (no gather)
+            T, offset = idx.shape[-1] if idx.dim() == 2 else 0, int(offset)
             if offset + T > self.config.context:
                 raise ValueError(f"sequence of {offset + T} tokens is longer than the model's context "
                                  f"({self.config.context})")
+            if cache is not None and offset + T > cache.max_len:
+                raise ValueError(f"KV cache holds at most {cache.max_len} positions; got {offset} cached + {T} new")
         x = self.tok_embed(idx)
         x = x if self.pos is None else self.pos(x, offset)
         return x if self.drop is None else self.drop(x)
 
-    def new_cache(self, batch: int, max_len: int | None = None) -> list[KVCache]:
-        """One empty key/value cache per layer, for `max_len` positions (default: the context)."""
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        """An empty key/value cache of every layer, for `max_len` positions (default: the context)."""
         c, p = self.config, next(self.parameters())
-        return [KVCache(batch, c.heads, c.width // c.heads, max_len or c.context, p.dtype, p.device)
-                for _ in range(c.depth)]
+        return KVCache(c.depth, batch, c.heads, c.width // c.heads, max_len or c.context, p.dtype, p.device)
 
     @torch.no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
@@ -131,23 +126,16 @@ class GPT(Model):
         last `window_keep(context)` tokens (three quarters of it) and generation goes on: each
         token's logits are the uncached model's on the tokens in the window then, 3/4 to all of the
         context, the prompt's or the generation's own. Without the cache each step reads the last
-        `context` tokens, as nanoGPT's loop does. The loop: models/generation.py."""
+        `context` tokens, as nanoGPT's loop does. The loop: models/generation.py; its one-token steps
+        run eager, or compiled where `anyformer.plan.prepare_decode` compiled them beforehand."""
         return generation.stream(self, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                  generator=generator, use_cache=use_cache)
 
     def compiled_decode(self, batch: int, total: int) -> bool:
-        """Whether `generate` (and `stream`) now takes its one-token steps for `batch` prompts and
-        `total` tokens in all through the compiled static graph: the speed plan's decoder chose it in
-        this process (`anyformer.plan.prepare` installs it; eager until then)."""
-        return generation.decoder_of(self).compiled(self, batch, total)
-
-    def settle_decode(self, batch: int, total: int) -> bool:
-        """Decide now, for good in this process, whether the one-token steps of `batch` prompts and
-        `total` tokens in all run compiled: measured (and compiled where faster) as for a process
-        that runs for days, rather than once the steps taken repay a compile. A server calls this
-        before it listens, so that no request ever waits for a compile. True: they run compiled
-        (never before `anyformer.plan.prepare`)."""
-        return generation.decoder_of(self).settle(self, batch, total)
+        """Whether `generate` (and `stream`) takes its one-token steps for `batch` prompts and `total`
+        tokens in all through a compiled graph: the speed plan compiled one for that size
+        (`anyformer.plan.prepare_decode`, before generation; eager otherwise)."""
+        return (batch, generation.cache_length(self, total)) in generation.compiled_steps(self)
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the

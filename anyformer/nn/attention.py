@@ -6,8 +6,9 @@ matrix written out with `impl="explicit"`); which function is the layer's `atten
 before a model runs (`anyformer.plan.prepare` may choose another for this machine). Attention
 weights leave by a hook (`register_weights_hook`): a layer with one computes them written out.
 
-With a static cache (`forward(position=tensor)`: a generation step compiled as one graph) the layer
-attends over the whole preallocated cache with the positions not yet written masked.
+With a cache (`KVCache`: generation) the layer writes its keys and values at the cache's position
+and attends over its whole preallocated buffer, the positions not yet written masked: the same
+computation eager and compiled as one graph.
 """
 from __future__ import annotations
 
@@ -30,52 +31,54 @@ WeightsHook = Callable[[Tensor], None]
 
 
 class KVCache:
-    """Keys and values of one attention layer kept between generation steps, preallocated to
-    `max_len` so that a new token is a copy into place, not a concat of the whole prefix."""
+    """The keys and values of every attention layer of a model, kept between generation steps, and
+    the one position where the next tokens go (gpt-fast's static cache, one for the whole model).
 
-    def __init__(self, batch: int, heads: int, head_dim: int, max_len: int,
+    Preallocated to `max_len` positions: a new token is a copy into place, never a concat of the
+    prefix. `position` is a 0-dim int64 tensor on the cache's device, so that no shape depends on
+    it: one compiled graph serves every step, and the buffers keep their addresses (what CUDA graphs
+    replay). Attention reads each layer's whole buffer with the positions not yet written masked.
+    `k[i]`, `v[i]`: layer i's (B, H, M, D_h) buffers, a tensor each: a compiled step then writes each
+    in place, where slices of one (L, ...) tensor cost it copies of the whole."""
+
+    def __init__(self, layers: int, batch: int, heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
-        # Zeros, not empty: a static step reads every position and masks those not yet written,
-        # and a masked weight of 0 times a NaN left in fresh memory is NaN.
-        self.k = torch.zeros(batch, heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
-        self.length = 0
+        # Zeros, not empty: attention reads every position and masks those not yet written, and a
+        # masked weight of 0 times a NaN left in fresh memory is NaN.
+        shape = (batch, heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.position = torch.zeros((), dtype=torch.long, device=device)
+        self.slots = torch.arange(max_len, device=device)  # 0 .. max_len - 1, made once, not per layer
+
+    @property
+    def layers(self) -> int:
+        return len(self.k)
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[2]
+        return self.slots.shape[0]
 
-    def update(self, position: int | Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Write (B, H, T, D_h) keys and values at positions position .. position + T - 1; return the
-        keys and values to attend over and a (T, M) bool mask of what each new token may see (None:
-        the causal mask, bottom-right, says it).
-
-        `position` an int: the positions so far come back (views that grow) and `length` moves to
-        position + T. A 0-dim int64 tensor (a compiled step, below `max_len - T + 1`, not checked:
-        its value is not read): the whole buffers come back, masked, and `length` is the caller's to
-        keep; as in gpt-fast and Hugging Face's StaticCache no shape depends on the position, so one
-        graph serves every step, and the buffers keep their addresses (what CUDA graphs replay)."""
-        t = k.shape[2]
-        if isinstance(position, Tensor):
-            at = position + torch.arange(t, device=position.device)
-            # Cast as copy_ does: under autocast the projections are in a lower precision.
-            self.k.index_copy_(2, at, k.to(self.k.dtype))
-            self.v.index_copy_(2, at, v.to(self.v.dtype))
-            return self.k, self.v, torch.arange(self.max_len, device=at.device) <= at[:, None]
-        end = position + t
-        if end > self.max_len:
-            raise ValueError(f"KV cache holds at most {self.max_len} positions; got {position} cached + {t} new")
-        # narrow + copy_: two ops where slice assignment goes through Python indexing (several).
-        self.k.narrow(2, position, t).copy_(k)
-        self.v.narrow(2, position, t).copy_(v)
-        self.length = end
-        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end), None
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Write `layer`'s (B, H, T, D_h) keys and values at positions position .. position + T - 1;
+        return that layer's whole buffers (B, H, M, D_h) and the (T, M) bool mask of what each new
+        token may see: the positions before it and its own. The last layer's write moves the position
+        on by T. The caller keeps position + T within `max_len`: its value is not read here."""
+        at = self.position + self.slots[:k.shape[2]]
+        keys, values = self.k[layer], self.v[layer]
+        if k.dtype != keys.dtype:  # under autocast the projections are in a lower precision: cast as copy_ does
+            k, v = k.to(keys.dtype), v.to(values.dtype)
+        keys.index_copy_(2, at, k)
+        values.index_copy_(2, at, v)
+        if layer == self.layers - 1:
+            self.position += k.shape[2]
+        return keys, values, self.slots <= at[:, None]
 
     def reset(self) -> None:
         """Empty again, for another request (zeroed: see __init__; a reused buffer keeps its address)."""
-        self.k.zero_()
-        self.v.zero_()
-        self.length = 0
+        for t in (*self.k, *self.v):
+            t.zero_()
+        self.position.zero_()
 
 
 def _as_attn_mask(mask: Tensor | None, batch: int, nq: int, nk: int) -> Tensor | None:
@@ -141,36 +144,33 @@ class MultiHeadAttention(nn.Module):
         return [u.transpose(1, 2) for u in t.unflatten(-1, (n, self.heads, self.head_dim)).unbind(2)]
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                mask: Tensor | None = None, cache: KVCache | None = None, position: int | Tensor | None = None,
+                mask: Tensor | None = None, cache: KVCache | None = None, layer: int = 0,
                 queries: int | None = None) -> Tensor:
         """x: (B, N, D); context: (B, M, D_c) for cross-attention. Returns y: (B, N, D).
 
         `queries=n`: only the first n tokens query (all N are keys and values); y is (B, n, D).
         A classifier that reads the class token needs no more from the last layer.
-        `cache`: x's keys and values are written there (`KVCache.update`) at `position`, where x's
-        first token stands (default: after the cached ones); a 0-dim int64 tensor is the static mode
-        of a compiled step, which attends over the whole cache masked to each query's own position
-        and those before (the causal mask, whatever `causal` says).
+        `cache`: x's keys and values are written into its `layer` (`KVCache.update`) at its position,
+        where x's first token stands, and each query attends over the whole buffer masked to its own
+        position and those before (the causal mask, whatever `causal` says).
         """
         B, N, _ = x.shape
-        self._check(context, causal, mask, cache, position, queries)
+        self._check(context, causal, mask, cache, queries)
         if self.cross:
             q = self._heads(self.q(x), 1)[0]
             k, v = self._heads(self.kv(context), 2)
         else:
             q, k, v = self._heads(self.qkv(x), 3)
-        if cache is not None and position is None:
-            position = cache.length
         if self.rotary is not None:
-            offset = 0 if position is None else position
+            offset = 0 if cache is None else cache.position
             q, k = self.rotary(q, offset), self.rotary(k, offset)
         visible = None
         if cache is not None:
-            k, v, visible = cache.update(position, k, v)
+            k, v, visible = cache.update(layer, k, v)
         if queries is not None:
             q, N = q[:, :, :queries], min(queries, N)
         mask = _as_attn_mask(mask, B, N, k.shape[2])
-        if visible is not None:  # a static cache: its mask is the causal one, over the whole buffer
+        if visible is not None:  # a cache: its mask is the causal one, over the whole buffer
             mask, causal = visible if mask is None else mask & visible, False
         out = self._attend(q, k, v, mask, causal, self.attn_dropout if self.training else 0.0)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
@@ -203,11 +203,9 @@ class MultiHeadAttention(nn.Module):
         return handle
 
     def _check(self, context: Tensor | None, causal: bool, mask: Tensor | None, cache: KVCache | None,
-               position: int | Tensor | None, queries: int | None) -> None:
+               queries: int | None) -> None:
         if queries is not None and (causal or cache is not None or (mask is not None and mask.dim() != 2)):
             raise ValueError("queries=n takes no causal mask, cache or per-query mask (key padding only)")
-        if position is not None and cache is None:
-            raise ValueError("position is where a cache is written: give the cache too")
         if self.cross and context is None:
             raise ValueError("cross-attention needs a context tensor (B, M, D_c)")
         if not self.cross and context is not None:

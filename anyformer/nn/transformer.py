@@ -85,37 +85,37 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 context: Tensor | None = None, context_mask: Tensor | None = None,
-                cache: KVCache | None = None, position: int | Tensor | None = None, queries: int | None = None,
+                cache: KVCache | None = None, layer: int = 0, queries: int | None = None,
                 cond: Tensor | None = None) -> Tensor:
         """x (B, N, D) -> (B, N, D); with `queries=n`, (B, n, D). `cond` (B, D): adaLN blocks only.
-        `cache`, `position`: see MultiHeadAttention.forward (with `position`, the static cache mode)."""
+        `cache`, `layer`: see MultiHeadAttention.forward (generation: the block's layer of the cache)."""
         if self.modulation is not None:
             if cond is None:
                 raise ValueError("this block is adaLN-modulated: give forward a condition cond of shape (B, D)")
-            if cache is not None or position is not None or queries is not None:
+            if cache is not None or queries is not None:
                 raise ValueError("adaLN blocks are for generators of whole images: no KV cache, no queries=n")
             return self._adaln(x, cond, causal, mask, context, context_mask)
         if cond is not None:
             raise ValueError("cond was given to a block built without adaln=True")
         if self.pre_norm:
-            return self._pre_norm(x, causal, mask, context, context_mask, cache, position, queries)
-        return self._post_norm(x, causal, mask, context, context_mask, cache, position, queries)
+            return self._pre_norm(x, causal, mask, context, context_mask, cache, layer, queries)
+        return self._post_norm(x, causal, mask, context, context_mask, cache, layer, queries)
 
     def _pre_norm(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
-                  context_mask: Tensor | None, cache: KVCache | None, position: int | Tensor | None,
+                  context_mask: Tensor | None, cache: KVCache | None, layer: int,
                   queries: int | None) -> Tensor:
         """x = x + MHA(LN(x));  x = x + MLP(LN(x))"""
-        a = self.attn(self.norm1(x), causal=causal, mask=mask, cache=cache, position=position, queries=queries)
+        a = self.attn(self.norm1(x), causal=causal, mask=mask, cache=cache, layer=layer, queries=queries)
         x = (x if queries is None else x[:, :queries]) + self._branch(a, self.ls1)
         if self.cross:
             x = x + self._branch(self.cross_attn(self.norm_cross(x), context, mask=context_mask))
         return x + self._branch(self._mlp(self.norm2(x)), self.ls2)
 
     def _post_norm(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
-                   context_mask: Tensor | None, cache: KVCache | None, position: int | Tensor | None,
+                   context_mask: Tensor | None, cache: KVCache | None, layer: int,
                    queries: int | None) -> Tensor:
         """x = LN(x + MHA(x));  x = LN(x + MLP(x))"""
-        a = self.attn(x, causal=causal, mask=mask, cache=cache, position=position, queries=queries)
+        a = self.attn(x, causal=causal, mask=mask, cache=cache, layer=layer, queries=queries)
         x = self.norm1((x if queries is None else x[:, :queries]) + self._branch(a, self.ls1))
         if self.cross:
             x = self.norm_cross(x + self._branch(self.cross_attn(x, context, mask=context_mask)))
@@ -179,29 +179,27 @@ class Transformer(nn.Module):
 
     def forward(self, x: Tensor, *, causal: bool = False, mask: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False, context: Tensor | None = None,
-                context_mask: Tensor | None = None, cache: list[KVCache] | None = None,
-                position: Tensor | None = None, keep: int | None = None, cond: Tensor | None = None):
+                context_mask: Tensor | None = None, cache: KVCache | None = None,
+                keep: int | None = None, cond: Tensor | None = None):
         """(B, N, D) -> (B, N, D). With `return_attention` (True, or layer numbers) it returns
         `forward_with_attention(x, return_attention, ...)`: (tokens, weights).
 
-        `cache`: one KVCache per layer (generation); with `position` (a 0-dim int64 tensor) in the
-        static cache mode, x standing at that position (MultiHeadAttention.forward). `keep=n`:
+        `cache`: the KVCache of every layer (generation), x standing at its position
+        (MultiHeadAttention.forward), which moves on by N. `keep=n`:
         return only the first n tokens (e.g. 1: the class token). The last block then computes its
         attention queries, MLP and the final norm for those n alone: the same values, for half (MLP
         as wide as the tokens) to three quarters (MLP 4x) of a block's work less. `cond` (B, D): the
         condition of adaLN blocks."""
         if return_attention is not False and return_attention is not None:
             return self.forward_with_attention(x, return_attention, causal=causal, mask=mask, context=context,
-                                               context_mask=context_mask, cache=cache, position=position,
-                                               keep=keep, cond=cond)
-        return self._blocks(x, causal, mask, context, context_mask, cache, position, keep, cond)
+                                               context_mask=context_mask, cache=cache, keep=keep, cond=cond)
+        return self._blocks(x, causal, mask, context, context_mask, cache, keep, cond)
 
     def forward_with_attention(self, x: Tensor, layers: bool | Sequence[int] = True, *,
                                on_layer: Callable[[int, Tensor], None] | None = None, causal: bool = False,
                                mask: Tensor | None = None, context: Tensor | None = None,
-                               context_mask: Tensor | None = None, cache: list[KVCache] | None = None,
-                               position: Tensor | None = None, keep: int | None = None,
-                               cond: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
+                               context_mask: Tensor | None = None, cache: KVCache | None = None,
+                               keep: int | None = None, cond: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
         """(tokens, weights): weights a list of (B, heads, N, N), one per layer asked (`True`: all;
         ints, negative from the end: those, in that order). With `keep=n` the last layer's have n
         query rows.
@@ -214,26 +212,25 @@ class Transformer(nn.Module):
         hand_over = kept.__setitem__ if on_layer is None else on_layer
         handles = [self.blocks[i].attn.register_weights_hook(partial(hand_over, i)) for i in dict.fromkeys(asked)]
         try:
-            y = self._blocks(x, causal, mask, context, context_mask, cache, position, keep, cond)
+            y = self._blocks(x, causal, mask, context, context_mask, cache, keep, cond)
         finally:
             for handle in handles:
                 handle.remove()
         return y, [kept[i] for i in asked] if on_layer is None else []
 
     def _blocks(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
-                context_mask: Tensor | None, cache: list[KVCache] | None, position: int | Tensor | None,
-                keep: int | None, cond: Tensor | None = None) -> Tensor:
+                context_mask: Tensor | None, cache: KVCache | None, keep: int | None,
+                cond: Tensor | None = None) -> Tensor:
         if keep is not None and not (isinstance(keep, int) and keep >= 1):
             raise ValueError(f"keep must be a positive int, got {keep!r}")
         if x.dim() != 3 or x.shape[-1] != self.width:
             raise ValueError(f"expected tokens of shape (B, N, {self.width}), got {tuple(x.shape)}")
-        if cache is not None and len(cache) != self.depth:
-            raise ValueError(f"cache must hold one KVCache per layer ({self.depth}), got {len(cache)}")
+        if cache is not None and cache.layers != self.depth:
+            raise ValueError(f"the cache holds {cache.layers} layers; this backbone has {self.depth}")
         last = self.depth - 1
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
-                      cache=None if cache is None else cache[i], position=position,
-                      queries=keep if i == last else None, cond=cond)
+                      cache=cache, layer=i, queries=keep if i == last else None, cond=cond)
         return x if self.norm is None else self.norm(x)
 
     def _layers_asked(self, layers: bool | Sequence[int]) -> list[int]:

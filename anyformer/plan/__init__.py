@@ -5,6 +5,7 @@ Its answers reach a model through one door, before the model runs:
 
     from anyformer import plan
     model = plan.prepare(model, example)     # swap in the plan's layers, choose for what `example` runs
+    plan.prepare_decode(gpt, batch, total)    # a GPT's one-token steps compiled where faster, before it generates
     plan.unprepare(model)                     # the plain layers back
 
 The decisions behind it, each asked once per shape (and cached per machine):
@@ -35,6 +36,7 @@ from .decisions import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, lin
 from .compiled import CompilePlan, compile_for_decode, compile_for_inference, compile_for_training
 from .layers import set_training_kernel
 from .prepare import prepare, unprepare, unprepared
+from .decode import prepare_decode
 from .kernels import onednn_linear, onednn_linear_op
 from .linears import linears_for_training
 from .host import machine, native_bf16
@@ -45,8 +47,8 @@ __all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw
            "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training",
            "configure", "decision", "decisions", "force", "forcing", "gelu_kernel", "linear_kernel", "linears_for_training",
            "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",
-           "prepare", "register", "reset", "sdpa_backend", "sdpa_context", "set_training_kernel", "unprepare",
-           "unprepared", "using"]
+           "prepare", "prepare_decode", "register", "reset", "sdpa_backend", "sdpa_context", "set_training_kernel",
+           "unprepare", "unprepared", "using"]
 
 
 def force(spec: str | Mapping[str, str] | None = None, **by_name: str):

@@ -149,13 +149,13 @@ class PlannedAttention(MultiHeadAttention):
     native = native_training = False
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                mask: Tensor | None = None, cache: KVCache | None = None, position: int | Tensor | None = None,
+                mask: Tensor | None = None, cache: KVCache | None = None, layer: int = 0,
                 queries: int | None = None) -> Tensor:
         if (context is None and cache is None and mask is None and queries is None and self._takes_whole(x)):
             packed = self.qkv(x).unflatten(-1, (3, self.heads, self.head_dim))
             y = self.proj(native.attention_packed(packed, causal))
             return y if self.proj_drop is None else self.proj_drop(y)
-        return super().forward(x, context, causal=causal, mask=mask, cache=cache, position=position, queries=queries)
+        return super().forward(x, context, causal=causal, mask=mask, cache=cache, layer=layer, queries=queries)
 
     def _takes_whole(self, x: Tensor) -> bool:
         chosen = self.native_training if needs_grad(x, self.qkv.weight) else self.native

@@ -6,10 +6,11 @@
 Before a model runs, `prepare` swaps its plain layers for the plan's (`layers.py`: the same
 parameters and state dict), runs `example` through it once to see each layer's shapes, asks the
 planner once per layer and shape, for calls with and without gradients, and leaves the answers on
-the layers: a kernel name, an attention function. No forward asks the planner afterwards. A GPT also
-gets the plan's decoder (`decode.py`): its one-token generation steps run compiled where the plan
-measures that faster. The example runs under a forked RNG with gradients as the model's mode says
-(training: on), and its outputs are dropped. `unprepare(model)` puts the plain layers back.
+the layers: a kernel name, an attention function. No forward asks the planner afterwards. Whether a
+GPT's one-token generation steps run compiled is the door's decoding half, `prepare_decode`
+(`decode.py`), asked for the batch and length a caller will generate, before it generates. The
+example runs under a forked RNG with gradients as the model's mode says (training: on), and its
+outputs are dropped. `unprepare(model)` puts the plain layers back.
 
 Choices are made for the example's shapes; a call of another shape runs on the same choice (each
 is correct for any shape: only the speed was measured for these). Forcing (`ANYFORMER_PLAN`,
@@ -31,6 +32,7 @@ from .decisions import attention_kernel, gelu_kernel, linear_kernel, sdpa_backen
 from .layers import (ROWWISE_MAX_ROWS, PLANNED, STOCK, PlannedAttention, PlannedGELU, native_gelu_may_run,
                      needs_grad, plain_eager, plain_fp32_cpu, swap)
 from .attention_choice import AttentionChoice, SdpaBackend
+from .decode import forget
 
 M = TypeVar("M", bound=nn.Module)
 Example = Callable[[nn.Module], Any] | Tensor | tuple | Mapping[str, Any] | str | None
@@ -59,11 +61,12 @@ def prepare(model: M, example: Example = None) -> M:
     """`model` with the plan's layers swapped in and its choices made for what `example` runs: a
     callable `example(model)`, input tensors (`model(*example)`), keyword inputs (`model(**example)`),
     "default" (one input of the model's kind: `default_example`), or None (the plan's layers on the
-    stock kernels, nothing measured now; a GPT's decoder still measures when it generates). Returns
-    `model` (prepared in place), to run eagerly; the trainer and the decoder compile where the plan
-    measured that faster."""
+    stock kernels, nothing measured). Returns `model` (prepared in place), to run eagerly; the trainer
+    and `prepare_decode` compile where the plan measured that faster. A GPT's compiled decode steps
+    from before are dropped: they were traced through the layers' earlier choices."""
     swap(model, PLANNED)
     _reset(model)
+    forget(model)
     if isinstance(example, str):
         if example != "default":
             raise ValueError(f"prepare: example must be inputs, a callable, 'default' or None; got {example!r}")
@@ -71,18 +74,15 @@ def prepare(model: M, example: Example = None) -> M:
     calls = {} if example is None else _observe(model, example)
     for m, seen in calls.items():
         _choose(m, seen)
-    from .decode import install  # after the example: its steps are not the model's work to repay a compile
-    install(model)
     return model
 
 
 def unprepare(model: M) -> M:
-    """The plain layers back, in place (the parameters untouched); the plan's decoder removed."""
+    """The plain layers back, in place (the parameters untouched); the compiled decode steps dropped."""
     for m in swap(model, STOCK):
         if isinstance(m, MultiHeadAttention):
             m.attend = _default_attend(m)
-    from .decode import uninstall
-    uninstall(model)
+    forget(model)
     return model
 
 
@@ -181,16 +181,11 @@ def _has_choice(m: nn.Module, x: Tensor) -> bool:
 
 
 def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                    mask: Tensor | None = None, cache: Any = None, position: Any = None,
-                    queries: int | None = None, **_: Any) -> AttentionCase:
+                    mask: Tensor | None = None, cache: Any = None, queries: int | None = None,
+                    **_: Any) -> AttentionCase:
     b, n = x.shape[0], x.shape[1]
-    static = isinstance(position, Tensor)
-    if m.cross:
-        nk = context.shape[1]
-    elif cache is not None:
-        nk = cache.max_len if static else (cache.length if position is None else position) + n
-    else:
-        nk = n
+    # A cache is read whole, the positions not yet written masked (and no causal mask besides).
+    nk = context.shape[1] if m.cross else n if cache is None else cache.max_len
     nq = n if queries is None else min(queries, n)
     dropout = m.training and m.attn_dropout > 0
     # Under autocast q, k and v come out of the projection in its precision, and the native kernel
@@ -200,8 +195,8 @@ def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = Non
     whole = (not m.cross and m.rotary is None and cache is None and queries is None and mask is None
              and not dropout and plain_eager(x))
     layout = "cache" if cache is not None else "packed" if whole else "views"
-    return AttentionCase(b, m.heads, nq, nk, m.head_dim, dtype, bool(causal) and not static,
-                         mask is not None or static, layout, device, dropout)
+    return AttentionCase(b, m.heads, nq, nk, m.head_dim, dtype, bool(causal) and cache is None,
+                         mask is not None or cache is not None, layout, device, dropout)
 
 
 def _sizes(shape: tuple[int, ...]) -> tuple[int, int]:

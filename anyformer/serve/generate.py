@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..data.text.tokenizers import tokenizer_from_info
 from ..models.gpt import window_keep
 from ..models.generation import cache_length
+from ..plan import prepare_decode
 from .context import Context
 from .limits import ApiError, field, media_type, read_body
 
@@ -44,14 +45,14 @@ def warm_up(ctx: Context) -> None:
     """Everything the first requests would otherwise do inside themselves, done before the server
     listens: the prompt's and the step's kernels planned, and whether the one-token step runs
     compiled settled (and any compile done) for every cache size a request may use, as the plan
-    decides for a process that runs for days (`GPT.settle_decode`); left to the requests, the
-    compile would come inside whichever request's steps first repaid it, stalling the server.
+    decides for a process that runs for days (`plan.prepare_decode`, the door's decoding half:
+    generation itself never compiles), so that no request waits for a compile.
     Then what the budget needs (`generation_seconds`): a one-token step with the smallest cache
     and with a cache of the whole context, and a pass over a full window's kept tokens (a refill)."""
     context = ctx.model.config.context
     size = 64
     while True:  # the cache sizes: powers of two from 64, up to the context (generation.cache_length)
-        ctx.model.settle_decode(1, min(size, context))
+        prepare_decode(ctx.model, 1, min(size, context))
         if size >= context:
             break
         size *= 2

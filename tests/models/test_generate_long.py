@@ -73,8 +73,9 @@ def test_the_compiled_static_step_slides_the_same_way(gpt):
     from anyformer import plan
     prompt = torch.randint(0, 32, (1, 4), generator=torch.Generator().manual_seed(4))
     with plan.forcing(compile="compiled"):
-        plan.prepare(gpt)  # the plan's decoder, which compiles the step
+        plan.prepare(gpt)
         try:
+            assert plan.prepare_decode(gpt, 1, 64)  # the door compiles the step, before generating
             out = gpt.generate(prompt, 60, temperature=0)
             assert gpt.compiled_decode(1, 64)
         finally:

@@ -1,5 +1,6 @@
 """models/generation.py's small parts, each against what it promises: the request checks and their
-messages, the window a full cache keeps, the refill of a full cache, and the cache sizes."""
+messages, the window a full cache keeps, the refill of a full cache, the cache sizes, the one
+forward, and the cache and step a generation gets (the eager forward, or a compiled step's)."""
 import pytest
 import torch
 
@@ -48,31 +49,60 @@ def test_a_full_cache_is_refilled_with_the_window_and_gives_its_logits():
     with torch.inference_mode():
         cache = gpt.new_cache(2, 8)
         gpt(torch.randint(0, 20, (2, 8)), cache=cache)  # full
-        logits = generation._slide(gpt, cache, window)
-        assert all(c.length == 6 for c in cache)
+        ids = generation._refill(cache, torch.cat([window[:, :1] * 0, window], 1), 6)
+        assert torch.equal(ids, window) and int(cache.position) == 0 and not any(t.any() for t in cache.k + cache.v)
+        logits = generation.next_logits(gpt, ids, cache)
+        assert int(cache.position) == 6
         torch.testing.assert_close(logits, gpt(window)[:, -1], rtol=1e-5, atol=1e-5)
-        step = gpt(window[:, -1:] * 0, cache=cache, last_only=True)[:, -1]  # the next token reads the refill
+        step = generation.next_logits(gpt, window[:, -1:] * 0, cache)  # the next token reads the refill
         torch.testing.assert_close(step, gpt(torch.cat([window, window[:, -1:] * 0], 1))[:, -1], rtol=1e-5, atol=1e-5)
 
 
-def test_the_eager_decoder_runs_the_models_forward_and_decides_nothing():
+def test_the_one_forward_gives_the_next_tokens_logits_cached_or_not():
     gpt = tiny_gpt()
-    decoder = generation.decoder_of(gpt)
-    assert decoder is generation.EAGER and not decoder.static
+    ids = torch.randint(0, 20, (2, 3))
     with torch.inference_mode():
-        assert decoder.take_cache(gpt, 1, 5)[0].max_len == 5  # the size asked, not the context
-        cache = decoder.take_cache(gpt, 2, 8)
-        assert len(cache) == 2 and cache[0].k.shape == (2, 2, 8, 8)
-        ids = torch.randint(0, 20, (2, 3))
-        gpt(ids, cache=cache)
-        step = decoder.step(gpt, ids[:, -1:], cache, 4)
-        torch.testing.assert_close(step(ids[:, -1:], cache), gpt(torch.cat([ids, ids[:, -1:]], 1))[:, -1],
-                                   rtol=1e-5, atol=1e-5)
-        assert cache[0].length == 4
-    assert not decoder.compiled(gpt, 2, 8) and not decoder.settle(gpt, 2, 8)
-    generation.set_decoder(gpt, None)  # none installed: nothing to remove, and no error
-    other = generation.Decoder()
-    generation.set_decoder(gpt, other)
-    assert generation.decoder_of(gpt) is other
-    generation.set_decoder(gpt, None)
-    assert generation.decoder_of(gpt) is generation.EAGER
+        cache = gpt.new_cache(2, 8)
+        torch.testing.assert_close(generation.next_logits(gpt, ids, cache), gpt(ids)[:, -1], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(generation.next_logits(gpt, ids[:, -1:], cache),
+                                   gpt(torch.cat([ids, ids[:, -1:]], 1))[:, -1], rtol=1e-5, atol=1e-5)
+        assert int(cache.position) == 4
+        torch.testing.assert_close(generation.next_logits(gpt, ids, None), gpt(ids)[:, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_without_a_compiled_step_the_cache_is_sized_to_the_request_and_the_step_is_the_eager_forward():
+    gpt = tiny_gpt(context=300)
+    with generation._decoding(gpt.train(), 2, 5, use_cache=True) as (cache, step):
+        assert not gpt.training  # eval while generating
+        assert cache.max_len == 5 and cache.k[0].shape[0] == 2 and step is generation.next_logits
+    assert gpt.training  # the mode it came in
+    with generation._decoding(gpt, 2, 5, use_cache=False) as (cache, step):
+        assert cache is None and step is generation.next_logits
+
+
+def test_a_compiled_step_serves_its_size_with_the_cache_it_kept():
+    """The plan's step for (batch, cache size) runs with the cache the generation before it left (a
+    CUDA graph's addresses); one that finds it taken makes its own, and one cache is kept after."""
+    gpt = tiny_gpt(context=300)
+    calls = []
+
+    def run(model, ids, cache):
+        calls.append(cache)
+        return generation.next_logits(model, ids, cache)
+    compiled = generation.compiled_steps(gpt)[(1, 64)] = generation.CompiledStep(run)
+    try:
+        with generation._decoding(gpt, 1, 20, use_cache=True) as (first, step):
+            assert first.max_len == 64 and step is run and compiled.kept == []
+            with generation._decoding(gpt, 1, 30, use_cache=True) as (second, _):
+                assert second is not first  # taken: a cache of its own
+            assert compiled.kept == [second]
+        assert compiled.kept == [second]  # one kept: the first goes
+        with generation._decoding(gpt, 1, 40, use_cache=True) as (third, _):
+            assert third is second and int(third.position) == 0 and compiled.kept == []
+        prompt = torch.randint(0, 20, (1, 4))
+        cached = gpt.generate(prompt, 6, temperature=0)
+        assert torch.equal(cached, gpt.generate(prompt, 6, temperature=0, use_cache=False))
+        assert calls and all(c is third for c in calls)  # the generation ran the step, with the kept cache
+        assert not gpt.compiled_decode(2, 20) and gpt.compiled_decode(1, 20)
+    finally:
+        generation.compiled_steps(gpt).clear()

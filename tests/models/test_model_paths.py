@@ -1,5 +1,5 @@
 """The side doors of the ViT and the GPT agree with their main forward: attention weights asked for
-(and handed over layer by layer), a KV cache continued from a position, the last position only, the
+(and handed over layer by layer), a KV cache continued from its position, the last position only, the
 penultimate features, and the class token read alone by the last block."""
 import pytest
 import torch
@@ -37,12 +37,12 @@ def test_gpt_with_attention_continues_a_cache_at_its_position(gpt):
     gpt(idx[:, :5], cache=cache)  # the prompt's keys and values
     logits, weights = gpt.forward_with_attention(idx[:, 5:], [0], cache=cache)
     torch.testing.assert_close(logits, full[:, 5:], atol=1e-5, rtol=1e-5)
-    assert weights[0].shape == (1, 2, 2, 7)  # two new queries over all seven keys
+    assert weights[0].shape == (1, 2, 2, 16)  # two new queries over the whole cache, the context's 16
+    assert (weights[0][..., 7:] == 0).all() and (weights[0][:, :, 0, 6] == 0).all() and int(cache.position) == 7
     cache = gpt.new_cache(1)
     gpt(idx[:, :5], cache=cache)
-    # The static mode (a compiled step's): the position is given, the caches' length stays at 5.
-    for p in (5, 6):
-        at, w = gpt.forward_with_attention(idx[:, p:p + 1], [0], cache=cache, position=torch.tensor(p))
+    for p in (5, 6):  # one token at a time, each at the position the one before left
+        at, w = gpt.forward_with_attention(idx[:, p:p + 1], [0], cache=cache)
         torch.testing.assert_close(at, full[:, p:p + 1], atol=1e-5, rtol=1e-5)
     assert (w[0][..., 7:] == 0).all() and (w[0][..., :7] > 0).all()  # position 6 sees keys 0..6 only
     by_forward, _ = gpt(idx, return_attention=[0], last_only=True)
@@ -79,26 +79,16 @@ def test_pre_logits_are_what_the_head_s_last_layer_reads_and_a_class_token_alone
     assert seen == [1 if pool == "cls" else tokens.shape[1]]
 
 
-def test_gpt_asks_its_decoder_whether_steps_run_compiled(gpt):
+def test_gpt_says_its_steps_run_compiled_where_the_plan_left_a_compiled_step(gpt):
+    """`compiled_decode` reads the steps the plan compiled, by batch and cache size (powers of two from
+    64, at most the context: this model's 16 serves every length); none: eager."""
     from anyformer.models import generation
-    assert not gpt.settle_decode(2, 10) and not gpt.compiled_decode(2, 10)  # eager until the plan installs one
-    asked = []
-
-    class Told(generation.Decoder):
-        def settle(self, model, batch, total):
-            asked.append(("settle", model, batch, total))
-            return True
-
-        def compiled(self, model, batch, total):
-            asked.append(("compiled", model, batch, total))
-            return True
-
-    generation.set_decoder(gpt, Told())
+    assert not gpt.compiled_decode(2, 10)  # eager until the plan compiles a step
+    generation.compiled_steps(gpt)[(2, 16)] = generation.CompiledStep(generation.next_logits)
     try:
-        assert gpt.settle_decode(2, 10) is True and gpt.compiled_decode(3, 12) is True
+        assert gpt.compiled_decode(2, 10) and gpt.compiled_decode(2, 3) and not gpt.compiled_decode(3, 10)
     finally:
-        generation.set_decoder(gpt, None)
-    assert asked == [("settle", gpt, 2, 10), ("compiled", gpt, 3, 12)]
+        generation.compiled_steps(gpt).clear()
 
 
 def test_gpt_flops_name_the_context_a_sequence_must_fit(gpt):
@@ -106,7 +96,7 @@ def test_gpt_flops_name_the_context_a_sequence_must_fit(gpt):
         gpt.forward_flops(17)
 
 
-def test_gpt_forward_hands_return_attention_on_with_the_cache_position_and_last_only(gpt):
+def test_gpt_forward_hands_return_attention_on_with_the_cache_and_last_only(gpt):
     idx = torch.randint(0, 11, (1, 7), generator=torch.Generator().manual_seed(4))
     full, by_layer = gpt.forward_with_attention(idx, [1, 0])
     logits, weights = gpt(idx, return_attention=[1])
@@ -114,10 +104,10 @@ def test_gpt_forward_hands_return_attention_on_with_the_cache_position_and_last_
     torch.testing.assert_close(weights[0], by_layer[0])
     cache = gpt.new_cache(1)
     gpt(idx[:, :5], cache=cache)
-    for p in (5, 6):  # the static mode: the position is given, the caches' length stays at 5
-        step, w = gpt(idx[:, p:p + 1], cache=cache, position=torch.tensor(p), return_attention=[0], last_only=True)
+    for p in (5, 6):
+        step, w = gpt(idx[:, p:p + 1], cache=cache, return_attention=[0], last_only=True)
         torch.testing.assert_close(step, full[:, p:p + 1], atol=1e-5, rtol=1e-5)
-    assert w[0].shape == (1, 2, 1, 16) and (w[0][..., 7:] == 0).all()
+    assert w[0].shape == (1, 2, 1, 16) and (w[0][..., 7:] == 0).all() and int(cache.position) == 7
 
 
 def test_vit_forward_hands_return_attention_on_and_names_its_settings_bounds(vit):
@@ -142,18 +132,26 @@ def test_vit_flops_name_the_tokens_an_image_needs(vit):
         vit.forward_flops(1)
 
 
-def test_gpt_tokens_stand_at_the_position_given_and_name_the_context_they_overflow(gpt):
+def test_gpt_tokens_stand_at_the_caches_position_and_name_the_context_or_cache_they_overflow(gpt):
     idx = torch.tensor([[1, 2, 3]])
-    expected = gpt.tok_embed(idx) + gpt.pos.pos_embed[:, 4:7]
-    torch.testing.assert_close(gpt.tokens(idx, position=4), expected)  # no cache: the position says where
+    cache = gpt.new_cache(1)
+    cache.position.fill_(4)
+    torch.testing.assert_close(gpt.tokens(idx, cache), gpt.tok_embed(idx) + gpt.pos.pos_embed[:, 4:7])
     cache = gpt.new_cache(1)
     gpt(torch.tensor([[5, 6]]), cache=cache)  # two cached: the next tokens stand at 2..4
     torch.testing.assert_close(gpt.tokens(idx, cache), gpt.tok_embed(idx) + gpt.pos.pos_embed[:, 2:5])
+    cache.position.fill_(16)
     with pytest.raises(ValueError, match=r"sequence of 19 tokens is longer than the model's context \(16\)"):
-        gpt.tokens(idx, position=16)
-    for ids, position in ((torch.zeros(17, dtype=torch.long), None), (torch.zeros(3, dtype=torch.long), 16)):
+        gpt.tokens(idx, cache)
+    small = gpt.new_cache(1, 8)
+    small.position.fill_(6)
+    with pytest.raises(ValueError, match=r"KV cache holds at most 8 positions; got 6 cached \+ 3 new"):
+        gpt(idx, cache=small)
+    for ids, at in ((torch.zeros(17, dtype=torch.long), None), (torch.zeros(3, dtype=torch.long), 13)):
+        if at is not None:
+            cache.position.fill_(at)
         with pytest.raises(ValueError, match=r"token ids must have shape \(B, T\), got"):
-            gpt.tokens(ids, position=position)  # the shape is named, not a length
+            gpt.tokens(ids, None if at is None else cache)  # the shape is named, not a length
 
 
 def test_gpt_token_dropout_acts_in_training():
@@ -168,8 +166,9 @@ def test_gpt_token_dropout_acts_in_training():
 def test_gpt_caches_take_the_model_s_dtype_and_device():
     gpt = af.GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=2, heads=2)).double()
     cache = gpt.new_cache(3, max_len=5)
-    assert len(cache) == 2 and cache[0].k.shape == (3, 2, 5, 8) and cache[0].k.dtype == torch.float64
-    assert gpt.to("meta").new_cache(1)[1].v.device.type == "meta"
+    assert cache.layers == 2 and all(t.shape == (3, 2, 5, 8) and t.dtype == torch.float64 for t in cache.k + cache.v)
+    assert gpt.new_cache(1).max_len == 16  # the context by default
+    assert gpt.to("meta").new_cache(1).v[1].device.type == "meta"
 
 
 def test_gpt_stream_hands_every_setting_to_the_loop(gpt, monkeypatch):

@@ -258,13 +258,15 @@ def test_the_backbone_with_attention_continues_a_kv_cache(norm):
     x = torch.randn(1, 6, 16)
     full = trunk(x, causal=True)
     from anyformer.nn.attention import KVCache
-    cache = [KVCache(1, 4, 4, 16, torch.float32, "cpu") for _ in range(2)]
+    cache = KVCache(2, 1, 4, 4, 16, torch.float32, "cpu")
     trunk(x[:, :4], causal=True, cache=cache)
     y, w = trunk.forward_with_attention(x[:, 4:], [0], causal=True, cache=cache)
     torch.testing.assert_close(y, full[:, 4:], atol=1e-5, rtol=1e-5)
-    assert w[0].shape == (1, 4, 2, 6)
-    cache = [KVCache(1, 4, 4, 16, torch.float32, "cpu") for _ in range(2)]
+    assert w[0].shape == (1, 4, 2, 16)  # over the whole buffer: the positions not yet written weigh 0
+    assert (w[0][..., 6:] == 0).all() and (w[0][:, :, 0, 5] == 0).all() and (w[0][:, :, 1, :6] > 0).all()
+    cache = KVCache(2, 1, 4, 4, 16, torch.float32, "cpu")
     trunk(x[:, :4], causal=True, cache=cache)
-    for p in (4, 4, 5):  # the static mode: the position is given (the same one twice), the length stays at 4
-        y, _ = trunk.forward_with_attention(x[:, p:p + 1], [1], causal=True, cache=cache, position=torch.tensor(p))
+    for p in (4, 4, 5):  # the same position twice (moved back): written again, the same outputs
+        cache.position.fill_(p)
+        y, _ = trunk.forward_with_attention(x[:, p:p + 1], [1], causal=True, cache=cache)
         torch.testing.assert_close(y, full[:, p:p + 1], atol=1e-5, rtol=1e-5)

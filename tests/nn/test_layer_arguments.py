@@ -30,13 +30,11 @@ def test_the_layers_refuse_bad_settings_in_their_own_words():
 
 def test_the_attention_layer_refuses_calls_that_cannot_mean_anything():
     self_attn, cross_attn = MultiHeadAttention(8, 2), MultiHeadAttention(8, 2, cross=True)
-    x, cache = torch.randn(2, 3, 8), KVCache(2, 2, 4, 8, torch.float32, "cpu")
+    x, cache = torch.randn(2, 3, 8), KVCache(1, 2, 2, 4, 8, torch.float32, "cpu")
     queries = "queries=n takes no causal mask, cache or per-query mask (key padding only)"
     refused(ValueError, queries, lambda: self_attn(x, queries=1, causal=True))
     refused(ValueError, queries, lambda: self_attn(x, queries=1, cache=cache))
     refused(ValueError, queries, lambda: self_attn(x, queries=1, mask=torch.ones(2, 3, 3, dtype=torch.bool)))
-    refused(ValueError, "position is where a cache is written: give the cache too",
-            lambda: self_attn(x, position=torch.tensor(0)))
     refused(ValueError, "cross-attention needs a context tensor (B, M, D_c)", lambda: cross_attn(x))
     refused(ValueError, "this attention layer is self-attention; it takes no context", lambda: self_attn(x, x))
 
@@ -55,12 +53,12 @@ def test_the_blocks_and_backbone_refuse_misplaced_conditions_and_caches():
     refused(ValueError, "this block is adaLN-modulated: give forward a condition cond of shape (B, D)",
             lambda: adaln(x))
     whole = "adaLN blocks are for generators of whole images: no KV cache, no queries=n"
-    refused(ValueError, whole, lambda: adaln(x, cond=cond, cache=KVCache(2, 2, 4, 8, torch.float32, "cpu")))
+    refused(ValueError, whole, lambda: adaln(x, cond=cond, cache=KVCache(1, 2, 2, 4, 8, torch.float32, "cpu")))
     refused(ValueError, whole, lambda: adaln(x, cond=cond, queries=1))
     refused(ValueError, "cond was given to a block built without adaln=True", lambda: plain(x, cond=cond))
     trunk = Transformer(8, 2, 2)
-    refused(ValueError, "cache must hold one KVCache per layer (2), got 1",
-            lambda: trunk(x, cache=[KVCache(2, 2, 4, 8, torch.float32, "cpu")]))
+    refused(ValueError, "the cache holds 1 layers; this backbone has 2",
+            lambda: trunk(x, cache=KVCache(1, 2, 2, 4, 8, torch.float32, "cpu")))
 
 
 # -- defaults ----------------------------------------------------------------------------------------------
@@ -163,38 +161,34 @@ def test_sdpa_drops_attention_in_both_of_its_calls(causal):
     assert not torch.allclose(sdpa(q, k, v, mask, causal, 0.5), sdpa(q, k, v, mask, causal, 0.0))
 
 
-def _cached_steps(attn: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor | None, static: bool):
-    """x's first 3 tokens through a cache at position 0, then the last 2 at position 3: int positions,
-    or position tensors (the static mode, which attends over the whole buffer masked)."""
-    cache = KVCache(x.shape[0], attn.heads, attn.head_dim, 8, x.dtype, "cpu")
-    at = (lambda p: torch.tensor(p)) if static else (lambda p: p)
-    first = attn(x[:, :3], cache=cache, position=at(0), causal=True,
-                 mask=None if mask is None else mask[:, :8 if static else 3])
-    if static:
-        cache.length = 3
-    rest = attn(x[:, 3:], cache=cache, position=at(3), causal=True,
-                mask=None if mask is None else mask[:, :8 if static else 5])
+def _cached_steps(attn: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor | None):
+    """x's first 3 tokens through a cache of 8 positions, then the last 2: each call writes at the
+    cache's position and attends over its whole buffer, masked (a key-padding mask covers the buffer)."""
+    cache = KVCache(1, x.shape[0], attn.heads, attn.head_dim, 8, x.dtype, "cpu")
+    first = attn(x[:, :3], cache=cache, causal=True, mask=mask)
+    rest = attn(x[:, 3:], cache=cache, causal=True, mask=mask)
     return torch.cat([first, rest], 1)
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_a_static_cache_attends_as_the_growing_one_with_the_callers_mask(masked):
+def test_the_cache_attends_as_the_uncached_layer_with_the_callers_mask(masked):
     torch.manual_seed(0)
     attn, x = MultiHeadAttention(8, 2).eval(), torch.randn(2, 5, 8)
     mask = None
     if masked:  # key padding over the whole buffer: sequence 0 may not see its token 1
         mask = torch.ones(2, 8, dtype=torch.bool)
         mask[0, 1] = False
-    static = _cached_steps(attn, x, mask, static=True)
-    torch.testing.assert_close(static, _cached_steps(attn, x, mask, static=False))
+    cached = _cached_steps(attn, x, mask)
     whole = attn(x, causal=True, mask=None if mask is None else mask[:, :5])
-    torch.testing.assert_close(static[:, [0, 2, 3, 4]], whole[:, [0, 2, 3, 4]])
+    torch.testing.assert_close(cached[:, [0, 2, 3, 4]], whole[:, [0, 2, 3, 4]])
+    if masked:  # the mask mattered: without it sequence 0's later tokens read token 1
+        assert not torch.allclose(cached[0, 2:], _cached_steps(attn, x, None)[0, 2:])
 
 
 def test_the_cache_lets_queries_see_their_own_keys_only_up_to_themselves():
     torch.manual_seed(0)
     attn, x = MultiHeadAttention(8, 2).eval(), torch.randn(1, 5, 8)
-    steps = _cached_steps(attn, x, None, static=True)
+    steps = _cached_steps(attn, x, None)
     torch.testing.assert_close(steps, attn(x, causal=True))  # two new tokens: the second sees the first
 
 
@@ -252,31 +246,33 @@ def test_return_attention_passes_every_argument_down():
                 assert dropped.shape != plain.shape or not torch.allclose(dropped, plain, atol=1e-5), name
 
 
-def test_return_attention_passes_the_static_cache_and_its_position_down():
+def test_return_attention_passes_the_cache_down():
     torch.manual_seed(0)
     trunk = Transformer(8, 2, 2).eval()
     x = torch.randn(1, 5, 8)
-    caches = lambda: [KVCache(1, 2, 4, 8, torch.float32, "cpu") for _ in range(2)]  # noqa: E731
     pair = []
     for asked in (False, True):
-        cache = caches()
-        trunk(x[:, :3], cache=cache, position=torch.tensor(0), causal=True)
-        out = trunk(x[:, 3:], cache=cache, position=torch.tensor(3), causal=True, return_attention=asked)
+        cache = KVCache(2, 1, 2, 4, 8, torch.float32, "cpu")
+        trunk(x[:, :3], cache=cache, causal=True)
+        out = trunk(x[:, 3:], cache=cache, causal=True, return_attention=asked)
         pair.append(out[0] if asked else out)
+        assert int(cache.position) == 5
     torch.testing.assert_close(pair[1], pair[0])
     torch.testing.assert_close(pair[0], trunk(x, causal=True)[:, 3:], atol=1e-5, rtol=1e-5)
 
 
-def test_a_static_step_writes_the_cache_at_its_position_whatever_its_length_says():
-    """In the static mode the caller keeps the length (KVCache.update): the backbone must hand the
-    position tensor down, not let the layers fall back on `cache.length`."""
+def test_each_block_writes_its_own_layer_of_the_cache_at_its_position():
+    """The backbone hands each block its layer index: a block that wrote another's layer (or every
+    block the same one) would leave a layer empty, and the position moves on once per call."""
     torch.manual_seed(0)
     trunk = Transformer(8, 2, 2).eval()
-    cache = [KVCache(1, 2, 4, 8, torch.float32, "cpu") for _ in range(2)]
-    trunk(torch.randn(1, 2, 8), cache=cache, position=torch.tensor(3), causal=True)
-    for layer in cache:
-        assert layer.length == 0 and layer.k[:, :, 3:5].abs().sum() > 0
-        assert not layer.k[:, :, :3].any() and not layer.k[:, :, 5:].any()
+    cache = KVCache(2, 1, 2, 4, 8, torch.float32, "cpu")
+    cache.position.fill_(3)
+    trunk(torch.randn(1, 2, 8), cache=cache, causal=True)
+    assert int(cache.position) == 5
+    for layer in cache.k:
+        assert layer[:, :, 3:5].abs().sum() > 0 and not layer[:, :, :3].any() and not layer[:, :, 5:].any()
+    assert not torch.equal(cache.k[0], cache.k[1])
 
 
 def test_return_attention_passes_the_condition_down():

@@ -1,6 +1,6 @@
-"""The static cache mode of the layers (a compiled decode step's): `KVCache.update` at a position
-tensor, positions read at a position tensor, and the products-and-sums forms the layers take under
-torch.compile on the CPU, each against the stock computation."""
+"""The cache of a generation (`KVCache`: every layer's keys and values, one position, written at it
+by `update`), positions read at a position tensor, and the products-and-sums forms the layers take
+under torch.compile on the CPU, each against the stock computation."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,36 +12,32 @@ from anyformer.plan.layers import rowwise_linear
 from anyformer.nn.positions import RotaryEmbedding
 
 
-def test_update_at_an_int_stores_there_and_returns_the_positions_so_far():
-    cache = KVCache(2, 3, 4, 8, torch.float32, "cpu")
+def test_update_stores_each_layer_at_the_position_and_masks_what_comes_after():
+    cache = KVCache(2, 2, 3, 4, 8, torch.float32, "cpu")  # 2 layers
     k, v = torch.randn(2, 3, 2, 4), torch.randn(2, 3, 2, 4)
     keys, values, visible = cache.update(0, k, v)
-    assert visible is None and cache.length == 2 and torch.equal(keys, k) and torch.equal(values, v)
-    k2, v2 = torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4)
-    keys, values, _ = cache.update(2, k2, v2)
-    assert cache.length == 3 and torch.equal(keys, torch.cat([k, k2], 2)) and torch.equal(values, torch.cat([v, v2], 2))
-    with pytest.raises(ValueError, match="at most 8 positions; got 3 cached \\+ 6 new"):
-        cache.update(3, torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4))
-
-
-def test_update_at_a_tensor_stores_at_the_position_and_masks_what_comes_after():
-    cache = KVCache(2, 3, 4, 8, torch.float32, "cpu")
-    k, v = torch.randn(2, 3, 2, 4), torch.randn(2, 3, 2, 4)
-    keys, values, visible = cache.update(torch.tensor(5), k, v)
-    assert keys is cache.k and values is cache.v and cache.length == 0  # the length is the caller's
-    assert torch.equal(cache.k[:, :, 5:7], k) and torch.equal(cache.v[:, :, 5:7], v)
-    assert not cache.k[:, :, :5].any() and not cache.k[:, :, 7:].any()
-    assert visible.tolist() == [[j <= 5 for j in range(8)], [j <= 6 for j in range(8)]]
-    cache.length = 7
+    assert keys is cache.k[0] and values is cache.v[0] and keys.shape == (2, 3, 8, 4)  # layer 0's whole buffer
+    assert torch.equal(keys[:, :, :2], k) and torch.equal(values[:, :, :2], v) and not cache.k[1].any()
+    assert visible.tolist() == [[j <= 0 for j in range(8)], [j <= 1 for j in range(8)]]
+    assert int(cache.position) == 0  # moved on by the last layer only
+    _, _, visible = cache.update(1, 2 * k, 2 * v)
+    assert int(cache.position) == 2 and torch.equal(cache.k[1][:, :, :2], 2 * k) and visible.shape == (2, 8)
+    k2 = torch.randn(2, 3, 1, 4)
+    for layer in (0, 1):
+        keys, _, visible = cache.update(layer, k2, k2)
+    assert int(cache.position) == 3 and torch.equal(keys[:, :, 2:3], k2) and torch.equal(cache.k[0][:, :, :2], k)
+    assert visible.tolist() == [[j <= 2 for j in range(8)]]
+    assert not any(t[:, :, 3:].any() for t in cache.k + cache.v)
     cache.reset()
-    assert cache.length == 0 and not cache.k.any() and not cache.v.any()
+    assert int(cache.position) == 0 and not any(t.any() for t in cache.k + cache.v)
 
 
 def test_update_casts_to_the_caches_precision():
-    cache = KVCache(1, 1, 2, 4, torch.float32, "cpu")
+    cache = KVCache(1, 1, 1, 2, 4, torch.float32, "cpu")
+    cache.position.fill_(1)
     ones = torch.ones(1, 1, 1, 2, dtype=torch.bfloat16)
-    cache.update(torch.tensor(1), ones, ones)
-    assert cache.k.dtype == torch.float32 and cache.k[0, 0, 1].tolist() == [1.0, 1.0]
+    cache.update(0, ones, ones)
+    assert cache.k[0].dtype == torch.float32 and cache.k[0][0, 0, 1].tolist() == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("table", [LearnedPosition(16, 8), SinusoidalPosition(16, 8)])
@@ -70,22 +66,16 @@ def test_attention_by_sums_is_sdpa_with_the_mask(queries):
 
 
 @pytest.mark.parametrize("impl", ["auto", "fused", "explicit", "sums"])
-def test_attention_over_a_static_cache_is_attention_over_the_appended_one(impl):
-    """Every attention function of the layer: the static mode's output (the whole cache, masked)
-    equals the eager cache's (the positions so far), for a prompt and then one token."""
+def test_attention_over_the_cache_is_attention_over_the_tokens_so_far(impl):
+    """Every attention function of the layer: through the cache (its whole buffer, masked), a prompt
+    and then one token give the uncached causal layer's outputs."""
     torch.manual_seed(0)
     attn = MultiHeadAttention(16, 2, rotary=RotaryEmbedding(8, 32), impl="auto" if impl == "sums" else impl).eval()
     if impl == "sums":
         attn.attend = by_sums
     x = torch.randn(1, 6, 16)
-    grown, static = KVCache(1, 2, 8, 32, torch.float32, "cpu"), KVCache(1, 2, 8, 32, torch.float32, "cpu")
+    cache = KVCache(1, 1, 2, 8, 32, torch.float32, "cpu")
     with torch.no_grad():
-        for start, end in ((0, 5), (5, 6)):
-            want = attn(x[:, start:end], causal=True, cache=grown)
-            got = attn(x[:, start:end], causal=True, cache=static, position=torch.tensor(start))
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
-def test_a_position_needs_a_cache():
-    with pytest.raises(ValueError, match="give the cache too"):
-        MultiHeadAttention(16, 2)(torch.randn(1, 1, 16), position=torch.tensor(0))
+        got = torch.cat([attn(x[:, :5], causal=True, cache=cache), attn(x[:, 5:], causal=True, cache=cache)], 1)
+        torch.testing.assert_close(got, attn(x, causal=True), rtol=1e-5, atol=1e-5)
+    assert int(cache.position) == 6

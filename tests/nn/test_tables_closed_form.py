@@ -54,23 +54,28 @@ def test_the_lm_head_is_x_times_its_table_plus_its_bias():
 
 
 def test_a_kv_cache_holds_zeros_of_its_dtype_on_its_device():
-    cache = KVCache(2, 3, 4, 5, dtype=torch.float64, device="meta")
-    assert cache.k.shape == (2, 3, 5, 4) and cache.k.dtype == torch.float64 and cache.k.device.type == "meta"
-    assert cache.v.dtype == torch.float64 and cache.v.device.type == "meta" and cache.max_len == 5
-    fresh = KVCache(1, 1, 2, 3, dtype=torch.bfloat16, device="cpu")
-    assert fresh.k.dtype == torch.bfloat16 and not fresh.k.any() and not fresh.v.any()
+    cache = KVCache(3, 2, 3, 4, 5, dtype=torch.float64, device="meta")
+    assert len(cache.k) == len(cache.v) == cache.layers == 3 and cache.max_len == 5
+    for t in cache.k + cache.v:
+        assert t.shape == (2, 3, 5, 4) and t.dtype == torch.float64 and t.device.type == "meta"
+    assert len({id(t) for t in cache.k + cache.v}) == 6  # a buffer of its own each
+    assert cache.position.device.type == "meta" and cache.position.dtype == torch.long
+    fresh = KVCache(1, 1, 1, 2, 3, dtype=torch.bfloat16, device="cpu")
+    assert fresh.k[0].dtype == torch.bfloat16 and not fresh.k[0].any() and not fresh.v[0].any()
+    assert int(fresh.position) == 0
 
 
-def test_a_static_update_makes_its_positions_and_mask_on_the_position_s_device():
-    cache = KVCache(1, 1, 2, 6, dtype=torch.float32, device="meta")
+def test_an_update_makes_its_positions_and_mask_on_the_caches_device():
+    cache = KVCache(1, 1, 1, 2, 6, dtype=torch.float32, device="meta")
     k = torch.empty(1, 1, 2, 2, device="meta")
-    keys, values, mask = cache.update(torch.tensor(3, device="meta"), k, k)
+    keys, values, mask = cache.update(0, k, k)
     assert mask.device.type == "meta" and mask.shape == (2, 6)
-    cache = KVCache(1, 1, 2, 6, dtype=torch.float32, device="cpu")
+    cache = KVCache(1, 1, 1, 2, 6, dtype=torch.float32, device="cpu")
+    cache.position.fill_(3)
     k = torch.ones(1, 1, 2, 2)
-    _, _, mask = cache.update(torch.tensor(3), k, 2 * k)
+    _, _, mask = cache.update(0, k, 2 * k)
     assert mask.tolist() == [[True] * 4 + [False] * 2, [True] * 5 + [False]]  # each new token sees up to itself
-    assert cache.k[0, 0, 3:5].eq(1).all() and cache.v[0, 0, 3:5].eq(2).all() and not cache.k[0, 0, :3].any()
+    assert cache.k[0][0, 0, 3:5].eq(1).all() and cache.v[0][0, 0, 3:5].eq(2).all() and not cache.k[0][0, 0, :3].any()
 
 
 def test_generation_steps_run_the_lm_head_on_the_last_position_alone():

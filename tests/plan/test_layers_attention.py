@@ -165,17 +165,19 @@ def test_calls_it_cannot_take_whole_are_multiheadattentions_own(ran, kind):
     def call(layer, cache):
         return {"mask": lambda: layer(x, mask=mask),
                 "cache": lambda: layer(x, cache=cache, causal=True),
-                "cache at a position": lambda: layer(x, cache=cache, position=3, causal=True),
+                "cache at a position": lambda: layer(x, cache=cache, causal=True),
                 "queries": lambda: layer(x, queries=1),
                 "cross": lambda: layer(x, context),
                 "rotary": lambda: layer(x, causal=True)}[kind]()
 
-    caches = [KVCache(2, 2, 16, 12, torch.float32, "cpu") for _ in range(2)]
+    caches = [KVCache(1, 2, 2, 16, 12, torch.float32, "cpu") for _ in range(2)]
+    for cache in caches if kind == "cache at a position" else ():
+        cache.position.fill_(3)
     with torch.no_grad():
         y, y_ref = call(planned, caches[0]), call(ref, caches[1])
     assert ran == []
     torch.testing.assert_close(y, y_ref, **TOL)
     assert y.shape == ((2, 1, 32) if kind == "queries" else (2, 5, 32))
     if kind.startswith("cache"):
-        assert caches[0].length == caches[1].length == (8 if kind == "cache at a position" else 5)
+        assert int(caches[0].position) == int(caches[1].position) == (8 if kind == "cache at a position" else 5)
         torch.testing.assert_close(caches[0].k, caches[1].k, rtol=0, atol=0)

@@ -1,5 +1,5 @@
 """A model prepared again starts from the stock choices (`_reset`); `unprepare` gives each layer its own
-default attention back; a GPT gets the plan's decoder and loses it unprepared. The planner's CPU
+default attention back; a GPT's compiled decode steps are dropped by both. The planner's CPU
 decisions are stood in for by recorders (conftest's `asked`) in the module prepare asks them through, so
 nothing is measured and each answer is the test's own."""
 from __future__ import annotations
@@ -10,11 +10,10 @@ from torch import nn
 
 from anyformer import plan
 from anyformer.models import REGISTRY
-from anyformer.models.generation import EAGER, decoder_of
+from anyformer.models.generation import CompiledStep, compiled_steps, next_logits
 from anyformer.nn import MultiHeadAttention
 from anyformer.nn.attend import ATTENTION_FUNCTIONS, sdpa
 from anyformer.plan.attention_choice import AttentionChoice
-from anyformer.plan.decode import PLANNED_DECODER
 
 # ---------------------------------------------------------------------------------------------
 # _reset, unprepare and the decoder
@@ -46,7 +45,12 @@ def test_a_layer_gets_its_own_default_attention_back(asked, impl, default):
         assert layer.attend is default
 
 
-def test_a_gpt_gets_the_plans_decoder_and_loses_it_unprepared():
+def test_a_gpt_loses_its_compiled_decode_steps_prepared_again_or_unprepared():
+    """The steps were traced through the layers' earlier choices: a new prepare (or unprepare) drops
+    them, and the model generates eagerly until `prepare_decode` settles again."""
     gpt = REGISTRY["gpt"](REGISTRY["gpt"].config_class(vocab_size=11, context=8, width=16, depth=1, heads=2))
-    assert decoder_of(plan.prepare(gpt)) is PLANNED_DECODER
-    assert decoder_of(plan.unprepare(gpt)) is EAGER
+    for door_call in (plan.prepare, plan.unprepare):
+        compiled_steps(gpt)[(1, 8)] = CompiledStep(next_logits)
+        assert gpt.compiled_decode(1, 5)
+        door_call(gpt)
+        assert compiled_steps(gpt) == {} and not gpt.compiled_decode(1, 5)

@@ -31,23 +31,15 @@ def test_a_rotary_or_cross_attention_layer_takes_the_views_layout():
     assert door._attention_case(cross, torch.randn(3, 5, 16), torch.randn(3, 7, 6)) == case(k_len=7, layout="views")
 
 
-def test_a_cached_call_attends_over_the_cache_so_far_and_its_own_tokens():
-    attn, cache = planned_attention(), KVCache(3, 2, 8, 16, F32, "cpu")
+def test_a_cached_call_attends_over_the_whole_cache_masked():
+    """Whatever the cache's position, a call reads every position of its buffer, with its own mask in
+    place of the causal one."""
+    attn, cache = planned_attention(), KVCache(1, 3, 2, 8, 16, F32, "cpu")
     assert door._attention_case(attn, torch.randn(3, 5, 16), causal=True, cache=cache) == \
-        case(causal=True, layout="cache")
-    cache.length = 5
+        case(k_len=16, masked=True, layout="cache")
+    cache.position.fill_(5)
     assert door._attention_case(attn, torch.randn(3, 1, 16), causal=True, cache=cache) == \
-        case(q_len=1, k_len=6, causal=True, layout="cache")
-    # written at an explicit position: the keys before it and its own, whatever the cache's length
-    assert door._attention_case(attn, torch.randn(3, 1, 16), causal=True, cache=cache, position=2) == \
-        case(q_len=1, k_len=3, causal=True, layout="cache")
-
-
-def test_a_static_cache_step_attends_over_the_whole_cache_masked():
-    """A tensor position (a compiled step): the whole buffer, its own mask in place of the causal one."""
-    attn, cache = planned_attention(), KVCache(3, 2, 8, 16, F32, "cpu")
-    step = door._attention_case(attn, torch.randn(3, 1, 16), causal=True, cache=cache, position=torch.tensor(4))
-    assert step == case(q_len=1, k_len=16, masked=True, layout="cache")
+        case(q_len=1, k_len=16, masked=True, layout="cache")
 
 
 def test_attention_dropout_counts_in_training_only():

@@ -114,5 +114,6 @@ def test_prepare_with_default_plans_a_gpts_scoring_and_its_one_token_step(asked)
     gpt = REGISTRY["gpt"](REGISTRY["gpt"].config_class(vocab_size=11, context=8, width=16, depth=1, heads=2)).eval()
     plan.prepare(gpt, "default")
     # (batch, heads, q_len, k_len, head_dim, dtype, causal, training, masked, layout)
+    # the step: one query over the whole cache of the 4 + 2 tokens generate holds, masked
     assert asked.attention == [(1, 2, 4, 4, 8, F32, True, False, False, "packed"),
-                               (1, 2, 1, 5, 8, F32, True, False, False, "cache")]
+                               (1, 2, 1, 6, 8, F32, False, False, True, "cache")]

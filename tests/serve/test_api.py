@@ -201,16 +201,19 @@ def test_bad_generation_requests_get_a_clear_4xx(lm_client, body, status, words)
 
 @pytest.mark.slow
 def test_generate_through_the_compiled_decode_step_gives_the_same_text(lm_run, lm_client):
-    """The server's generation with the plan's compiled one-token step (forced here; a real inductor
-    compile, made in a worker thread, each token's step on whichever thread takes it)."""
-    from anyformer.plan.decode import PLANNED_DECODER
+    """The server's generation with the plan's compiled one-token step (forced here, at the door, as
+    the warm-up settles it; a real inductor compile; each token's step on whichever worker thread
+    takes it)."""
+    from anyformer.models.generation import compiled_steps
+    model = lm_client.app.state.context.model
     eager = lm_client.post("/api/generate", json={"prompt": "KING:", "max_new_tokens": 30, "temperature": 0})
     try:
         with plan.forcing(compile="compiled"):
-            compiled = lm_client.post("/api/generate", json={"prompt": "KING:", "max_new_tokens": 30, "temperature": 0})
-        assert [m.compiled_decode(1, 36) for m in PLANNED_DECODER._steps] == [True]  # the server's model
+            assert plan.prepare_decode(model, 1, 36)
+        compiled = lm_client.post("/api/generate", json={"prompt": "KING:", "max_new_tokens": 30, "temperature": 0})
+        assert model.compiled_decode(1, 36)
     finally:
-        PLANNED_DECODER._steps.clear()  # the other tests' server generates eagerly, as the suite's plan says
+        compiled_steps(model).clear()  # the other tests' server generates eagerly, as the suite's plan says
     assert eager.status_code == compiled.status_code == 200, compiled.text
     assert compiled.json() == eager.json()
 

@@ -172,8 +172,8 @@ def test_the_warm_up_settles_the_decode_step_for_every_cache_size(lm_run, monkey
     the server listens, for each cache size a request may use (64 and the context, 128, here), so no
     request ever waits for a compile: left to the requests, one came mid-soak and stalled every
     request in flight past its deadline."""
-    from anyformer.models.gpt import GPT
+    from anyformer.serve import generate
     asked = []
-    monkeypatch.setattr(GPT, "settle_decode", lambda self, batch, total: asked.append((batch, total)) or False)
+    monkeypatch.setattr(generate, "prepare_decode", lambda model, batch, total: asked.append((batch, total)) or False)
     create_app(str(lm_run))
     assert asked == [(1, 64), (1, 128)]

@@ -67,6 +67,8 @@ OPTION_PINS: dict[str, list[str]] = {
         "tests/train/test_user_images.py::test_a_folder_without_a_test_split_holds_out_a_seeded_stratified_share"],
     "label_column": ["tests/train/test_series_user_data.py::test_a_label_column_named_on_the_command_line"],
     "label_fraction": ["tests/train/test_mae.py::test_label_fraction_picks_a_class_balanced_seeded_subset"],
+    "text_column": ["tests/train/test_text_columns.py::test_a_run_trained_on_named_columns_predicts_other_files_by_them",
+                    "tests/train/test_text_columns.py::test_the_command_line_refuses_a_missing_text_column_in_one_line"],
     "objective": ["tests/train/test_tables_train.py::test_task_overrides_what_the_target_s_cells_suggest"],
     "baseline": ["tests/train/test_tables_train.py::test_the_baseline_is_fitted_on_the_same_split_and_recorded",
                  "tests/train/test_baselines.py::test_images_get_logistic_regression_on_their_pixels",

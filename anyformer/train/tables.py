@@ -358,17 +358,17 @@ def table_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any
     why["dropout"] = (f"{dropout:g}: " + ("none for a number out (chosen on 16 tables)" if not dropout else
                                          "after the MLP's hidden layer and on each residual branch"))
     used = [c for c in columns if c.kind != "skipped"]
-    why["model"] = (f"table-small: one token per column ({_count(used, 'number') + _count(used, 'date')} numbers, "
-                    f"{_count(used, 'category') + 2 * _count(used, 'date')} categories) and a class token; width 64, "
-                    f"depth 3")
+    numbers, categories = _count(used, 'number') + _count(used, 'date'), _count(used, 'category') + 2 * _count(used, 'date')
+    why["model"] = (f"table-small: one token per column ({_plural(numbers, 'number')}, "
+                    f"{_plural(categories, 'category', 'categories')}) and a class token; width 64, depth 3")
     skipped = [c for c in columns if c.kind == "skipped"]
     if skipped:
         why["skipped"] = "; ".join(f"{c.name!r} ({c.why})" for c in skipped[:6]) + (
             f"; and {len(skipped) - 6} more" if len(skipped) > 6 else "")
     missing = sum(c.missing for c in columns if c.kind != "skipped")
     what = (f"a table of {n:,} rows{'' if files.test is None else f' (and a test file {files.test.name})'}: "
-            f"{_count(used, 'number')} number columns, {_count(used, 'category')} category columns"
-            + (f", {_count(used, 'date')} date columns" if _count(used, 'date') else "")
+            f"{_plural(_count(used, 'number'), 'number column')}, {_plural(_count(used, 'category'), 'category column')}"
+            + (f", {_plural(_count(used, 'date'), 'date column')}" if _count(used, 'date') else "")
             + f", {missing:,} missing cells; target {target.name}: {target.why}")
     values = dict(task="table", model="table-small", data=data, objective=target.task, label_column=target.name,
                   val_fraction=fraction, select_fraction=select, batch_size=batch, epochs=epochs,
@@ -376,6 +376,10 @@ def table_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any
                   grad_clip=1.0, amp="none", eval_batch_size=1024,
                   model_overrides=dict(width=64, depth=3, heads=4, mlp_hidden=128, dropout=dropout))
     return what, values, why
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def _count(columns, kind: str) -> int:

@@ -51,7 +51,7 @@ def test_a_table_of_classes_trains_and_says_what_it_read(tmp_path, capsys):
     data = classes_csv(tmp_path / "shop.csv")
     assert train(data, tmp_path / "run") == 0
     out = capsys.readouterr().out
-    assert ("derived: task = table: a table of 160 rows: 1 number columns, 2 category columns, 1 date columns, "
+    assert ("derived: task = table: a table of 160 rows: 1 number column, 2 category columns, 1 date column, "
             "31 missing cells; target label: 3 classes") in out
     assert "derived: skipped = 'id' (an id (a different value in every row)); 'note' (free text" in out
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

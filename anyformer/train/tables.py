@@ -358,7 +358,8 @@ def table_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any
     why["dropout"] = (f"{dropout:g}: " + ("none for a number out (chosen on 16 tables)" if not dropout else
                                          "after the MLP's hidden layer and on each residual branch"))
     used = [c for c in columns if c.kind != "skipped"]
-    numbers, categories = _count(used, 'number') + _count(used, 'date'), _count(used, 'category') + 2 * _count(used, 'date')
+    numbers = _count(used, 'number') + _count(used, 'date')           # a date: its day count, and
+    categories = _count(used, 'category') + 2 * _count(used, 'date')  # its month and weekday
     why["model"] = (f"table-small: one token per column ({_plural(numbers, 'number')}, "
                     f"{_plural(categories, 'category', 'categories')}) and a class token; width 64, depth 3")
     skipped = [c for c in columns if c.kind == "skipped"]
@@ -367,7 +368,8 @@ def table_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any
             f"; and {len(skipped) - 6} more" if len(skipped) > 6 else "")
     missing = sum(c.missing for c in columns if c.kind != "skipped")
     what = (f"a table of {n:,} rows{'' if files.test is None else f' (and a test file {files.test.name})'}: "
-            f"{_plural(_count(used, 'number'), 'number column')}, {_plural(_count(used, 'category'), 'category column')}"
+            f"{_plural(_count(used, 'number'), 'number column')}, "
+            f"{_plural(_count(used, 'category'), 'category column')}"
             + (f", {_plural(_count(used, 'date'), 'date column')}" if _count(used, 'date') else "")
             + f", {missing:,} missing cells; target {target.name}: {target.why}")
     values = dict(task="table", model="table-small", data=data, objective=target.task, label_column=target.name,

@@ -101,7 +101,8 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
         overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False)
         why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
                         f"mean of its tokens into a linear head; "
-                        + (f"the embeddings and the first {frozen} of 6 blocks frozen ({_kept(frozen, lengths, length)}), "
+                        + (f"the embeddings and the first {frozen} of 6 blocks frozen "
+                           f"({_kept(frozen, lengths, length)}), "
                            f"so that {total / max(1, per_epoch):.3g} passes over ~{tokens:,} training tokens fit about "
                            f"{TIME_BUDGET_S:.0f} s on 2 cores" if frozen else "every layer trained"))
         model, lr = "minilm-classifier", LR_PRETRAINED

@@ -244,7 +244,8 @@ class TextClassification(ClassifierReport):
             self._load_minilm(model)
         c = model.config
         every = c.frozen_layers == c.depth
-        if c.frozen_layers and (every or states_bytes(sum(map(len, self.train_ids + self.test_ids)), c.width) <= STATES_BYTES):
+        tokens = sum(map(len, self.train_ids)) + sum(map(len, self.test_ids))
+        if c.frozen_layers and (every or states_bytes(tokens, c.width) <= STATES_BYTES):
             self.train_states = _states(model, self.train_ids, mean=every)
             self.test_states = _states(model, self.test_ids, mean=every)
 

@@ -89,10 +89,10 @@ from bench_common import (
     table,
     wait_for_quiet,
 )
+from choosing import resolve_rules, verdict
 from image_sets import CHOOSE, MEASURE, folder_of
 
 REFERENCES = ("LogReg", "SVM")
-EPS = 1e-9  # equal means, as far as the rule is concerned
 NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 SEED = 0
 
@@ -114,29 +114,11 @@ def parse_candidates(specs: list[str]) -> dict[str, str]:
         if name in out:
             sys.exit(f"--candidate {name} given twice")
         try:  # unbalanced quotes or a rule that does not work out: refused now, not after hours of runs
-            shlex.split(resolve(flags, example))
+            shlex.split(resolve_rules(flags, example))
         except Exception as e:  # noqa: BLE001 - whatever the rule raised, said in one line
             sys.exit(f"--candidate {name}: {type(e).__name__}: {e}")
         out[name] = flags
     return out or {"base": ""}
-
-
-RULE = re.compile(r"\{([^{}]+)\}")
-RULE_NAMES = {"min": min, "max": max, "round": round, "int": int, "ceil": math.ceil, "sqrt": math.sqrt,
-              "log2": math.log2}
-
-
-def resolve(flags: str, facts: dict) -> str:
-    """Flags with each {EXPR} replaced by its value for the fold described by `facts` (see the docstring)."""
-    names = {**RULE_NAMES, **facts}
-
-    def value(m: re.Match) -> str:
-        # The expressions are this script's own command line, not a stranger's: arithmetic, no builtins.
-        v = eval(m.group(1), {"__builtins__": {}}, names)
-        if isinstance(v, str):  # flags chosen by a condition: {'--augment none' if colour else ''}
-            return v
-        return str(int(v)) if float(v).is_integer() else f"{v:.6g}"
-    return RULE.sub(value, flags)
 
 
 def fold_facts(fold: Path) -> dict:
@@ -321,7 +303,7 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
             folds_of.setdefault((f, c), {})[fold] = r
             continue
         for mine in candidates:
-            if ran_by(r) == resolve(flags[mine], r):
+            if ran_by(r) == resolve_rules(flags[mine], r):
                 folds_of.setdefault((f, mine), {})[fold] = r
     per = {fc: list(v.values()) for fc, v in folds_of.items()}
 
@@ -368,36 +350,8 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
              table(["folder", "fold 0", *names], [[f, about(f), *[cell(f, c) for c in names]] for f in folders]),
              "", table(["candidate", "flags", "folders scored", "mean score", "mean rank", "mean wall s / run",
                         "longest run s", "failed runs"], overall),
-             "", verdict(means, candidates, complete, folders)]
+             "", verdict(means, candidates, complete, folders, [s.name for s in CHOOSE], "folders")]
     return "\n".join(lines), means
-
-
-def verdict(means: dict, candidates: dict[str, str], complete: list[str], folders: list[str]) -> str:
-    """The RULE FOR CHOOSING (the module docstring), applied."""
-    every = [s.name for s in CHOOSE]
-    if not candidates:
-        return "No verdict: no candidates were run (--dry-run)."
-    if sorted(folders) != sorted(every):
-        return f"No verdict: the rule is for all CHOOSE folders ({', '.join(every)}); this summary covers {len(folders)}."
-    if len(complete) < len(every):
-        return (f"No verdict yet: {len(every) - len(complete)} CHOOSE folders lack a row of every candidate on every "
-                f"fold ({', '.join(f for f in every if f not in complete)}).")
-    default, *others = candidates
-    d = means[default]
-    better = []
-    for c in others:
-        m = means[c]
-        if m["score"] < d["score"] - EPS:  # means of the same figures in another order may differ in the last bits
-            continue
-        if m["rank"] < d["rank"] - EPS or (abs(m["rank"] - d["rank"]) <= EPS and m["wall"] < d["wall"]):
-            better.append(c)
-    if not better:
-        return (f"Verdict: `{default}` stays the default; no candidate has a better mean rank (or an equal one and a "
-                f"shorter wall time) and a mean score not lower.")
-    best = min(better, key=lambda c: (means[c]["rank"], means[c]["wall"]))
-    return (f"Verdict: `{best}` (`{candidates[best]}`) replaces `{default}`: mean rank {means[best]['rank']:.2f} against "
-            f"{d['rank']:.2f}, mean score {means[best]['score']:.2f} against {d['score']:.2f} points"
-            + (f"; also qualifying: {', '.join(c for c in better if c != best)}" if len(better) > 1 else "") + ".")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,7 +409,7 @@ def main() -> None:
             facts = fold_facts(fold)
             base = {"folder": name, "folds": args.folds, "fold": i, **facts}
             for candidate, flags in runs:
-                ran = resolve(flags, facts)
+                ran = resolve_rules(flags, facts)
                 if (name, ran, args.folds, i) in done:
                     continue
                 done.add((name, ran, args.folds, i))

@@ -73,10 +73,10 @@ for _p in (str(ROOT), str(ROOT / "benchmarks")):
 
 from bench_common import RESULTS, cpu_words, load_average, processor_folder, table  # noqa: E402
 from bench_tables import run_anyformer, run_peer  # noqa: E402
+from choosing import resolve_rules, verdict  # noqa: E402
 from tables_data import CHOOSE, holdout_split, kfold, load_table, read_pair, write_pair  # noqa: E402
 
 REFERENCE = "LightGBM"
-EPS = 1e-9  # equal means, as far as the rule is concerned
 NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -108,22 +108,12 @@ def parse_candidates(specs: list[str]) -> dict[str, str]:
     return out or {"base": ""}
 
 
-RULE = re.compile(r"\{([^{}]+)\}")
-RULE_NAMES = {"min": min, "max": max, "round": round, "int": int, "sqrt": math.sqrt, "log2": math.log2}
-
-
 def resolve(flags: str, n: int) -> str:
     """Flags with each {EXPR} replaced by its value for a fold of n training rows (see the docstring)."""
     from anyformer.train.tables import table_batch
 
     batch = table_batch(n)
-    names = {**RULE_NAMES, "n": n, "batch": batch, "per_epoch": math.ceil(n / batch)}
-
-    def value(m: re.Match) -> str:
-        # The expressions are this script's own command line, not a stranger's: arithmetic, no builtins.
-        v = eval(m.group(1), {"__builtins__": {}}, names)
-        return str(int(v)) if float(v).is_integer() else f"{v:.6g}"
-    return RULE.sub(value, flags)
+    return resolve_rules(flags, {"n": n, "batch": batch, "per_epoch": math.ceil(n / batch)})
 
 
 def write_folds(name: str, work: Path, k: int) -> tuple[str, str, list[Path]]:
@@ -231,36 +221,8 @@ def summarise(rows: list[dict], tables: list[str], candidates: dict[str, str], k
              table(["table", "task", *names], [[t, tasks.get(t, "?"), *[cell(t, c) for c in names]] for t in tables]),
              "", table(["candidate", "flags", "tables scored", "mean score", "classification", "regression",
                         "mean rank", "mean wall s / run", "failed runs"], overall),
-             "", verdict(means, candidates, complete, tables)]
+             "", verdict(means, candidates, complete, tables, [t.name for t in CHOOSE], "tables")]
     return "\n".join(lines), means
-
-
-def verdict(means: dict, candidates: dict[str, str], complete: list[str], tables: list[str]) -> str:
-    """The RULE FOR CHOOSING (the module docstring), applied."""
-    every = [t.name for t in CHOOSE]
-    if not candidates:
-        return "No verdict: no candidates were run (--dry-run)."
-    if sorted(tables) != sorted(every):
-        return f"No verdict: the rule is for all CHOOSE tables ({', '.join(every)}); this summary covers {len(tables)}."
-    if len(complete) < len(every):
-        return (f"No verdict yet: {len(every) - len(complete)} CHOOSE tables lack a score of every candidate on every "
-                f"fold ({', '.join(t for t in every if t not in complete)}).")
-    default, *others = candidates
-    d = means[default]
-    better = []
-    for c in others:
-        m = means[c]
-        if m["score"] < d["score"] - EPS:  # means of the same figures in another order may differ in the last bits
-            continue
-        if m["rank"] < d["rank"] - EPS or (abs(m["rank"] - d["rank"]) <= EPS and m["wall"] < d["wall"]):
-            better.append(c)
-    if not better:
-        return (f"Verdict: `{default}` stays the default; no candidate has a better mean rank (or an equal one and a "
-                f"shorter wall time) and a mean score not lower.")
-    best = min(better, key=lambda c: (means[c]["rank"], means[c]["wall"]))
-    return (f"Verdict: `{best}` (`{candidates[best]}`) replaces `{default}`: mean rank {means[best]['rank']:.2f} against "
-            f"{d['rank']:.2f}, mean score {means[best]['score']:.2f} against {d['score']:.2f} points"
-            + (f"; also qualifying: {', '.join(c for c in better if c != best)}" if len(better) > 1 else "") + ".")
 
 
 # ---------------------------------------------------------------------------------------------

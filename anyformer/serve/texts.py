@@ -38,6 +38,9 @@ def _texts_of(body: Any) -> list[str]:
     texts = ([body["text"]] if "text" in body else body.get("texts")) if isinstance(body, dict) else None
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise ApiError(400, 'expected JSON {"text": "..."} or {"texts": ["...", ...]} with at least one text')
+    blank = [i for i, t in enumerate(texts) if not t.strip()]
+    if blank:  # nothing to read: an answer would be the model's prior, shown as if it were about a text
+        raise ApiError(400, f"text {blank[0] + 1} of {len(texts)} is blank; expected words to classify")
     if len(texts) > MAX_TEXTS:
         raise ApiError(413, f"{len(texts):,} texts in one request; the limit is {MAX_TEXTS:,} (anyformer predict RUN "
                             f"texts.csv takes any number)")

@@ -1,6 +1,7 @@
 """Runs the serve tests share: a tiny ViT trained on a real MNIST slice, a tiny character model
-trained on a real slice of Tiny Shakespeare and a tiny generator, each by the command line (run in
-this process), as a user makes them; and a real uvicorn server on a free port, in a thread."""
+trained on a real slice of Tiny Shakespeare, a tiny generator and a tiny text classifier, each by the
+command line (run in this process), as a user makes them; and a real uvicorn server on a free port, in
+a thread."""
 from __future__ import annotations
 
 import contextlib
@@ -91,3 +92,19 @@ def series_run(tmp_path_factory):
     _train("series", "--data", "BasicMotions", "--max-steps", "60", "--eval-every", "60", "--set", "width=32",
            "--set", "depth=2", "--set", "mlp_hidden=64", "--out", str(out), cache=out.parent / "cache")
     return out
+
+
+@pytest.fixture(scope="session")
+def text_run(tmp_path_factory):
+    """A text classifier trained from scratch for 8 steps on three topics' texts (the MiniLM weights
+    package stood in as missing, so that the run needs no download)."""
+    from anyformer.cli import main
+    from anyformer.train import textclass
+    from tests.train.test_text_classify import texts
+    root = tmp_path_factory.mktemp("texts")
+    texts().to_csv(root / "t.csv", index=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(textclass, "minilm_available", lambda: False)
+        assert main(["train", "--data", str(root / "t.csv"), "--out", str(root / "run"), "--max-steps", "8",
+                     "--plan", "stock", "--no-progress", "--no-plots"]) == 0
+    return root / "run"

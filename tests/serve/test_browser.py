@@ -166,3 +166,30 @@ def test_generated_text_streams_into_the_page(lm_run, browser, tmp_path):
         assert len(set(growth)) >= 5 and growth == sorted(growth), growth
         assert not by_testid(browser, "error").is_displayed()
         screenshot(browser, "language_model.png", tmp_path)
+
+
+@pytest.mark.slow
+def test_a_typed_text_is_classified_as_the_api_says(text_run, browser, tmp_path):
+    from anyformer.serve import create_app
+    from starlette.testclient import TestClient
+    app = create_app(str(text_run))
+    sentence = "Rain and a storm tomorrow, then sun — ☀️ café"
+    with live_server(app) as url:
+        browser.get(url)
+        note = by_testid(browser, "length-note").text
+        assert "cooking, sport, weather" in note and "tokens" in note
+        by_testid(browser, "text").send_keys(sentence)
+        by_testid(browser, "predict").click()
+        WebDriverWait(browser, 30).until(lambda d: len(prediction_rows(d)) == 3)
+        api = TestClient(app).post("/api/predict", json={"text": sentence}).json()["predictions"][0]
+        expected = sorted(((c, round(100 * q, 1)) for c, q in api["probabilities"].items()), key=lambda cq: -cq[1])
+        shown = [(cls, float(pct.rstrip("%"))) for cls, pct in prediction_rows(browser)]
+        assert shown == expected
+        assert not by_testid(browser, "error").is_displayed()
+        screenshot(browser, "text_classifier.png", tmp_path)
+        # An empty box is refused by the server, and the page says so and clears the old answer.
+        by_testid(browser, "text").clear()
+        by_testid(browser, "predict").click()
+        WebDriverWait(browser, 30).until(lambda d: by_testid(d, "error").is_displayed())
+        assert "is blank" in by_testid(browser, "error").text and "400" in by_testid(browser, "error").text
+        assert prediction_rows(browser) == []

@@ -6,26 +6,12 @@ from __future__ import annotations
 import pytest
 
 import anyformer as af
-from anyformer.cli import main
-from anyformer.train import textclass
 
 from starlette.testclient import TestClient  # noqa: E402  (after conftest's importorskip)
 
 from anyformer.serve import Limits, create_app  # noqa: E402
-from tests.train.test_text_classify import texts
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def text_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("texts")
-    texts().to_csv(root / "t.csv", index=False)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(textclass, "minilm_available", lambda: False)
-        assert main(["train", "--data", str(root / "t.csv"), "--out", str(root / "run"), "--max-steps", "8",
-                     "--plan", "stock", "--no-progress", "--no-plots"]) == 0
-    return root / "run"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +36,8 @@ def test_a_text_is_answered_with_the_runs_own_classes(text_run, client):
 
 
 @pytest.mark.parametrize("body,said", [({"texts": []}, 'expected JSON {"text"'), ({"text": 3}, 'expected JSON {"text"'),
-                                       ({"rows": ["x"]}, 'expected JSON {"text"')])
+                                       ({"rows": ["x"]}, 'expected JSON {"text"'),
+                                       ({"texts": ["a storm", " \n"]}, "text 2 of 2 is blank")])
 def test_bad_bodies_are_refused_in_one_line(client, body, said):
     r = client.post("/api/predict", json=body)
     assert r.status_code == 400 and said in r.json()["error"]

@@ -25,6 +25,17 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def set_threads(threads: int | None, dist: Any, device: torch.device) -> None:
+    """torch's threads: as many as --threads asks; under torchrun on a CPU, the cores shared among the
+    machine's ranks (torchrun gives each rank OMP_NUM_THREADS=1); else torch's own choice."""
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    elif dist.enabled and device.type == "cpu":
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // dist.local_world))
+
+
 def build_model(cfg: TrainConfig, task: Task, device: torch.device | None = None, shards: int = 1) -> Model:
     """The preset with the user's overrides and the fields the data fixes (classes, vocabulary)."""
     if cfg.model not in PRESETS:

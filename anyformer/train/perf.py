@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import Any
 
 import torch
 
@@ -66,3 +67,25 @@ def peak_flops(device: torch.device, amp: str = "none") -> tuple[float, str]:
         if spec is not None:
             return spec, f"data sheet: {name}, dense bf16"
     return measured_peak_flops(device, amp), f"measured: {resolve_amp(amp, device)} matmul"
+
+
+class Peak:
+    """The FLOP/s a run's MFU divides by (`peak_flops` at the run's precision), found when first asked (a
+    second or so of matrix products on a CPU), so that a run stopped early never pays for it."""
+
+    def __init__(self, device: torch.device, cfg: Any) -> None:
+        self.device, self.cfg = device, cfg  # the precision is read when first asked: settled by then
+        self._found: tuple[float, str] | None = None
+
+    def _find(self) -> tuple[float, str]:
+        if self._found is None:  # its random matrices must not move the training RNG
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                self._found = peak_flops(self.device, self.cfg.amp)
+        return self._found
+
+    def flops(self) -> float:
+        return self._find()[0]
+
+    def source(self) -> str:
+        """Where the figure came from: the data sheet named, or the measurement."""
+        return self._find()[1]

@@ -51,7 +51,7 @@ def intro(t: Trainer) -> str:
 
 def bar_fields(t: Trainer, rate: float, flops_per_item: float) -> dict[str, str]:
     loss = {} if t.last_loss is None else {"loss": f"{t.last_loss:.4f}"}
-    return {**loss, f"{t.task.unit[:3]}/s": f"{rate:.0f}", "mfu": f"{100 * rate * flops_per_item / t.peak():.0f}%",
+    return {**loss, f"{t.task.unit[:3]}/s": f"{rate:.0f}", "mfu": f"{100 * rate * flops_per_item / t.peak.flops():.0f}%",
             **t.task.progress_fields(t.sums)}
 
 
@@ -63,14 +63,14 @@ def eval_message(t: Trainer, line: dict[str, Any]) -> str:
 
 def summary(t: Trainer, line: dict[str, Any], resumed: bool) -> dict[str, Any]:
     """The run's summary.json: its settings' outcome, speed and plan, then the task's own fields."""
-    cfg, peak, unit = t.cfg, t.peak(), f"{t.task.unit}_per_s"
+    cfg, peak, unit = t.cfg, t.peak.flops(), f"{t.task.unit}_per_s"
     # A module of the user's own is named by its class, not by the preset the data would have derived.
     s = {"recipe": cfg.recipe, "model": type(t.model).__name__ if is_own(t.model) else cfg.model, "steps": t.step,
          "epochs": round(t.step / t.task.steps_per_epoch, 3), "train_seconds": round(t.elapsed, 2),
          "params": count_params(t.model), "device": str(t.device), "device_name": device_name(t.device),
          "world_size": t.dist.world, "amp": resolve_amp(cfg.amp, t.device), unit: round(line.get(unit, 0.0), 1),
          "mfu": round(line.get("flops_per_s", 0.0) / peak, 4), "peak_flops": peak,
-         "peak_flops_source": t.peak_source(), "resumed": resumed,
+         "peak_flops_source": t.peak.source(), "resumed": resumed,
          "plan_seconds": round(t.step_plan.planning_seconds(), 2), "compile": t.step_plan.compile_choice,
          "linears": t.step_plan.linears_choice, "plan": cfg.plan, "plan_choices": len(t.step_plan.plan["answers"]),
          "time_budget": cfg.time_budget}

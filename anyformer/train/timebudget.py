@@ -16,6 +16,12 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
 
 FIRST_FIT_STEPS = 20  # steps timed before the first fit: past the first step's one-off costs
 RECENT_STEPS = 100    # a later fit times the steps since the fit before, where there were this many
@@ -85,3 +91,29 @@ class TimeBudget:
         left = self.seconds - spent - eval_s  # the final evaluation still to come
         affordable = int(left / max(1e-9, per_step + eval_s / max(1, eval_every)))
         return max(step + 1, min(asked, step + affordable))
+
+
+def fit_run(t: Trainer, bar) -> None:
+    """Set the run's steps so that it ends within its budget, from the time per step and per evaluation
+    measured so far (rank 0's figure, on every rank). Never more steps than --epochs / --max-steps ask
+    for; the schedule (warm-up, cosine) stretches to the new length."""
+    if t.step >= t.total_steps:
+        return  # the final evaluation is done
+    fitted = t.budget.fit(t.step, t.elapsed, t.eval_every, t.total_steps, t.steps_asked())
+    if t.dist.enabled:
+        mine = torch.tensor([float(fitted) if t.dist.is_main else 0.0], dtype=torch.float64, device=t.device)
+        fitted = int(t.dist.sum(mine).item())
+    if fitted == t.total_steps:
+        return
+    before, t.total_steps = t.total_steps, fitted
+    if bar is not None:
+        bar.total = fitted
+    # Said once, at the first fit that moves the end by more than 1%; later fits follow the measured
+    # speed by a few steps at a time and are said only where they move the end by more than a tenth
+    # of what was said (a refit at every evaluation once filled the log with near-equal lines).
+    said = t.budget_said
+    if t.dist.is_main and abs(fitted - (said or before)) > (0.1 * said if said else 0.01 * before):
+        msg = (f"time budget {t.budget.seconds:.0f} s: {fitted} steps ({fitted / t.task.steps_per_epoch:.2f} "
+               f"epochs) instead of {said or before}")
+        (bar.write if bar is not None else print)(msg)
+        t.budget_said = fitted

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import signal
 import time
 from pathlib import Path
@@ -24,16 +23,16 @@ import torch
 from torch import Tensor, nn
 
 from ..data.transfer import float64_on
-from ..models import REGISTRY, Model
-from . import checkpoint, elastic, estimate, own_model, progress
-from .build import build_model, pick_device
+from ..models import Model
+from . import checkpoint, elastic, estimate, outputs, own_model, progress
+from .build import build_model, pick_device, set_threads
 from .checkpoint import CKPT_DIR
 from .config import TrainConfig
 from .distributed import Distributed
 from .ema import EMA
 from .kept import KeptWeights
 from .optim import lr_at, make_optimizer
-from .perf import peak_flops
+from .perf import Peak
 from .planning import StepPlan, adamw_kernel, prepare_for_training, stand_ins
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, settle_amp
 from .protocol import Task
@@ -41,7 +40,7 @@ from .resume import check_fresh_out, check_resume, recorded_settings, resumes
 from .runplan import PLAN_FILE, write_plan
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
-from .timebudget import TimeBudget
+from .timebudget import TimeBudget, fit_run
 from .tasks import make_task, task_pictures
 
 __all__ = ["Trainer", "TrainingError", "Interrupted", "build_model", "pick_device"]
@@ -70,13 +69,7 @@ class Trainer:
         fast_fp32_matmuls(self.device)
         if cfg.deterministic:
             deterministic_kernels()
-        if cfg.threads is not None:
-            if cfg.threads < 1:
-                raise ValueError(f"threads must be >= 1, got {cfg.threads}")
-            torch.set_num_threads(cfg.threads)
-        elif self.dist.enabled and self.device.type == "cpu":
-            # torchrun sets OMP_NUM_THREADS=1 for each rank; share the cores among the local ranks instead.
-            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // self.dist.local_world))
+        set_threads(cfg.threads, self.dist, self.device)
         # The plan in force: replayed from the run (--resume) or another (--plan PATH), else made now;
         # every decision from here on is taken inside `self.step_plan.scope()`, which records and pins it.
         self.step_plan = StepPlan(cfg, self.run_dir, self.device, announce=self.dist.is_main)
@@ -84,9 +77,9 @@ class Trainer:
             self._build(task)
         self.files = RunDir(self.run_dir, self.dist, task_pictures(), log=self.cfg.log)
         spe = self.task.steps_per_epoch
-        self.total_steps = self._steps_asked()  # a --time-budget may fit it lower as the run goes
+        self.total_steps = self.steps_asked()  # a --time-budget may fit it lower as the run goes
         self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget else None
-        self._budget_said: int | None = None  # the steps the last time-budget notice named
+        self.budget_said: int | None = None  # the steps the last time-budget notice named
         self.eval_every = cfg.eval_every or spe
         self.step = 0
         self.sums: dict[str, float] = {}  # since the last evaluation, as read at the last sync
@@ -101,8 +94,8 @@ class Trainer:
         self._next_sync = 0
         self._synced = (0, 0.0)  # (step, time) of the last sync
         self.saved_step: int | None = None
-        self._cpu_copy: Model | None = None
-        self._peak_flops: tuple[float, str] | None = None
+        self.cpu_copy: Model | None = None  # under FSDP, the model's one CPU copy (outputs.py)
+        self.peak = Peak(self.device, cfg)  # the FLOP/s the MFU divides by, measured when first asked
         self.kept = KeptWeights()  # the best evaluation's weights, where the task holds rows back to choose
 
     def _build(self, task: Task | None) -> None:
@@ -238,7 +231,7 @@ class Trainer:
 
     def _evaluate_task(self) -> dict[str, Any]:
         with self.dist.gathered(self.model):
-            return self.task.evaluate(self._evaluated_model(), self.dist)
+            return self.task.evaluate(self.evaluated_model(), self.dist)
 
     def evaluate(self) -> dict[str, Any]:
         """Score the model, append the metrics line, and start the next period's sums (after a sync)."""
@@ -286,167 +279,116 @@ class Trainer:
             self.step_plan.compiled = None
             gc.collect()  # DDP's hooks hold it in reference cycles
 
-    def _fit_budget(self, bar) -> None:
-        """--time-budget: set the run's steps so that it ends within the budget, from the time per step
-        and per evaluation measured so far (rank 0's figure, on every rank). Never more steps than
-        --epochs / --max-steps ask for; the schedule (warm-up, cosine) stretches to the new length."""
-        if self.step >= self.total_steps:
-            return  # the final evaluation is done
-        fitted = self.budget.fit(self.step, self.elapsed, self.eval_every, self.total_steps, self._steps_asked())
-        if self.dist.enabled:
-            mine = torch.tensor([float(fitted) if self.dist.is_main else 0.0], dtype=torch.float64, device=self.device)
-            fitted = int(self.dist.sum(mine).item())
-        if fitted == self.total_steps:
-            return
-        before, self.total_steps = self.total_steps, fitted
-        if bar is not None:
-            bar.total = fitted
-        # Said once, at the first fit that moves the end by more than 1%; later fits follow the measured
-        # speed by a few steps at a time and are said only where they move the end by more than a tenth
-        # of what was said (a refit at every evaluation once filled the log with near-equal lines).
-        said = self._budget_said
-        if self.dist.is_main and abs(fitted - (said or before)) > (0.1 * said if said else 0.01 * before):
-            msg = (f"time budget {self.budget.seconds:.0f} s: {fitted} steps ({fitted / self.task.steps_per_epoch:.2f} "
-                   f"epochs) instead of {said or before}")
-            (bar.write if bar is not None else print)(msg)
-            self._budget_said = fitted
-
-    def _steps_asked(self) -> int:
+    def steps_asked(self) -> int:
         """The steps --max-steps or --epochs ask for."""
         return self.cfg.max_steps or max(1, round(self.cfg.epochs * self.task.steps_per_epoch))
 
     def _run(self) -> dict[str, Any]:
+        """The loop: one `if` per concern after each step; what comes before the first and after the
+        last step is `_open` and `_close`."""
+        resumed = self._open()
+        fpi = own_model.flops_per_item(self.task, self.model)
+        bar = progress.progress_bar(self.total_steps, self.step, self.cfg.progress and self.dist.is_main)
+        self._synced, self._next_sync = (self.step, time.perf_counter()), self.step + 1
+        try:
+            with self.signals:
+                while self.step < self.total_steps:
+                    evaluating, saving, rate = self._timed_step(bar, fpi)
+                    if evaluating:
+                        self._evaluate_and_save(bar, rate * fpi)
+                    elif saving:
+                        checkpoint.save(self)
+                    if self.budget is not None and (evaluating or self.budget.due(self.step)):
+                        fit_run(self, bar)
+                    if self._should_stop():
+                        raise Interrupted(self.signals.received or signal.SIGTERM, self.step, checkpoint.save(self))
+        finally:
+            if bar is not None:
+                bar.close()
+        return self._close(resumed)
+
+    def _open(self) -> bool:
+        """Before the first step: the run directory, the checkpoint to resume from, the intro, the plan
+        and the time the run expects. Whether it resumed."""
         cfg = self.cfg
         self.files.prepare(cfg.resume)
         self.files.write_files(getattr(self.task, "run_files", dict)())  # optional: see protocol.py
-        resumed = cfg.resume and checkpoint.restore(self)
+        resumed = bool(cfg.resume) and checkpoint.restore(self)
         if self.budget is not None:
             self.budget.start(self.step, self.elapsed)
         if self.dist.is_main:
             print(progress.intro(self))
-        self._save_model()
+        outputs.save_model(self)
         if self.step_plan.replaying and self.dist.is_main:
-            print(f"plan: replaying {len(self.step_plan.plan['answers'])} recorded choices from {self.step_plan.source}")
+            answers = len(self.step_plan.plan["answers"])
+            print(f"plan: replaying {answers} recorded choices from {self.step_plan.source}")
         self._settle_step_plan()
         self.write_plan()
         if estimate.wanted(self):  # a few steps timed and undone: the weights are as if it had said nothing
             print(estimate.expected_line(self))
         if self.budget is not None:
             self.budget.steady(self.step, self.elapsed)
-        fpi = own_model.flops_per_item(self.task, self.model)
-        bar = progress.progress_bar(self.total_steps, self.step, cfg.progress and self.dist.is_main)
+        return resumed
+
+    def _timed_step(self, bar, fpi: float) -> tuple[bool, bool, float]:
+        """One step, then a sync where something reads its numbers: (whether to evaluate, whether to save a
+        checkpoint, the items a second so far this period)."""
+        every = self.cfg.checkpoint_every
+        t0, planned = time.perf_counter(), self.step_plan.planning_seconds()
+        self.train_step()
+        evaluating = self.step % self.eval_every == 0 or self.step == self.total_steps
+        saving = not evaluating and bool(every) and self.step % every == 0
+        reading = evaluating or saving or self.step >= self._next_sync or (
+            not self.dist.enabled and self.signals.received is not None)
+        if reading:
+            self.sync()
+        # With the sync (on a GPU, the wait for the queued steps); without the speed plan's first-time
+        # measurements of new shapes (reported apart as plan_seconds).
+        dt = time.perf_counter() - t0 - (self.step_plan.planning_seconds() - planned)
+        self.elapsed += dt
+        self.sums["seconds"] = self.sums.get("seconds", 0.0) + dt
+        rate = self.sums["items"] / max(1e-9, self.sums["seconds"])
+        if bar is not None:
+            bar.update(1)
+            if reading:
+                bar.set_postfix(progress.bar_fields(self, rate, fpi), refresh=False)
+        return evaluating, saving, rate
+
+    def _evaluate_and_save(self, bar, flops_per_s: float) -> None:
+        """An evaluation: its line said and written, the weights it keeps, the model, the pictures where the
+        task draws at each one, and a checkpoint."""
+        t_eval = time.perf_counter()
+        line = self.evaluate()
+        line["flops_per_s"] = flops_per_s
+        self.last_line = line
+        self.kept.offer(self.last_eval, self.evaluated_model(), self.step, line)
+        if self.dist.is_main:
+            (bar.write if bar is not None else print)(progress.eval_message(self, line))
+        outputs.save_model(self)
+        if self.cfg.plots and getattr(self.task, "draw_each_evaluation", False):  # see protocol.py
+            outputs.draw(self, self.run_dir)
+        checkpoint.save(self)
+        if self.budget is not None:
+            self.budget.evaluated(time.perf_counter() - t_eval)
+
+    def _close(self, resumed: bool) -> dict[str, Any]:
+        """After the last step: the kept weights put back, the summary, the plan and the pictures written."""
         line = self.last_line
-        self._synced, self._next_sync = (self.step, time.perf_counter()), self.step + 1
-        try:
-            with self.signals:
-                while self.step < self.total_steps:
-                    t0, planned = time.perf_counter(), self.step_plan.planning_seconds()
-                    self.train_step()
-                    evaluating = self.step % self.eval_every == 0 or self.step == self.total_steps
-                    saving = not evaluating and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
-                    reading = evaluating or saving or self.step >= self._next_sync or (
-                        not self.dist.enabled and self.signals.received is not None)
-                    if reading:
-                        self.sync()
-                    # With the sync (on a GPU, the wait for the queued steps); without the speed plan's
-                    # first-time measurements of new shapes (reported apart as plan_seconds).
-                    dt = time.perf_counter() - t0 - (self.step_plan.planning_seconds() - planned)
-                    self.elapsed += dt
-                    self.sums["seconds"] = self.sums.get("seconds", 0.0) + dt
-                    rate = self.sums["items"] / max(1e-9, self.sums["seconds"])
-                    if bar is not None:
-                        bar.update(1)
-                        if reading:
-                            bar.set_postfix(progress.bar_fields(self, rate, fpi), refresh=False)
-                    if evaluating:
-                        t_eval = time.perf_counter()
-                        line = self.evaluate()
-                        line["flops_per_s"] = rate * fpi
-                        self.last_line = line
-                        self.kept.offer(self.last_eval, self._evaluated_model(), self.step, line)
-                        if self.dist.is_main:
-                            (bar.write if bar is not None else print)(progress.eval_message(self, line))
-                        self._save_model()
-                        if cfg.plots and getattr(self.task, "draw_each_evaluation", False):  # see protocol.py
-                            self._draw(self.run_dir)
-                        checkpoint.save(self)
-                        if self.budget is not None:
-                            self.budget.evaluated(time.perf_counter() - t_eval)
-                    elif saving:
-                        checkpoint.save(self)
-                    if self.budget is not None and (evaluating or self.budget.due(self.step)):
-                        self._fit_budget(bar)
-                    if self._should_stop():
-                        raise Interrupted(self.signals.received or signal.SIGTERM, self.step, checkpoint.save(self))
-        finally:
-            if bar is not None:
-                bar.close()
-        if self.kept.step not in (None, self.step):
-            line = self._put_back_kept()
+        if self.kept.step not in (None, self.step):  # the kept weights back: what the model file and pictures hold
+            line = self.kept.put_back(self.evaluated_model())
+            self.last_eval = self._evaluate_task()
+            outputs.save_model(self)
+            if self.dist.is_main:
+                print(f"kept the weights of step {self.kept.step} of {self.step}: the best on the "
+                      f"{self.task.select_examples} training rows held back for choosing")
         if self.last_eval is None:  # resumed after the final checkpoint: the pictures still need the results
             self.last_eval = self._evaluate_task()
         summary = progress.summary(self, line, resumed)
         if self.kept.step is not None:
             summary["kept_step"] = self.kept.step
         self.write_plan()  # with the answers the last evaluation's shapes added
-        self.files.finish(summary, self._draw_on_main if cfg.plots else None)
+        self.files.finish(summary, (lambda run_dir: outputs.draw_on_main(self, run_dir)) if self.cfg.plots else None)
         return summary
 
-    # ---------------------------------------------------------------- the best evaluation
-    def _evaluated_model(self) -> nn.Module:
+    def evaluated_model(self) -> nn.Module:
         return self.model if self.ema is None else self.ema.model
-
-    def _put_back_kept(self) -> dict[str, Any]:
-        """The kept weights back in the model (what model.safetensors holds and the pictures show); their
-        evaluation's metrics line, which the summary reports."""
-        line = self.kept.put_back(self._evaluated_model())
-        self.last_eval = self._evaluate_task()
-        self._save_model()
-        if self.dist.is_main:
-            print(f"kept the weights of step {self.kept.step} of {self.step}: the best on the "
-                  f"{self.task.select_examples} training rows held back for choosing")
-        return line
-
-    # ---------------------------------------------------------------- outputs
-    def _plain_model(self) -> Model:
-        """The model as one ordinary module: itself, or under FSDP a CPU copy of the gathered weights
-        (on rank 0). Every rank must call this: the gathering is collective."""
-        if not self.dist.fsdp:
-            return self.model
-        weights = self.dist.state(self.model)
-        if self.dist.is_main:
-            if self._cpu_copy is None:
-                with torch.random.fork_rng(devices=[]):  # building it must not move the training RNG
-                    self._cpu_copy = REGISTRY[self.model.family].from_config(self.model.config)
-            self._cpu_copy.load_state_dict(weights)
-        return self._cpu_copy
-
-    def _draw_on_main(self, run_dir: Path) -> None:
-        """The task's pictures from the last evaluation (rank 0; `finish` and `_draw` run it there)."""
-        model = self._cpu_copy if self.dist.fsdp else self._evaluated_model()
-        if own_model.is_own(model):  # the task's pictures read a preset's attention; curves.png is drawn still
-            return
-        self.task.draw(model, self.last_eval, run_dir)
-
-    def _draw(self, run_dir: Path) -> None:
-        self.files.on_main("draw the pictures into", run_dir, lambda: self._draw_on_main(run_dir))
-
-    def _save_model(self) -> None:
-        model = self._plain_model() if self.ema is None else self.ema.model
-        extra = {"train": self.cfg.to_dict(), "data": self.task.run_info()}
-        self.files.on_main("write the model", self.run_dir / "model.safetensors",
-                           lambda: own_model.save_model(model, self.run_dir, extra))
-
-    def peak(self) -> float:
-        """The peak MFU divides by (anyformer.train.perf): a known GPU's data sheet, or the measured
-        matmul rate, measured when first needed (a second or so on a CPU), so that a run stopped
-        early never pays for it."""
-        if self._peak_flops is None:  # its random matrices must not move the training RNG
-            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                self._peak_flops = peak_flops(self.device, self.cfg.amp)
-        return self._peak_flops[0]
-
-    def peak_source(self) -> str:
-        """Where `peak()` came from: the data sheet named, or the measurement."""
-        self.peak()
-        return self._peak_flops[1]

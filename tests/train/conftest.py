@@ -55,8 +55,8 @@ def trainer(tmp_path, mnist_slice):
 def no_peak_measurement(monkeypatch):
     """The summary's MFU divides by the measured matmul rate, about a second per run on a CPU; the
     tests that ask for this (test_every_option_*.py) never read it."""
-    from anyformer.train import trainer as trainer_module
-    monkeypatch.setattr(trainer_module, "peak_flops", lambda device, amp="none": (1e12, "test"))
+    from anyformer.train import perf
+    monkeypatch.setattr(perf, "peak_flops", lambda device, amp="none": (1e12, "test"))
 
 
 def interrupt_at(trainer, step: int) -> None:

@@ -7,6 +7,8 @@ import time
 
 import torch
 
+from anyformer.train.timebudget import fit_run
+
 from .conftest import StandInRank, make_trainer, tiny_config
 from .trainer_doubles import Bar, Budget
 
@@ -15,15 +17,15 @@ def test_the_fit_sets_the_steps_and_the_bar_and_says_so(trainer, capsys) -> None
     trainer.budget, trainer.step, trainer.elapsed = Budget(80), 10, 4.5
     assert trainer.total_steps == 126 and trainer.eval_every == 63
     bar = Bar(126)
-    trainer._fit_budget(bar)
+    fit_run(trainer, bar)
     assert trainer.budget.asked == [(10, 4.5, 63, 126, 126)]
     assert trainer.total_steps == 80 and bar.total == 80
     assert bar.lines == ["time budget 3600 s: 80 steps (1.27 epochs) instead of 126"]
     trainer.budget.fitted = 76
-    trainer._fit_budget(bar)  # 4 of the 80 said: within a tenth, followed silently
+    fit_run(trainer, bar)  # 4 of the 80 said: within a tenth, followed silently
     assert trainer.total_steps == 76 and bar.total == 76 and len(bar.lines) == 1
     trainer.budget.fitted = 60
-    trainer._fit_budget(None)  # 20 of the 80 said: said again, without a bar printed
+    fit_run(trainer, None)  # 20 of the 80 said: said again, without a bar printed
     assert trainer.total_steps == 60
     assert capsys.readouterr().out == "time budget 3600 s: 60 steps (0.95 epochs) instead of 80\n"
 
@@ -31,19 +33,19 @@ def test_the_fit_sets_the_steps_and_the_bar_and_says_so(trainer, capsys) -> None
 def test_a_change_of_one_percent_or_less_is_made_silently(trainer) -> None:
     trainer.budget, trainer.total_steps = Budget(990), 1000
     bar = Bar(1000)
-    trainer._fit_budget(bar)
+    fit_run(trainer, bar)
     assert trainer.total_steps == 990 and bar.total == 990 and bar.lines == []
     trainer.budget.fitted = 1000  # back up by 10 of 990: 1.01%, said (nothing was said before)
-    trainer._fit_budget(bar)
+    fit_run(trainer, bar)
     assert bar.lines == ["time budget 3600 s: 1000 steps (15.87 epochs) instead of 990"]
 
 
 def test_the_fit_stops_once_the_steps_are_done(trainer) -> None:
     trainer.budget, trainer.step, trainer.total_steps = Budget(500), 126, 126
-    trainer._fit_budget(None)
+    fit_run(trainer, None)
     assert trainer.budget.asked == [] and trainer.total_steps == 126
     trainer.step = 125
-    trainer._fit_budget(None)
+    fit_run(trainer, None)
     assert trainer.total_steps == 500
 
 
@@ -51,13 +53,13 @@ def test_under_torchrun_every_rank_takes_rank_zeros_fit(trainer, capsys) -> None
     trainer.budget = Budget(77)  # this rank's own fit, which it must not use
     trainer.dist = StandInRank(rank=1, world=2, others=90.0)
     bar = Bar(126)
-    trainer._fit_budget(bar)
+    fit_run(trainer, bar)
     (sent,) = trainer.dist.summed
     assert sent.dtype == torch.float64 and sent.tolist() == [0.0]  # a rank other than 0 adds nothing
     assert trainer.total_steps == 90 and bar.total == 90
     assert bar.lines == [] and capsys.readouterr().out == ""  # rank 0 alone says it
     trainer.dist = StandInRank(rank=0, world=2, others=0.0)
-    trainer._fit_budget(bar)
+    fit_run(trainer, bar)
     assert trainer.dist.summed[0].tolist() == [77.0] and trainer.total_steps == 77 and len(bar.lines) == 1
 
 

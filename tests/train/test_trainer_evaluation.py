@@ -8,7 +8,7 @@ import contextlib
 import pytest
 import torch
 
-import anyformer.train.trainer as trainer_module
+from anyformer.train import perf
 
 from .conftest import make_trainer, tiny_config
 
@@ -51,10 +51,9 @@ def test_an_ema_run_is_scored_on_its_average(tmp_path, mnist_slice) -> None:
 
 def test_the_peak_is_measured_once_for_the_runs_precision(trainer, monkeypatch) -> None:
     asked = []
-    monkeypatch.setattr(trainer_module, "peak_flops",
-                        lambda device, amp: asked.append((device, amp)) or (5e9, "measured"))
+    monkeypatch.setattr(perf, "peak_flops", lambda device, amp: asked.append((device, amp)) or (5e9, "measured"))
     trainer.cfg.amp = "bf16"
-    assert trainer.peak() == 5e9 and trainer.peak_source() == "measured" and trainer.peak() == 5e9
+    assert trainer.peak.flops() == 5e9 and trainer.peak.source() == "measured" and trainer.peak.flops() == 5e9
     assert asked == [(trainer.device, "bf16")]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from anyformer.train import outputs
 from anyformer.train.distributed import Distributed
 
 from .conftest import make_trainer, tiny_config
@@ -21,7 +22,7 @@ def test_the_pictures_are_drawn_from_the_last_evaluation_of_the_average_where_th
         drawn = []
         t.task.draw = lambda model, result, run_dir: drawn.append((model, result, run_dir))
         t.last_eval = {"eval_accuracy": 0.25}
-        t._draw(t.run_dir)
+        outputs.draw(t, t.run_dir)
         assert drawn == [(t.model if ema is None else t.ema.model, {"eval_accuracy": 0.25}, t.run_dir)]
 
 
@@ -40,7 +41,7 @@ def test_the_run_directory_is_where_the_pictures_go(trainer, tmp_path: Path) -> 
     trainer.files.prepare(False)
     where = []
     trainer.task.draw = lambda model, result, run_dir: where.append(run_dir)
-    trainer._draw(tmp_path / "elsewhere")
+    outputs.draw(trainer, tmp_path / "elsewhere")
     assert where == [tmp_path / "elsewhere"]
 
 
@@ -48,18 +49,18 @@ def test_under_fsdp_the_plain_model_is_one_cpu_copy_of_the_gathered_weights(trai
     """Built once, without moving the training random state, and refilled with the weights each time."""
     trainer.dist = Distributed(fsdp=True)  # one rank: the gather is the model's own full state
     state = torch.get_rng_state()
-    copy = trainer._plain_model()
+    copy = outputs.plain_model(trainer)
     assert torch.equal(torch.get_rng_state(), state)
     assert copy is not trainer.model and type(copy) is type(trainer.model) and copy.config == trainer.model.config
     for k, v in trainer.model.state_dict().items():
         assert torch.equal(copy.state_dict()[k], v), k
     with torch.no_grad():
         next(trainer.model.parameters()).add_(1.0)
-    assert trainer._plain_model() is copy
+    assert outputs.plain_model(trainer) is copy
     assert torch.equal(next(copy.parameters()), next(trainer.model.parameters()))
     drawn = []  # the pictures are drawn from that copy: rank 0's shard alone is not a model
     trainer.task.draw = lambda model, results, run_dir: drawn.append(model)
-    trainer._draw_on_main(trainer.run_dir)
+    outputs.draw_on_main(trainer, trainer.run_dir)
     assert drawn == [copy]
 
 
@@ -71,7 +72,7 @@ def test_a_failed_drawing_is_named_with_the_run_directory(trainer) -> None:
         raise OSError(28, "No space left on device")
     trainer.task.draw = full
     with pytest.raises(TrainingError, match=rf"^cannot draw the pictures into {trainer.run_dir}: No space left"):
-        trainer._draw(trainer.run_dir)
+        outputs.draw(trainer, trainer.run_dir)
 
 
 @pytest.mark.parametrize("each", [False, True])

@@ -117,7 +117,7 @@ def test_a_steps_loss_is_summed_over_its_chunks_in_float64(tmp_path, mnist_slice
 def test_a_run_asks_its_max_steps_or_its_epochs_and_at_least_one_step(tmp_path, mnist_slice) -> None:
     """63 steps per epoch: 1.5 epochs ask round(94.5) = 94 steps; 0.001 epochs round to none: one."""
     for kw, steps in ((dict(epochs=1.5), 94), (dict(epochs=0.001), 1), (dict(epochs=3, max_steps=7), 7)):
-        assert make_trainer(tiny_config(tmp_path / str(steps), **kw), mnist_slice)._steps_asked() == steps
+        assert make_trainer(tiny_config(tmp_path / str(steps), **kw), mnist_slice).steps_asked() == steps
 
 
 def test_a_step_adds_to_the_periods_counts_and_moves_the_average_by_its_number(tmp_path, mnist_slice) -> None:

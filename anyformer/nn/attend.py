@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .functional import attention_explicit, causal_mask
+from .functional import allowed_mask, attention_explicit
 
 __all__ = ["Attend", "ATTENTION_FUNCTIONS", "by_sums", "explicit", "sdpa"]
 
@@ -30,10 +30,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dro
     nq, nk = q.shape[2], k.shape[2]
     if causal and mask is None and nq == nk:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-    if causal and nq > 1:  # one query after a cache sees every key: no mask needed
-        cm = causal_mask(nq, nk, q.device)
-        mask = cm if mask is None else mask & cm
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed_mask(mask, causal, nq, nk, q.device),
+                                          dropout_p=dropout)
 
 
 def explicit(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float) -> Tensor:
@@ -46,9 +44,7 @@ def by_sums(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, 
     least: for one query over a static cache, which inductor fuses into two passes over the cache with
     the rest of a compiled generation step, where SDPA stays an opaque call. N queries cost an
     (N, M, D_h) product per head: this is for N = 1. No dropout (a generation step has none)."""
-    if causal and q.shape[2] > 1:
-        cm = causal_mask(q.shape[2], k.shape[2], q.device)
-        mask = cm if mask is None else mask & cm
+    mask = allowed_mask(mask, causal, q.shape[2], k.shape[2], q.device)
     scores = (k[:, :, None] * q[:, :, :, None]).sum(-1) * q.shape[-1] ** -0.5  # (B, H, N, M)
     at_least_fp32 = torch.promote_types(scores.dtype, torch.float32)  # half precision loses small weights
     if mask is not None:

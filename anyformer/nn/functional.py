@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["attention_explicit", "causal_mask"]
+__all__ = ["allowed_mask", "attention_explicit", "causal_mask"]
 
 
 def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
@@ -23,9 +23,7 @@ def attention_explicit(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     # is one query's.
     q, k, v = (t if _blocks_contiguous(t) else t.contiguous() for t in (q, k, v))
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
-    allowed = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+    allowed = allowed_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     # Softmax in at least float32 so that half-precision inputs do not lose the small weights.
@@ -45,3 +43,12 @@ def _blocks_contiguous(t: Tensor) -> bool:
 def causal_mask(nq: int, nk: int, device: torch.device) -> Tensor:
     """Bottom-right aligned: with a cache the nq queries are the last nq of nk positions."""
     return torch.ones(nq, nk, dtype=torch.bool, device=device).tril(diagonal=nk - nq)
+
+
+def allowed_mask(mask: Tensor | None, causal: bool, nq: int, nk: int, device: torch.device) -> Tensor | None:
+    """The keys each query may attend to (True: may), a padding `mask` and causality merged; None where
+    every query sees every key. One query after a cache is the last position: causality hides nothing."""
+    if not causal or nq == 1:
+        return mask
+    cm = causal_mask(nq, nk, device)
+    return cm if mask is None else mask & cm

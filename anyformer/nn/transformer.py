@@ -159,9 +159,7 @@ class Transformer(nn.Module):
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
-        if width % heads != 0:
-            raise ValueError(f"width must be divisible by heads: got width={width}, heads={heads}")
-        self.width, self.depth, self.heads = width, depth, heads
+        self.width, self.depth, self.heads = width, depth, heads  # width % heads: each block's attention checks
         rope = RotaryEmbedding(width // heads, max_len) if rotary else None
         self.blocks = nn.ModuleList(
             TransformerBlock(width, heads, mlp_hidden=mlp_hidden, mlp_layers=mlp_layers, norm=norm,

@@ -104,13 +104,12 @@ def _attention_runs(b: int, h: int, nq: int, nk: int, d: int, dtype: torch.dtype
             return [q0.transpose(1, 2), k0.narrow(2, 0, nk), v0.narrow(2, 0, nk)]
     dy = _randn(g, b, nq, h * d, dtype=dtype)
     # The maths is nn's; the plan only times it (imported here, when measuring: nn sits above the plan).
-    from ...nn.functional import attention_explicit, causal_mask
-    # As nn/attention.py runs it: one query after a cache sees every key, so it gets no mask.
-    allowed = causal_mask(nq, nk, torch.device("cpu")) if causal and nq > 1 else None
+    from ...nn.functional import allowed_mask, attention_explicit
+    pad = None
     if masked and nk > 1:  # pad the last eighth of the keys; every query keeps key 0
         pad = torch.ones(b, 1, 1, nk, dtype=torch.bool)
         pad[..., nk - max(1, nk // 8):] = False
-        allowed = pad if allowed is None else allowed & pad
+    allowed = allowed_mask(pad, causal, nq, nk, torch.device("cpu"))  # as nn's attention merges them
 
     def heads_last(o: torch.Tensor) -> torch.Tensor:
         return o.transpose(1, 2).reshape(b, nq, h * d)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .answers import answer_each
 from .args import one_line
 from .runs import image_preprocess, run_info
 
@@ -38,24 +39,12 @@ def predict(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
     pre = image_preprocess(args.dir, info)
-    unread = 0
-    for path in args.images:  # every file is answered; one that cannot be read is named, and the rest go on
-        try:
-            x, warning = pre.load_checked(path, raw=args.raw)
-        except (ValueError, OSError) as e:
-            print(f"anyformer: error: {path}: {one_line(e)}", file=sys.stderr)
-            unread += 1
-            continue
+
+    def probabilities(path: str) -> tuple[torch.Tensor, str | None]:
+        x, warning = pre.load_checked(path, raw=args.raw)
         with torch.no_grad():
-            probs = model(pre(x)[None]).softmax(-1)[0]
-        top = probs.topk(min(args.top, probs.numel()))
-        shown = ", ".join(f"{info['classes'][i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
-        print(f"{path}: {shown}")
-        if warning:  # beside the answer, on stderr, so that stdout stays one line per picture
-            print(f"anyformer: warning: {path}: {warning}", file=sys.stderr)
-    if unread and len(args.images) > 1:
-        print(f"anyformer: {unread} of {len(args.images)} files could not be read", file=sys.stderr)
-    return 2 if unread else 0
+            return model(pre(x)[None]).softmax(-1)[0], warning
+    return answer_each(args.images, info["classes"], args.top, probabilities)
 
 
 def predict_table(args: argparse.Namespace, model, meta: dict) -> int:

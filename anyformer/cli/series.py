@@ -10,7 +10,7 @@ import torch
 
 from ..data.series.dataset import SeriesPreprocess, fit_to_model
 from ..data.series.one_series import read_series_input
-from .args import one_line
+from .answers import answer_each
 
 
 def load_series_input(path: str, model: Any, info: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str | None]:
@@ -22,25 +22,12 @@ def load_series_input(path: str, model: Any, info: dict[str, Any]) -> tuple[torc
 def predict_series(args: argparse.Namespace, model: Any, meta: dict[str, Any]) -> int:
     """Each file's top classes, one line per file; an unreadable file is named and the rest go on."""
     info = meta.get("data", {})
-    unread = 0
-    for path in args.images:
-        try:
-            _, x, warning = load_series_input(path, model, info)
-        except (ValueError, OSError) as e:
-            msg = one_line(e)  # the data errors name the file already
-            print(f"anyformer: error: {msg if msg.startswith(path) else f'{path}: {msg}'}", file=sys.stderr)
-            unread += 1
-            continue
+
+    def probabilities(path: str) -> tuple[torch.Tensor, str | None]:
+        _, x, warning = load_series_input(path, model, info)
         with torch.no_grad():
-            probs = model(x, torch.tensor([x.shape[-1]])).softmax(-1)[0]
-        top = probs.topk(min(args.top, probs.numel()))
-        shown = ", ".join(f"{info['classes'][i]} {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
-        print(f"{path}: {shown}")
-        if warning:
-            print(f"anyformer: warning: {path}: {warning}", file=sys.stderr)
-    if unread and len(args.images) > 1:
-        print(f"anyformer: {unread} of {len(args.images)} files could not be read", file=sys.stderr)
-    return 2 if unread else 0
+            return model(x, torch.tensor([x.shape[-1]])).softmax(-1)[0], warning
+    return answer_each(args.images, info["classes"], args.top, probabilities)
 
 
 def attention_series(args: argparse.Namespace, model: Any, meta: dict[str, Any]) -> None:

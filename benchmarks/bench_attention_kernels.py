@@ -28,7 +28,8 @@ import json
 import sys
 import time
 
-from bench_common import (Contestant, alternate, load_average, machine, setup_env, table, wait_for_quiet,
+from bench_common import (Contestant, add_isa_argument, alternate,
+                          load_average, machine, setup_env, table, wait_for_quiet,
                           write_results, RESULTS)
 
 setup_env()
@@ -115,6 +116,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a few cells, one round")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--no-wait", action="store_true")
+    add_isa_argument(ap)
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.steps, args.lengths, args.head_dims, args.decode_keys = 1, 1, [32, 256], [16, 64], [64]

@@ -47,15 +47,41 @@ BENCH_ENV = {
 }
 
 
+# `--isa avx2`: torch's own kernels (ATen), oneDNN, MKL and anyformer's native kernels run their AVX2 code
+# on a processor that has AVX-512 too, so that the case of a host without it (an AMD Zen 3, an older Xeon)
+# is measured on any x86-64 machine. The results go to their own folder (`processor_folder`).
+ISA_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                    "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ANYFORMER_ISA": "avx2"}}
+
+
+def add_isa_argument(ap) -> None:
+    """The scripts' --isa flag; setup_env() reads it from the command line before torch is imported."""
+    ap.add_argument("--isa", choices=sorted(ISA_ENV), help="run the kernels' code for this instruction set only "
+                    "(e.g. avx2 on an AVX-512 processor); results go to results/<processor>-as-<isa>/")
+
+
+def _asked_isa(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--isa" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--isa="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def setup_env() -> None:
-    """Re-execute this script with BENCH_ENV set (once), before torch is imported."""
-    if all(os.environ.get(k) == v for k, v in BENCH_ENV.items()):
+    """Re-execute this script with BENCH_ENV (and --isa's switches) set (once), before torch is imported."""
+    isa = _asked_isa(sys.argv)
+    if isa is not None and isa not in ISA_ENV:
+        raise SystemExit(f"--isa {isa}: expected one of {', '.join(sorted(ISA_ENV))}")
+    wanted = {**BENCH_ENV, **ISA_ENV.get(isa, {})}
+    if all(os.environ.get(k) == v for k, v in wanted.items()):
         return
     if "torch" in sys.modules:
         raise RuntimeError("setup_env() must run before torch is imported")
     if os.environ.get("_ANYFORMER_BENCH_REEXEC"):
         raise RuntimeError("re-executed with the benchmark environment, yet it is not set")
-    env = {**os.environ, **BENCH_ENV, "_ANYFORMER_BENCH_REEXEC": "1"}
+    env = {**os.environ, **wanted, "_ANYFORMER_BENCH_REEXEC": "1"}
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
@@ -104,7 +130,9 @@ def processor_folder() -> str:
     """results/<processor>/: one folder per CPU model, so that figures from different processors
     sit side by side and none overwrites another's (e.g. "amd-epyc", "intel-xeon-...-2-80ghz")."""
     import re
-    return re.sub(r"[^a-z0-9]+", "-", _cpu_model().lower()).strip("-") or "unknown-cpu"
+    folder = re.sub(r"[^a-z0-9]+", "-", _cpu_model().lower()).strip("-") or "unknown-cpu"
+    isa = os.environ.get("ANYFORMER_ISA")
+    return f"{folder}-as-{isa}" if isa else folder
 
 
 def _version(module: str) -> str:
@@ -132,6 +160,8 @@ def machine() -> dict[str, str]:
         "timm": _version("timm"),
         "transformers": _version("transformers"),
         "env": " ".join(f"{k}={os.environ.get(k, '')}" for k in BENCH_ENV),
+        "instruction sets": f"ATen {torch.backends.cpu.get_cpu_capability()}"
+                            + "".join(f", {k}={os.environ[k]}" for k in ISA_ENV["avx2"] if os.environ.get(k)),
     }
 
 

@@ -37,7 +37,8 @@ import json
 import sys
 import time
 
-from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
+from bench_common import (Contestant, add_isa_argument, alternate,
+                          attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
                           speed_table, table, wait_for_quiet, write_results, RESULTS,
                           infer_step)
@@ -223,6 +224,7 @@ def main() -> None:
                     help="time the bf16 rows: auto does where the CPU computes bf16 natively (emulated, a "
                          "step took minutes on a 2-core Zen 3)")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
+    add_isa_argument(ap)
     args = ap.parse_args()
     if args.memory_child:
         return memory_child(args.memory_child)

@@ -35,7 +35,8 @@ import json
 import sys
 import time
 
-from bench_common import (Contestant, alternate, attention_matmuls, linear_matmuls, load_average, machine,
+from bench_common import (Contestant, add_isa_argument, alternate,
+                          attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
                           speed_table, table, wait_for_quiet, write_results, RESULTS,
                           infer_step)
@@ -320,6 +321,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only; leave results/<processor>/vit_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
     ap.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
+    add_isa_argument(ap)
     args = ap.parse_args()
     if args.memory_child:
         return memory_child(*args.memory_child)

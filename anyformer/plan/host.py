@@ -107,6 +107,16 @@ def gpu_info() -> dict[str, Any]:
     return {"gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda, "driver": driver}
 
 
+# The switches that make the libraries (and the native kernels) run less of the CPU's instruction set than it
+# has, e.g. AVX2 code on an AVX-512 processor: a plan measured under them is another machine's.
+ISA_SWITCHES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ANYFORMER_ISA")
+
+
+def asked_isa() -> str:
+    """The instruction-set switches set in this process's environment, "" where none is."""
+    return " ".join(f"{k}={os.environ[k]}" for k in ISA_SWITCHES if os.environ.get(k))
+
+
 def machine(threads: int | None = None) -> dict[str, Any]:
     """The machine key's fields and "key", a short hash of them."""
     cpu = cpu_info()
@@ -116,6 +126,7 @@ def machine(threads: int | None = None) -> dict[str, Any]:
         "torch": torch.__version__, "capability": _cpu_capability(),
         "onednn": bool(torch.backends.mkldnn.is_available()), "mkl": bool(torch.backends.mkl.is_available()),
         "threads": int(torch.get_num_threads() if threads is None else threads), **gpu_info(),
+        "isa": asked_isa(),
     }
     blob = json.dumps(fields, sort_keys=True).encode()
     return {**fields, "key": hashlib.sha256(blob).hexdigest()[:12]}

@@ -41,18 +41,32 @@ from . import host
 from .store import cache_root
 
 SOURCE = Path(__file__).with_name("native") / "kernels.cpp"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
+FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
+# ANYFORMER_ISA=avx2 builds for AVX2 and FMA alone (x86-64-v3), the code a processor without AVX-512 runs,
+# so that such a host's case can be measured on any x86-64 machine (with ATen's, oneDNN's and MKL's own
+# switches: benchmarks/bench_common.py --isa avx2). Unset: every instruction this CPU has.
+ENV_ISA = "ANYFORMER_ISA"
+MARCH = {"native": "-march=native", "avx2": "-march=x86-64-v3"}
 BUILD_TIMEOUT_S = 180
 HEAD_DIMS = (16, 32, 48, 64)  # what the kernel takes (16 floats a vector, up to four)
 
 ENV_NATIVE_DIR = "ANYFORMER_NATIVE_DIR"
+
+
+def build_flags() -> tuple[str, ...]:
+    """The compiler's flags: FLAGS and the instruction set ANYFORMER_ISA names (default: this CPU's)."""
+    isa = os.environ.get(ENV_ISA, "").strip().lower() or "native"
+    if isa not in MARCH:
+        raise ValueError(f"{ENV_ISA}={isa!r}: expected one of {', '.join(MARCH)}")
+    return (*FLAGS, MARCH[isa])
 
 _lock = threading.Lock()
 _why_not: list[str] = []
 
 
 def _cpu_flags_line() -> str:
-    """-march=native compiles for every flag of this CPU: the whole flags line goes into the name."""
+    """-march=native compiles for every flag of this CPU: the whole flags line goes into the name (and with
+    -march=x86-64-v3 too: the same name on every host would be a build from another machine)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -103,8 +117,9 @@ def _unbuildable() -> str | None:
 def library_path() -> Path:
     """Where this machine's build of the kernel is (or would be) kept: named by a hash of the source,
     the compiler's version, the flags and the CPU's flags. Needs a compiler (`_unbuildable`)."""
-    digest = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), host.compiler().encode(), " ".join(FLAGS).encode(),
-                                        _cpu_flags_line().encode()])).hexdigest()[:16]
+    parts = [SOURCE.read_bytes(), host.compiler().encode(), " ".join(build_flags()).encode(),
+             _cpu_flags_line().encode()]
+    digest = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     return native_dir() / f"kernels-{digest}.so"
 
 
@@ -157,7 +172,7 @@ def _build(path: Path) -> None:
     cxx = _compiler()
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, suffix=".so") as tmp:
-        done = subprocess.run([*cxx, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True,
+        done = subprocess.run([*cxx, *build_flags(), str(SOURCE), "-o", tmp], capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"{Path(cxx[0]).name} failed: {done.stderr.strip()[-240:]}")

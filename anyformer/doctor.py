@@ -242,6 +242,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plan the decisions of a default workload first (measures what is not cached)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"preset for --measure (default {DEFAULT_MODEL})")
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"batch for --measure (default {DEFAULT_BATCH})")
+    parser.add_argument("--limits", action="store_true",
+                        help="measure the host's sustained matmul rate (fp32, bf16) and memory bandwidth (seconds)")
     parser.add_argument("--clear", action="store_true", help="delete this machine's plan file first")
     parser.add_argument("run", nargs="?", help="a run directory: also show the plan it trained with (its plan.json)")
 
@@ -262,6 +264,9 @@ def run(args: argparse.Namespace) -> int:
         print()
     text = report(p)
     print(text)
+    if args.limits:
+        from .limits import limit_lines
+        print("\n".join(limit_lines()))
     if args.run:
         print(run_plan_lines(args.run))
     return 2 if "forced         INVALID" in text else 0

@@ -1,0 +1,39 @@
+"""The host's limits (`anyformer doctor --limits`): a matmul rate is 2 n^3 FLOPs a product over the time the
+products took, the best size kept; the copy's bandwidth counts each byte read and written; the command
+prints both."""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from anyformer import limits
+from anyformer.cli import main
+
+
+def ticking(step: float):
+    """A clock that moves `step` seconds each time it is read."""
+    counter = itertools.count()
+    return lambda: next(counter) * step
+
+
+def test_the_rate_is_the_products_flops_over_their_time_at_the_best_size():
+    # Each product reads the clock once after it: 4 products of n=8 at 0.25 s each reach the 1 s asked.
+    r = limits.matmul_rate(torch.float32, sizes=(8,), seconds=1.0, clock=ticking(0.25))
+    assert r.size == 8 and r.dtype == "float32" and r.flops == 2 * 8 ** 3 * 4 / 1.0
+    both = limits.matmul_rate(torch.float32, sizes=(4, 8), seconds=1.0, clock=ticking(0.25))
+    assert both.size == 8  # the same time a product, 8x the work
+
+
+def test_the_copy_counts_each_byte_read_and_written():
+    assert limits.copy_bandwidth(mib=1, repeats=2, clock=ticking(0.5)) == 2 * 2 ** 20 / 0.5
+
+
+def test_doctor_limits_prints_the_rates_measured_now(capsys, monkeypatch):
+    monkeypatch.setattr(limits, "SIZES", (64,))
+    monkeypatch.setattr(limits, "SECONDS", 0.01)
+    monkeypatch.setattr(limits, "COPY_MIB", 1)
+    assert main(["doctor", "--limits"]) == 0
+    out = capsys.readouterr().out
+    assert "Matmul         float32: " in out and "GFLOP/s sustained (64 x 64" in out
+    assert "GB/s (a 1 MiB copy, read and written)" in out

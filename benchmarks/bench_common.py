@@ -148,6 +148,8 @@ def _version(module: str) -> str:
 
 def machine() -> dict[str, str]:
     import torch
+
+    from anyformer.plan.host import asked_isa  # the switches' names are the speed plan's, listed once there
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
@@ -160,8 +162,8 @@ def machine() -> dict[str, str]:
         "timm": _version("timm"),
         "transformers": _version("transformers"),
         "env": " ".join(f"{k}={os.environ.get(k, '')}" for k in BENCH_ENV),
-        "instruction sets": f"ATen {torch.backends.cpu.get_cpu_capability()}"
-                            + "".join(f", {k}={os.environ[k]}" for k in ISA_ENV["avx2"] if os.environ.get(k)),
+        "instruction sets": ", ".join(filter(None, [f"ATen {torch.backends.cpu.get_cpu_capability()}",
+                                                    *asked_isa().split()])),
     }
 
 

@@ -117,18 +117,18 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
         why["image_size"] = _size_reason(scan.sizes, (h, w))
     h, w = (size, size) if isinstance(size, int) else size
     patch = image_patch(h, w)
+    tokens = (h // patch) * (w // patch)
     width, depth, heads, mlp = (64, 4, 4, 128) if n_train < LARGE_FOLDER else (192, 6, 6, 384)
     overrides = dict(stem="conv", patch_size=patch, width=width, depth=depth, heads=heads, mlp_hidden=mlp)
     why["model"] = (f"vit-mnist-fast at width {width}, depth {depth}: "
                     + (f"under {LARGE_FOLDER:,} training images (a small model at a fixed work was ahead of a larger "
                        f"one)" if n_train < LARGE_FOLDER else f"{n_train:,} training images (a size not yet measured)")
-                    + f"; patch {patch} ({(h // patch) * (w // patch)} tokens an image)")
+                    + f"; patch {patch} ({tokens} tokens an image)")
     batch = _batch(n_train, asked)
     why["batch_size"] = f"{batch}: at most 128, and at most a quarter of the {n_train:,} training images"
     lr = round(2e-3 * math.sqrt(batch / 128), 6)
     why["lr"] = f"{lr:g}: 2e-3 at batch 128, scaled by the square root of the batch"
     per_epoch = math.ceil(n_train / batch)
-    tokens = (h // patch) * (w // patch)
     steps = min(MAX_IMAGE_STEPS, WORK / (batch * tokens * width ** 2 * depth))
     epochs = max(MIN_EPOCHS, round(steps / per_epoch, 2))
     why["epochs"] = (f"{epochs:g}: {round(epochs * per_epoch):,} steps of {batch} images of {tokens} tokens through "

@@ -4,6 +4,12 @@ The mean of the tokens, not BERT's [CLS] pooler: all-MiniLM-L6-v2 was trained as
 through exactly that mean (sentence-transformers), so a pretrained encoder starts with a useful
 sentence vector under the head. `frozen_layers` keeps the embeddings and the first blocks fixed (no
 gradient, no optimiser state), where fine-tuning every layer would not fit the run's time.
+
+`lexical` adds a linear term on the bag of the text's word pieces to the logits (the "wide" half of
+Cheng et al.'s 2016 wide & deep): one weight per piece and class, what a linear model on word counts
+learns, for classes that hang on a few exact words (names, titles) which a pretrained sentence vector
+blurs. Its weights start at zero and learn `lexical_lr_scale` times the encoder's learning rate: from
+zero, at a fine-tuning rate, they would barely move in a run's few hundred steps.
 """
 from __future__ import annotations
 
@@ -24,10 +30,14 @@ class TextClassifierConfig(TextEncoderConfig):
     head_dropout: float = 0.1
     frozen_layers: int = 0          # the embeddings and this many first blocks take no gradient (0: none)
     init: str = "random"            # where the encoder's weights started: "random" or "all-MiniLM-L6-v2"
+    lexical: bool = False           # a linear term on the bag of word pieces, added to the logits
+    lexical_lr_scale: float = 100.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_sizes(self, ("num_classes",))
+        if not self.lexical_lr_scale > 0:
+            raise ValueError(f"lexical_lr_scale must be positive, got {self.lexical_lr_scale}")
         if not 0 <= self.frozen_layers <= self.depth:
             raise ValueError(f"frozen_layers must lie in [0, depth={self.depth}], got {self.frozen_layers}")
 
@@ -51,7 +61,15 @@ class TextClassifier(Model):
         with torch.no_grad():
             self.head.weight.normal_(0, 0.02)
             self.head.bias.zero_()
+        self.lexical = nn.Embedding(c.vocab_size, c.num_classes) if c.lexical else None
+        if self.lexical is not None:
+            nn.init.zeros_(self.lexical.weight)
         self.freeze(c.frozen_layers)
+
+    @property
+    def lr_scales(self) -> dict[str, float]:
+        """Parameters (by name prefix) that learn at a multiple of the run's learning rate (train/optim.py)."""
+        return {"lexical.": self.config.lexical_lr_scale} if self.lexical is not None else {}
 
     @property
     def backbone(self) -> nn.Module:
@@ -74,13 +92,32 @@ class TextClassifier(Model):
         m = attention_mask.to(hidden.dtype)[..., None]
         return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
 
+    def bag(self, token_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """(B, classes): the lexical term, the sum of the real tokens' weights over the square root of their
+        count (a long text is not louder than a short one, and one telling word still counts)."""
+        w = self.lexical(token_ids)
+        if attention_mask is None:
+            return w.sum(1) / token_ids.shape[1] ** 0.5
+        m = attention_mask.to(w.dtype)[..., None]
+        return (w * m).sum(1) / m.sum(1).clamp_min(1.0).sqrt()
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                return_attention: bool | Sequence[int] = False):
+                return_attention: bool | Sequence[int] = False, *, tokens: tuple[Tensor, Tensor] | None = None):
         """input_ids (B, N) int64 token ids -> (B, classes) logits. A float (B, N, D) in their place is the
         tokens' states after the frozen blocks (`frozen_states`): training computes those once, since
-        they never change, and runs the trained blocks alone on them."""
+        they never change, and runs the trained blocks alone on them; the lexical term then reads
+        `tokens`, the texts' (token ids, attention mask)."""
         if return_attention is not False and return_attention is not None:
             return self.forward_with_attention(input_ids, attention_mask, return_attention)
+        logits = self._deep(input_ids, attention_mask)
+        if self.lexical is None:
+            return logits
+        ids, mask = (input_ids, attention_mask) if tokens is None else tokens
+        if ids.is_floating_point():
+            raise ValueError("a lexical model given states needs tokens=(token ids, attention mask)")
+        return logits + self.bag(ids, mask).to(logits.dtype)
+
+    def _deep(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         if input_ids.is_floating_point():
             mask = None if attention_mask is None else attention_mask.bool()
             hidden = input_ids
@@ -105,7 +142,8 @@ class TextClassifier(Model):
                                on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
         """(logits, weights), weights (B, heads, N, N) per layer asked; token 0 is [CLS]."""
         hidden, attn = self.encoder.forward_with_attention(input_ids, attention_mask, layers=layers, on_layer=on_layer)
-        return self.head(self.pooled(hidden, attention_mask)), attn
+        logits = self.head(self.pooled(hidden, attention_mask))
+        return (logits if self.lexical is None else logits + self.bag(input_ids, attention_mask)), attn
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         return self.encoder.forward_flops(seq_len) + 2.0 * self.config.width * self.config.num_classes

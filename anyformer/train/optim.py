@@ -13,16 +13,24 @@ NO_DECAY = ("pos_embed", "cls_token", "reg_token")
 
 
 def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False) -> list[dict]:
-    """Weight decay on matrices only (never on biases, norms, positions or class tokens)."""
+    """Weight decay on matrices only (never on biases, norms, positions or class tokens). Parameters a
+    model names in its `lr_scales` (name prefix -> factor) form groups of their own, each with its
+    `lr_scale`, which the trainer multiplies into the scheduled learning rate."""
+    scales: dict[str, float] = getattr(model, "lr_scales", {}) or {}
     decay, no_decay = [], []
+    scaled: dict[tuple[str, bool], list] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        if decay_all or (p.dim() >= 2 and not any(k in name for k in NO_DECAY)):
-            decay.append(p)
+        decays = decay_all or (p.dim() >= 2 and not any(k in name for k in NO_DECAY))
+        prefix = next((k for k in scales if name.startswith(k)), None)
+        if prefix is not None:
+            scaled.setdefault((prefix, decays), []).append(p)
         else:
-            no_decay.append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            (decay if decays else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0},
+            *({"params": ps, "weight_decay": weight_decay if decays else 0.0, "lr_scale": scales[prefix]}
+              for (prefix, decays), ps in scaled.items())]
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, impl: str = "foreach") -> torch.optim.Optimizer:

@@ -227,6 +227,7 @@ class TextClassification(ClassifierReport):
         self.n_train, self.n_test = len(train), len(test)
         self.train_states: list[Tensor] | None = None  # the states after frozen blocks (fit_model)
         self.test_states: list[Tensor] | None = None
+        self.lexical = False  # whether the model reads the token ids beside the states (fit_model)
         self._batches: tuple[int, list[Tensor]] = (-1, [])
         self.steps_per_epoch = max(1, math.ceil(len(train) / cfg.batch_size))
 
@@ -243,6 +244,7 @@ class TextClassification(ClassifierReport):
         if self.pretrained:
             self._load_minilm(model)
         c = model.config
+        self.lexical = bool(getattr(c, "lexical", False))
         every = c.frozen_layers == c.depth
         tokens = sum(map(len, self.train_ids)) + sum(map(len, self.test_ids))
         if c.frozen_layers and (every or states_bytes(tokens, c.width) <= STATES_BYTES):
@@ -264,13 +266,20 @@ class TextClassification(ClassifierReport):
                 own[k].copy_(v)
 
     # ---------------------------------------------------------------- training
-    def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
+    def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, ...], int]:
+        """(inputs, attention mask, [token ids, their mask,] labels): the token ids travel beside the
+        frozen blocks' states only where a lexical term reads them."""
         epoch, i = divmod(step, self.steps_per_epoch)
         idx = self._epoch_batches(epoch)[i]
         mine = idx[rank_share(len(idx), rank, world)].tolist()
-        ids, mask = (pad([self.train_ids[j] for j in mine]) if self.train_states is None
-                     else pad_states([self.train_states[j] for j in mine]))
-        return (ids.to(self.device), mask.to(self.device), self.train_labels[mine].to(self.device)), len(idx)
+        inputs = self._inputs([self.train_ids[j] for j in mine],
+                              None if self.train_states is None else [self.train_states[j] for j in mine])
+        return (*(t.to(self.device) for t in inputs), self.train_labels[mine].to(self.device)), len(idx)
+
+    def _inputs(self, ids: list[list[int]], states: list[Tensor] | None) -> tuple[Tensor, ...]:
+        if states is None:
+            return pad(ids)
+        return (*pad_states(states), *pad(ids)) if self.lexical else pad_states(states)
 
     def _epoch_batches(self, epoch: int) -> list[Tensor]:
         """The epoch's batches: the seeded order cut into pools of BUCKET batches, each pool sorted by length
@@ -289,9 +298,9 @@ class TextClassification(ClassifierReport):
             self._batches = (epoch, [batches[j] for j in shuffle.tolist()])
         return self._batches[1]
 
-    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, dict[str, Any]]:
-        ids, mask, y = batch
-        out = model(ids, mask).float()
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Any]]:
+        *inputs, y = batch
+        out = _logits(model, inputs).float()
         loss = F.cross_entropy(out, y, label_smoothing=self.cfg.label_smoothing)
         return loss, {"correct": (out.argmax(-1) == y).sum(), "count": y.numel()}
 
@@ -304,8 +313,8 @@ class TextClassification(ClassifierReport):
         model.eval()
 
         def logits(i: int, j: int) -> Tensor:
-            ids, mask = pad(self.test_ids[i:j]) if self.test_states is None else pad_states(self.test_states[i:j])
-            return model(ids.to(self.device), mask.to(self.device))
+            inputs = self._inputs(self.test_ids[i:j], None if self.test_states is None else self.test_states[i:j])
+            return _logits(model, [t.to(self.device) for t in inputs])
 
         result = score_classifier(logits, self.test_labels, len(self.classes), dist, min(self.cfg.eval_batch_size, 64),
                                   self.cfg.amp, self.device)
@@ -352,6 +361,12 @@ class TextClassification(ClassifierReport):
             held = (f"# texts of {s.scored} held out and scored ({what}); seed {self.cfg.seed}, share "
                     f"{s.fraction:.3f}\n" + "".join(f"{r}\n" for r in s.held_out_rows))
         return {HELD_OUT_FILE: held.encode(), TOKENIZER_FILE: self.tokenizer.to_str().encode()}
+
+
+def _logits(model: nn.Module, inputs: list[Tensor] | tuple[Tensor, ...]) -> Tensor:
+    """The model on a batch's inputs: (ids or states, mask), or (states, mask, token ids, their mask)."""
+    x, mask, *tokens = inputs
+    return model(x, mask, tokens=tuple(tokens)) if tokens else model(x, mask)
 
 
 def macro_f1(confusion: Tensor) -> float:

@@ -164,7 +164,7 @@ class Trainer:
         cfg, step, world = self.cfg, self.step, self.dist.world
         lr = lr_at(step, self.total_steps, cfg)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         batch, n_global = self.task.batch(step, self.dist.rank, world)
         # Every rank runs the same number of chunks (FSDP gathers weights in each forward). A chunk
         # left empty (more chunks or ranks than examples) runs a stand-in example with weight 0.

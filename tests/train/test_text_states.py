@@ -16,11 +16,15 @@ from anyformer.train.textclass import _states, pad_states
 from .test_text_classify import FAST, texts
 
 
-def tiny(frozen: int) -> TextClassifier:
+def tiny(frozen: int, lexical: bool = False) -> TextClassifier:
     torch.manual_seed(0)
     cfg = TextClassifierConfig(vocab_size=50, max_positions=32, width=16, depth=2, heads=2, mlp_hidden=32,
-                               num_classes=3, frozen_layers=frozen, head_dropout=0.0)
-    return TextClassifier(cfg).eval()
+                               num_classes=3, frozen_layers=frozen, head_dropout=0.0, lexical=lexical)
+    model = TextClassifier(cfg).eval()
+    if lexical:  # weights away from their zero start, so that the term counts
+        with torch.no_grad():
+            model.lexical.weight.normal_()
+    return model
 
 
 IDS = [[2, 5, 7, 3], [2, 9, 3], [2, 11, 12, 13, 14, 15, 3], [2, 3]]
@@ -39,6 +43,38 @@ def test_kept_states_give_the_logits_of_the_token_ids(frozen):
         from_ids = model(*pad(IDS))
         from_states = model(*pad_states(states))
     torch.testing.assert_close(from_states, from_ids, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("frozen", [1, 2])
+def test_the_lexical_term_reads_the_same_pieces_beside_kept_states(frozen):
+    model = tiny(frozen, lexical=True)
+    states = _states(model, IDS, batch=2, mean=frozen == model.config.depth)
+    with torch.no_grad():
+        from_ids = model(*pad(IDS))
+        from_states = model(*pad_states(states), tokens=pad(IDS))
+        deep = model._deep(*pad(IDS))
+    torch.testing.assert_close(from_states, from_ids, rtol=1e-5, atol=1e-5)
+    # the term itself: each real piece's weights summed, over the square root of the text's length
+    ids = torch.tensor(IDS[1])
+    torch.testing.assert_close(from_ids[1] - deep[1], model.lexical.weight[ids].sum(0) / len(IDS[1]) ** 0.5)
+    with pytest.raises(ValueError, match="needs tokens"):
+        model(*pad_states(states))
+
+
+def test_the_lexical_term_starts_at_zero_and_learns_at_its_own_rate():
+    from anyformer.train.optim import param_groups
+    torch.manual_seed(0)
+    cfg = TextClassifierConfig(vocab_size=50, max_positions=32, width=16, depth=2, heads=2, mlp_hidden=32,
+                               num_classes=3, head_dropout=0.0, lexical=True, lexical_lr_scale=30)
+    model = TextClassifier(cfg).eval()
+    assert torch.count_nonzero(model.lexical.weight) == 0
+    groups = param_groups(model, 0.01)
+    scaled = [g for g in groups if "lr_scale" in g]
+    assert [(g["lr_scale"], g["weight_decay"], len(g["params"])) for g in scaled] == [(30, 0.01, 1)]
+    assert scaled[0]["params"][0] is model.lexical.weight
+    assert sum(len(g["params"]) for g in groups) == sum(p.requires_grad for p in model.parameters())
+    with pytest.raises(ValueError, match="lexical_lr_scale"):
+        TextClassifierConfig(lexical=True, lexical_lr_scale=0)
 
 
 def test_the_memory_rule_counts_four_bytes_a_value():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import re
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,37 @@ class TrainingError(ValueError):
 
 class CheckpointError(ValueError):
     """A checkpoint that is damaged, foreign, or unsafe to read."""
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint holds, a field a thing: written as a plain dict of these names (`state`), read
+    back by `from_state`, so that the file stays tensors and plain data."""
+    step: int                       # the steps done
+    model: dict[str, Any]           # the weights (gathered whole under FSDP)
+    optimizer: dict[str, Any]       # AdamW's moments and step counts
+    model_config: dict[str, Any]    # what the weights belong to: a resume into another model is refused
+    sums: dict[str, Any]            # the running epoch sums the metrics lines report
+    rng: list[dict[str, Any]]       # each rank's RNG states, so dropout continues exactly
+    metrics_lines: int              # metrics.jsonl lines written (later ones are written again)
+    elapsed: float                  # training seconds so far
+    last_line: dict[str, Any]       # the last metrics line (the summary reads it)
+    plan: dict[str, Any] | None     # the speed plan in force
+    total_steps: int | None = None  # the run's length (a budget fitted it; a resume keeps it; old files lack it)
+    scaler: dict[str, Any] | None = None  # fp16's loss scale
+    ema: dict[str, Any] | None = None     # the EMA weights (--ema)
+    best: Any = None                # the best evaluation's weights (--select-fraction)
+
+    def state(self) -> dict[str, Any]:
+        """The dict written to the file: every field, the optional ones only where the run keeps them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.default is not None or getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Checkpoint:
+        """The fields from a loaded dict (`load_checkpoint`); a missing required one is a KeyError."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in names})
 
 
 # ---------------------------------------------------------------- the file: stage, commit, list, load
@@ -140,17 +172,13 @@ def save(t: Trainer) -> Path | None:
     if t.device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(t.device)
     rngs = t.dist.gather(rng)  # each rank's own, so dropout continues exactly on every rank
-    state: dict[str, Any] = {
-        "step": t.step, "model": model_state, "optimizer": optim_state,
-        "model_config": config_dict(t.model), "sums": t.sums, "rng": rngs,
-        "metrics_lines": t.metrics_lines, "elapsed": t.elapsed, "last_line": t.last_line,
-        "total_steps": t.total_steps, "plan": t.step_plan.state()}
-    if t.scaler is not None:
-        state["scaler"] = t.scaler.state_dict()
-    if t.ema is not None:
-        state["ema"] = t.ema.state_dict()
-    if t.kept.state() is not None:  # the weights a run keeps (--select-fraction) continue across a resume
-        state["best"] = t.kept.state()
+    state = Checkpoint(
+        step=t.step, model=model_state, optimizer=optim_state, model_config=config_dict(t.model), sums=t.sums,
+        rng=rngs, metrics_lines=t.metrics_lines, elapsed=t.elapsed, last_line=t.last_line,
+        plan=t.step_plan.state(), total_steps=t.total_steps,
+        scaler=None if t.scaler is None else t.scaler.state_dict(),
+        ema=None if t.ema is None else t.ema.state_dict(),
+        best=t.kept.state()).state()  # the weights a run keeps (--select-fraction) continue across a resume
     path = checkpoint_path(t.run_dir, t.step)
     staged = t.files.on_main("write the checkpoint", path, lambda: stage_checkpoint(t.run_dir, t.step, state))
     try:
@@ -169,6 +197,31 @@ def save(t: Trainer) -> Path | None:
     t.write_plan()
     t.saved_step = t.step
     return path if t.dist.is_main else None
+
+
+def _put_back(t: Trainer, c: Checkpoint) -> None:
+    """The checkpoint's state into the trainer `t` (its model, optimiser, RNG, sums and counts)."""
+    mine = c.rng[t.dist.rank] if len(c.rng) == t.dist.world else c.rng[0]
+    # load_state_dict takes the saved run's fused/foreach flags, but the optimiser's loss-scaling
+    # support was set when it was built: keep the implementation this run's plan chose.
+    impl = [(g.get("fused"), g.get("foreach")) for g in t.optimizer.param_groups]
+    t.dist.load_state(t.model, t.optimizer, c.model, c.optimizer)
+    for group, (fused, foreach) in zip(t.optimizer.param_groups, impl):
+        group["fused"], group["foreach"] = fused, foreach
+    torch.set_rng_state(mine["cpu"])
+    if "cuda" in mine and t.device.type == "cuda":
+        torch.cuda.set_rng_state(mine["cuda"], t.device)
+    if t.ema is not None:
+        if c.ema is None:
+            raise KeyError("it holds no EMA weights, and this run keeps an EMA (--ema)")
+        t.ema.load_state_dict(c.ema)
+    if t.scaler is not None and c.scaler is not None:
+        t.scaler.load_state_dict(c.scaler)
+    t.step, t.sums = int(c.step), dict(c.sums)
+    t.metrics_lines, t.elapsed, t.last_line = int(c.metrics_lines), float(c.elapsed), dict(c.last_line)
+    t.kept.load(c.best)
+    if t.budget is not None and c.total_steps is not None:  # the steps a budget fitted; what is left is re-fitted
+        t.total_steps = int(c.total_steps)
 
 
 def _sees(tmp: str, size: int) -> bool:
@@ -201,29 +254,7 @@ def restore(t: Trainer) -> bool:
         raise CheckpointError(f"checkpoint {path} belongs to another model ({state.get('model_config')}), "
                               f"not to {t.cfg.model} ({config_dict(t.model)})")
     try:  # every rank reads the same file; nothing on disk changes until it has all been read
-        rngs = state["rng"]
-        mine = rngs[t.dist.rank] if len(rngs) == t.dist.world else rngs[0]
-        # load_state_dict takes the saved run's fused/foreach flags, but the optimiser's loss-scaling
-        # support was set when it was built: keep the implementation this run's plan chose.
-        impl = [(g.get("fused"), g.get("foreach")) for g in t.optimizer.param_groups]
-        t.dist.load_state(t.model, t.optimizer, state["model"], state["optimizer"])
-        for group, (fused, foreach) in zip(t.optimizer.param_groups, impl):
-            group["fused"], group["foreach"] = fused, foreach
-        torch.set_rng_state(mine["cpu"])
-        if "cuda" in mine and t.device.type == "cuda":
-            torch.cuda.set_rng_state(mine["cuda"], t.device)
-        if t.ema is not None:
-            if "ema" not in state:
-                raise KeyError("it holds no EMA weights, and this run keeps an EMA (--ema)")
-            t.ema.load_state_dict(state["ema"])
-        if t.scaler is not None and "scaler" in state:
-            t.scaler.load_state_dict(state["scaler"])
-        t.step, t.sums = int(state["step"]), dict(state["sums"])
-        t.metrics_lines, t.elapsed = int(state["metrics_lines"]), float(state["elapsed"])
-        t.last_line = dict(state["last_line"])
-        t.kept.load(state.get("best"))
-        if t.budget is not None:  # the steps a time budget fitted; this process re-fits what is left
-            t.total_steps = int(state.get("total_steps", t.total_steps))
+        _put_back(t, Checkpoint.from_state(state))
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise CheckpointError(f"checkpoint {path} does not fit this run: {str(e).splitlines()[0][:300]} "
                               f"(delete it to resume from an earlier one)") from None

@@ -27,7 +27,7 @@ __all__ = ["auto_settings", "fit_recipe_to_data", "image_patch"]
 
 # An image run's length is fixed work, not time: steps = WORK / (batch x tokens x width^2 x depth), the
 # step's multiply-adds up to a constant (a block's linears are 12 width^2 a token), at most MAX_IMAGE_STEPS,
-# at least MIN_EPOCHS passes. 2e11 is 150-200 s of training on 2 Zen 4 cores whatever the image size; with
+# at least MIN_EPOCHS passes. 2e11 was 150-200 s of training on 2 cores whatever the image size; with
 # the small model below it scored 73.3 points (mean rank 1.58 of 3) on the six CHOOSE folders' 3 folds
 # against 55.1 (2.67) for the earlier ~100,000 images seen, whose 128 x 6 model did not finish CIFAR-10's
 # folds in 300 s; on the five others, 74.4 against 66.1 (benchmarks/images_select.py, round 1).

@@ -30,18 +30,19 @@ from .models import Model, load, read_config
 if TYPE_CHECKING:  # pandas loads when a table's rows are predicted, not with every run
     import pandas
 
-__all__ = ["Run", "load_prepared", "open_run"]
+__all__ = ["Run", "open_run"]
 
 
 @dataclass
 class Run:
     """`model` in eval mode; `tokenizer` for language models, `preprocess` and `classes` for image
     models, `encoding` and `classes` for tables (None where the run has none); `info` is the data
-    section of its config.json."""
+    section of its config.json, `meta` the whole of it."""
 
     path: Path
     model: Model
     info: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     tokenizer: Any = None
     preprocess: Any = None
     classes: list[str] | None = None
@@ -89,6 +90,12 @@ class Run:
         frame = read_table(rows) if isinstance(rows, (str, Path)) else text_frame(rows, "the rows")
         return predict_rows(self.model, self.encoding, frame, str(rows) if isinstance(rows, (str, Path)) else "the rows")
 
+    def image_preprocess(self) -> Any:
+        """The normalisation the run's images were trained with (the same arithmetic, to the bit)."""
+        if self.preprocess is None:
+            raise ValueError(f"{self.path} is not an image classifier run (its data kind is {self.info.get('kind')!r})")
+        return self.preprocess
+
     def _tokenizer(self) -> Any:
         if self.tokenizer is None:
             raise ValueError(f"{self.path} holds a {self.model.family} model, not a language model: it has no tokenizer")
@@ -119,20 +126,19 @@ def predict_rows(model: Model, encoding: Any, frame: "pandas.DataFrame", where: 
     return out
 
 
-def load_prepared(directory: str | Path) -> Model:
-    """The run's model in eval mode, prepared by the speed plan (`plan.prepare`) for one input of its
-    kind: what the commands and the server run their passes on."""
-    from .plan import prepare
-    return prepare(load(directory).eval(), "default")
-
-
-def open_run(directory: str | Path) -> Run:
-    """The run in `directory` (written by `anyformer train`, or by `model.save` with a data section)."""
+def open_run(directory: str | Path, *, prepared: bool = False) -> Run:
+    """The run in `directory` (written by `anyformer train`, or by `model.save` with a data section).
+    `prepared`: its model prepared by the speed plan (`plan.prepare`) for one input of its kind, what the
+    commands and the server run their passes on; else the plain model."""
     from .data.images.preprocess import ImagePreprocess
     from .data.text.tokenizers import tokenizer_from_info
     meta = read_config(directory)
     info = meta.get("data") or {}
-    run = Run(Path(directory), load(directory).eval(), info)
+    model = load(directory).eval()
+    if prepared:
+        from .plan import prepare
+        model = prepare(model, "default")
+    run = Run(Path(directory), model, info, meta)
     if info.get("kind") == "text":
         run.tokenizer = tokenizer_from_info(info, directory)  # a learned one is saved beside config.json
     elif info.get("kind") == "labelled-text":

@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .runs import image_preprocess, run_info
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     at = sub.add_parser("attention", help="draw what a trained model attends to")
@@ -22,10 +20,12 @@ def attention(args: argparse.Namespace) -> int:
     import torch
 
     from .. import viz
-    model, meta = run_info(args.dir)
+    from ..runs import open_run
+    run = open_run(args.dir, prepared=True)
+    model, meta = run.model, run.meta
     info = meta.get("data", {})
     if model.family == "vit":
-        pre = image_preprocess(args.dir, info)
+        pre = run.image_preprocess()
         x, warning = pre.load_checked(args.input, raw=args.raw)
         if warning:
             print(f"anyformer: warning: {args.input}: {warning}", file=sys.stderr)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from .runs import run_info
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("eval", help="evaluate a run directory on its test set, or on other data (--data)")
@@ -25,10 +23,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def evaluate(args: argparse.Namespace) -> int:
     import torch
 
+    from ..runs import open_run
     from ..train import TrainConfig
     from ..train.distributed import Distributed
     from ..train.tasks import make_task
-    model, meta = run_info(args.dir)
+    run = open_run(args.dir, prepared=True)
+    model, meta = run.model, run.meta
     if "train" not in meta:
         raise ValueError(f"{args.dir} holds a model but no training settings; `anyformer eval` needs a run "
                          f"directory written by `anyformer train`")
@@ -58,7 +58,9 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def _judge_table(args: argparse.Namespace, model, meta: dict, amp: str) -> None:
     """Each guidance scale's scores as a JSON line when ready, then the table."""
-    from ..train.judge import guidance_sweep  # another module of the train floor, loaded when asked for
+    from ..train.judge import (
+        guidance_sweep,  # another module of the train floor, loaded when asked for
+    )
     rows = []
     for row in guidance_sweep(model, meta["data"], args.judge, scales=args.cfg, per_class=args.per_class,
                               steps=args.steps, seed=args.seed, amp=amp):

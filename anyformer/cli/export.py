@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from .runs import run_info
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     ex = sub.add_parser("export", help="write a run's model to a file other runtimes read (ONNX)")
@@ -17,7 +15,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def export(args: argparse.Namespace) -> int:
     from ..interop.onnx import export_onnx
-    model, meta = run_info(args.dir)
+    from ..runs import open_run
+    run = open_run(args.dir, prepared=True)
+    model, meta = run.model, run.meta
     # What the run's data was, as the file's metadata: preprocessing and classes, or the vocabulary.
     data = {f"anyformer.data.{k}": json.dumps(v) for k, v in meta.get("data", {}).items()}
     path = export_onnx(model, args.out, metadata=data)

@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .runs import run_info
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     ge = sub.add_parser("generate", help="continue a prompt with a trained language model")
@@ -24,7 +22,9 @@ def generate(args: argparse.Namespace) -> int:
 
     from ..data.text.tokenizers import tokenizer_from_info
     from ..plan import prepare_decode
-    model, meta = run_info(args.dir)
+    from ..runs import open_run
+    run = open_run(args.dir, prepared=True)
+    model, meta = run.model, run.meta
     if model.family != "gpt":
         raise ValueError(f"{args.dir} holds a {model.family} model; `generate` needs a language model run")
     tok = tokenizer_from_info(meta.get("data", {}), args.dir)  # a learned tokenizer is in the run directory

@@ -7,7 +7,6 @@ import sys
 
 from .answers import answer_each
 from .args import one_line
-from .runs import image_preprocess, run_info
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +26,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def predict(args: argparse.Namespace) -> int:
     import torch
-    model, meta = run_info(args.dir)
+
+    from ..runs import open_run
+    run = open_run(args.dir, prepared=True)
+    model, meta = run.model, run.meta
     if model.family == "series":
         from .series import predict_series
         return predict_series(args, model, meta)
@@ -38,7 +40,7 @@ def predict(args: argparse.Namespace) -> int:
     if model.family != "vit":
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
-    pre = image_preprocess(args.dir, info)
+    pre = run.image_preprocess()
 
     def probabilities(path: str) -> tuple[torch.Tensor, str | None]:
         x, warning = pre.load_checked(path, raw=args.raw)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from .runs import run_info
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sa = sub.add_parser("sample", help="draw images from a trained generator (flow-matching DiT run)")
@@ -46,8 +44,9 @@ def sample(args: argparse.Namespace) -> int:
     import torch
 
     from ..files import atomic_write
+    from ..runs import open_run
     from ..viz.grid import save_grid
-    model, _ = run_info(args.dir)
+    model = open_run(args.dir, prepared=True).model
     if model.family != "dit":
         raise ValueError(f"{args.dir} holds a {model.family} model, not a generator; `sample` needs a run of a "
                          f"dit model trained by flow matching (e.g. `anyformer train mnist-gen`)")

@@ -12,14 +12,13 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
 from starlette.middleware import Middleware
+from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..models import read_config
-from ..runs import load_prepared
+from ..runs import open_run
 from .context import Context
 from .guard import REFUSAL, Guard, GuardMiddleware
 from .limits import ApiError, Limits
@@ -37,8 +36,8 @@ log = logging.getLogger("anyformer.serve")
 def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
     """The app for the run in `run_dir` (loaded now, so a bad run fails before the server starts)."""
     limits = limits or Limits()
-    meta = read_config(run_dir)
-    model = load_prepared(run_dir)  # the server's passes on the plan's choices for one request
+    run = open_run(run_dir, prepared=True)  # the server's passes on the plan's choices for one request
+    model, meta = run.model, run.meta
     section = section_for(model.family)
     ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits,
                   worker=ModelWorker(limits.concurrency, limits.queue, heavy_share=limits.heavy_share))

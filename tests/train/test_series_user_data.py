@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from anyformer.cli import main
-from anyformer.cli.runs import run_info
 from anyformer.data import DataError
+from anyformer.runs import open_run
 from anyformer.train import TrainConfig, recipe_config
 from anyformer.train.distributed import Distributed
 from anyformer.train.series import SeriesClassification, derive
@@ -117,7 +117,8 @@ def test_a_long_npz_and_tsv_single_file_train_too(tmp_path):
 
 def test_eval_on_other_data_uses_the_runs_classes(csv_run, tmp_path):
     _, _, out = csv_run
-    model, meta = run_info(str(out))
+    run = open_run(out, prepared=True)
+    model, meta = run.model, run.meta
 
     def scored(data):
         cfg = TrainConfig.from_dict({**meta["train"], "data": str(data), "limit_train": 1})

@@ -43,3 +43,18 @@ def test_an_image_run_classifies_a_picture_as_its_model_does(tmp_path):
     assert [p for _, p in top] == pytest.approx(probs.topk(3).values.tolist())
     with pytest.raises(ValueError, match="not a language model: it has no tokenizer"):
         run.encode("7")
+    assert run.image_preprocess() is run.preprocess and run.meta["data"]["classes"] == classes
+    # prepared=True: the model the commands and the server run, prepared by the speed plan; the same answers
+    ready = af.open_run(tmp_path, prepared=True)
+    assert ready.model is not run.model and not ready.model.training
+    x = run.preprocess(run.preprocess.load(tmp_path / "d.png"))[None]
+    with torch.no_grad():
+        torch.testing.assert_close(ready.model(x), run.model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_run_without_images_has_no_image_preprocessing(tmp_path):
+    chars = "abc"
+    af.GPT.preset("shakespeare-char", vocab_size=3, context=8, width=16, depth=1, heads=2).save(
+        tmp_path, extra={"data": {"kind": "text", "tokenizer": "char", "chars": chars}})
+    with pytest.raises(ValueError, match=r"is not an image classifier run \(its data kind is 'text'\)"):
+        af.open_run(tmp_path).image_preprocess()

@@ -47,6 +47,7 @@ class Run:
     preprocess: Any = None
     classes: list[str] | None = None
     encoding: Any = None
+    unreadable: str | None = field(default=None, repr=False)  # why an image run's preprocessing could not be read
 
     def encode(self, text: str) -> Tensor:
         """Text -> (1, T) int64 token ids, as the run's tokenizer reads it."""
@@ -93,7 +94,8 @@ class Run:
     def image_preprocess(self) -> Any:
         """The normalisation the run's images were trained with (the same arithmetic, to the bit)."""
         if self.preprocess is None:
-            raise ValueError(f"{self.path} is not an image classifier run (its data kind is {self.info.get('kind')!r})")
+            raise ValueError(self.unreadable or
+                             f"{self.path} is not an image classifier run (its data kind is {self.info.get('kind')!r})")
         return self.preprocess
 
     def _tokenizer(self) -> Any:
@@ -150,6 +152,9 @@ def open_run(directory: str | Path, *, prepared: bool = False) -> Run:
         run.encoding = TableEncoding.from_dict(info["encoding"])
         run.classes = list(run.encoding.target.classes) or None
     elif info.get("kind") == "images":
-        run.preprocess = ImagePreprocess.from_info(info)
+        try:  # a run that records too little to read pictures still exports, evaluates and samples
+            run.preprocess = ImagePreprocess.from_info(info)
+        except ValueError as e:
+            run.unreadable = f"{directory}: {e}"
         run.classes = [str(c) for c in info["classes"]] if info.get("classes") else None
     return run

@@ -58,3 +58,12 @@ def test_a_run_without_images_has_no_image_preprocessing(tmp_path):
         tmp_path, extra={"data": {"kind": "text", "tokenizer": "char", "chars": chars}})
     with pytest.raises(ValueError, match=r"is not an image classifier run \(its data kind is 'text'\)"):
         af.open_run(tmp_path).image_preprocess()
+
+
+def test_an_image_run_recording_too_little_still_opens_and_says_why_it_cannot_read_pictures(tmp_path):
+    vit = af.ViT.preset("vit-mnist", width=32, depth=1, heads=2, mlp_hidden=64, patch_size=7)
+    vit.save(tmp_path, extra={"data": {"kind": "images", "classes": list("0123456789"), "mean": [0.1], "std": [0.3]}})
+    run = af.open_run(tmp_path, prepared=True)  # export and eval need no preprocessing: it opens
+    assert run.preprocess is None and run.classes == list("0123456789")
+    with pytest.raises(ValueError, match=r"missing \['channels', 'image_size'\]"):
+        run.image_preprocess()

@@ -77,7 +77,8 @@ class Checkpoint:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Checkpoint:
-        """The fields from a loaded dict (`load_checkpoint`); a missing required one is a KeyError."""
+        """The fields from a loaded dict (`load_checkpoint`); a missing required one is a TypeError, which
+        `restore` reports as a checkpoint that does not fit."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in state.items() if k in names})
 

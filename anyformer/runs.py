@@ -51,11 +51,11 @@ class Run:
 
     def encode(self, text: str) -> Tensor:
         """Text -> (1, T) int64 token ids, as the run's tokenizer reads it."""
-        return torch.tensor([self._tokenizer().encode(text)], dtype=torch.long)
+        return torch.tensor([self.text_tokenizer().encode(text)], dtype=torch.long)
 
     def decode(self, ids: Tensor | Sequence[int]) -> str:
         """Token ids (T,) -> text."""
-        return self._tokenizer().decode(ids.tolist() if isinstance(ids, Tensor) else list(ids))
+        return self.text_tokenizer().decode(ids.tolist() if isinstance(ids, Tensor) else list(ids))
 
     def generate(self, prompt: str, max_new_tokens: int, *, seed: int | None = None, **sampling: Any) -> str:
         """The prompt and its continuation by `max_new_tokens` tokens, as text; `sampling` as
@@ -98,7 +98,8 @@ class Run:
                              f"{self.path} is not an image classifier run (its data kind is {self.info.get('kind')!r})")
         return self.preprocess
 
-    def _tokenizer(self) -> Any:
+    def text_tokenizer(self) -> Any:
+        """The tokenizer the run read its text with (a language model's or a text classifier's)."""
         if self.tokenizer is None:
             raise ValueError(f"{self.path} holds a {self.model.family} model, not a language model: it has no tokenizer")
         return self.tokenizer

@@ -33,16 +33,13 @@ def attention(args: argparse.Namespace) -> int:
         viz.plot_image_attention(x, result, args.out, layers=args.layers, heads=args.heads,
                                  class_names=info.get("classes"))
     elif model.family == "gpt":
-        from ..data.text.tokenizers import tokenizer_from_info
-        tok = tokenizer_from_info(info, args.dir)
+        tok = run.text_tokenizer()
         ids = tok.encode(args.input)[-model.config.context:]
         with torch.no_grad():
             _, attn = model(torch.tensor([ids]), return_attention=args.layers or True)
         viz.plot_token_attention([tok.decode([i]) for i in ids], attn, args.out, layers=args.layers, heads=args.heads)
     elif model.family == "text-classifier":
-        from ..data.text.inputs import saved_tokenizer
-        tok = saved_tokenizer(args.dir)
-        enc = tok.encode(args.input)
+        enc = run.text_tokenizer().encode(args.input)
         with torch.no_grad():
             logits, attn = model(torch.tensor([enc.ids]), torch.ones(1, len(enc.ids), dtype=torch.long),
                                  return_attention=args.layers or True)

@@ -58,9 +58,7 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def _judge_table(args: argparse.Namespace, model, meta: dict, amp: str) -> None:
     """Each guidance scale's scores as a JSON line when ready, then the table."""
-    from ..train.judge import (
-        guidance_sweep,  # another module of the train floor, loaded when asked for
-    )
+    from ..train.judge import guidance_sweep  # another module of the train floor, loaded when asked for
     rows = []
     for row in guidance_sweep(model, meta["data"], args.judge, scales=args.cfg, per_class=args.per_class,
                               steps=args.steps, seed=args.seed, amp=amp):

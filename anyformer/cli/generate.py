@@ -20,14 +20,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def generate(args: argparse.Namespace) -> int:
     import torch
 
-    from ..data.text.tokenizers import tokenizer_from_info
     from ..plan import prepare_decode
     from ..runs import open_run
     run = open_run(args.dir, prepared=True)
-    model, meta = run.model, run.meta
+    model = run.model
     if model.family != "gpt":
         raise ValueError(f"{args.dir} holds a {model.family} model; `generate` needs a language model run")
-    tok = tokenizer_from_info(meta.get("data", {}), args.dir)  # a learned tokenizer is in the run directory
+    tok = run.text_tokenizer()  # as the run recorded it (a learned one is read from the run directory)
     ids = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     if ids.shape[1] > 0:  # compiled one-token steps only where this request's repay a compile (or it is forced)

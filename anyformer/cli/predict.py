@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from .answers import answer_each
 from .args import one_line
+
+if TYPE_CHECKING:  # torch loads after the parser is built
+    from ..runs import Run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,9 +38,9 @@ def predict(args: argparse.Namespace) -> int:
         from .series import predict_series
         return predict_series(args, model, meta)
     if model.family == "table":
-        return predict_table(args, model, meta)
+        return predict_table(args, run)
     if model.family == "text-classifier":
-        return predict_texts(args, model, meta)
+        return predict_texts(args, run)
     if model.family != "vit":
         raise ValueError(f"{args.dir} holds a {model.family} model; `predict` needs an image classifier run (a vit)")
     info = meta.get("data", {})
@@ -49,22 +53,20 @@ def predict(args: argparse.Namespace) -> int:
     return answer_each(args.images, info["classes"], args.top, probabilities)
 
 
-def predict_table(args: argparse.Namespace, model, meta: dict) -> int:
+def predict_table(args: argparse.Namespace, run: Run) -> int:
     """Each file's rows predicted, written as CSV on stdout: the file, its row (counted from 1 after the
     header), the prediction (and for classes its probability); a file that cannot be read is named on
     stderr and the rest go on."""
     import csv
 
-    from ..data.tables.encode import TableEncoding
     from ..data.tables.read import read_table
     from ..runs import predict_rows
-    encoding = TableEncoding.from_dict(meta["data"]["encoding"])
     out = csv.writer(sys.stdout, lineterminator="\n")
     unread, header = 0, False
     for path in args.images:
         try:
             frame = read_table(path)
-            predicted = predict_rows(model, encoding, frame, path)
+            predicted = predict_rows(run.model, run.encoding, frame, path)
         except (ValueError, OSError) as e:
             msg = one_line(e)
             print(f"anyformer: error: {msg if msg.startswith(path) else f'{path}: {msg}'}", file=sys.stderr)
@@ -81,7 +83,7 @@ def predict_table(args: argparse.Namespace, model, meta: dict) -> int:
     return 2 if unread else 0
 
 
-def predict_texts(args: argparse.Namespace, model, meta: dict) -> int:
+def predict_texts(args: argparse.Namespace, run: Run) -> int:
     """Texts classified, written as CSV on stdout: where the text came from (`text` for one given on the
     command line, else the file and its row), the class and its probability. An argument that is a table
     file (.csv, .tsv, .parquet, .xlsx) is read by the run's text column; any other argument is a text."""
@@ -89,10 +91,9 @@ def predict_texts(args: argparse.Namespace, model, meta: dict) -> int:
     from pathlib import Path
 
     from ..data.tables.read import TABLE_SUFFIXES
-    from ..data.text.inputs import saved_tokenizer, text_probabilities
+    from ..data.text.inputs import text_probabilities
     from ..data.text.labelled import read_texts_file
-    info = meta["data"]
-    classes, tokenizer = [str(c) for c in info["classes"]], saved_tokenizer(args.dir)
+    info, classes = run.info, run.classes
     out = csv.writer(sys.stdout, lineterminator="\n")
     out.writerow(["source", "row", "class", "probability"])
     unread = 0
@@ -108,7 +109,7 @@ def predict_texts(args: argparse.Namespace, model, meta: dict) -> int:
                 texts, rows = [_read_file(path)], ["1"]
             else:
                 texts, rows = [arg], [""]
-            probs = text_probabilities(model, tokenizer, texts)
+            probs = text_probabilities(run.model, run.text_tokenizer(), texts)
         except (ValueError, OSError) as e:
             print(f"anyformer: error: {arg}: {one_line(e)}", file=sys.stderr)
             unread += 1

@@ -9,6 +9,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("dir")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--token", help="the token clients must show (default: $ANYFORMER_SERVE_TOKEN, else one made "
+                                   "at start where --host is not loopback; printed in the URL)")
     s.add_argument("--max-body-bytes", type=int, default=5 * 1024 * 1024, help="largest request body")
     s.add_argument("--max-pixels", type=int, default=40_000_000, help="largest image, width x height")
     s.add_argument("--max-prompt-chars", type=int, default=4000)
@@ -34,5 +36,5 @@ def serve(args: argparse.Namespace) -> int:
                     max_prompt_chars=args.max_prompt_chars, max_new_tokens=args.max_new_tokens,
                     concurrency=args.concurrency, queue=args.queue, max_work_seconds=args.max_work_seconds,
                     deadline_seconds=args.deadline_seconds, heavy_share=args.heavy_share)
-    run_server(args.dir, host=args.host, port=args.port, limits=limits)
+    run_server(args.dir, host=args.host, port=args.port, limits=limits, token=args.token)
     return 0

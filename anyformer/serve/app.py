@@ -1,6 +1,6 @@
 """The ASGI app for one run: the page at /, its scripts under /static, /api/info, /healthz,
 /metrics, and the section's API (/api/predict, /api/generate or /api/sample), every request inside
-the guard (guard.py: deadline, shutdown, metrics)."""
+the guard (guard.py: deadline, shutdown, metrics) and, where a token is asked for, the gate (access.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,6 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..runs import open_run
 from .context import Context
+from .access import TokenGate
 from .guard import REFUSAL, Guard, GuardMiddleware
 from .limits import ApiError, Limits
 from .sections import section_for
@@ -33,8 +34,9 @@ SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'sel
 log = logging.getLogger("anyformer.serve")
 
 
-def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
-    """The app for the run in `run_dir` (loaded now, so a bad run fails before the server starts)."""
+def create_app(run_dir: str, limits: Limits | None = None, token: str | None = None) -> Starlette:
+    """The app for the run in `run_dir` (loaded now, so a bad run fails before the server starts);
+    with a `token`, every route but /healthz asks for it (access.py)."""
     limits = limits or Limits()
     run = open_run(run_dir, prepared=True)  # the server's passes on the plan's choices for one request
     model, meta = run.model, run.meta
@@ -92,7 +94,9 @@ def create_app(run_dir: str, limits: Limits | None = None) -> Starlette:
     routes = [Route("/", index), Route("/api/info", api_info), Route("/healthz", healthz), Route("/metrics", metrics),
               *section.routes(ctx), Mount("/static", StaticFiles(directory=STATIC), name="static")]
     guard = Guard(limits.deadline_seconds, {r.path for r in routes if isinstance(r, Route)})
-    app = Starlette(routes=routes, middleware=[Middleware(GuardMiddleware, guard=guard)],
+    # The gate inside the guard: a refused request still gets its line in /metrics.
+    middleware = [Middleware(GuardMiddleware, guard=guard), Middleware(TokenGate, token=token)]
+    app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={ApiError: api_error, ClientGone: client_gone, HTTPException: http_error,
                                         Exception: server_error})
     app.state.context, app.state.guard = ctx, guard

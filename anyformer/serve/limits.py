@@ -57,7 +57,7 @@ class ApiError(Exception):
         return JSONResponse({"error": self.message}, status_code=self.status, headers=self.headers)
 
 
-REASONS = {400: "malformed", 404: "no_route", 405: "method", 408: "slow_body", 413: "too_large",
+REASONS = {400: "malformed", 401: "unauthorized", 404: "no_route", 405: "method", 408: "slow_body", 413: "too_large",
            415: "media_type", 422: "invalid", 499: "client_gone", 503: "busy", 504: "deadline"}
 
 

@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 
 import uvicorn
 
+from .access import server_token, with_token
 from .app import create_app
 from .guard import Guard
 from .limits import Limits
@@ -69,16 +70,18 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def serve(run_dir: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None) -> None:
+def serve(run_dir: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
+          token: str | None = None) -> None:
     """Serve the run in `run_dir` until SIGTERM or Ctrl-C. `serving RUN at URL` is printed once the
     model is loaded and warmed up and the socket listens, so a client that waits for the line is
-    answered; port 0 picks a free port, which the line names."""
-    app = create_app(run_dir, limits)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("serving on %s: anyone who can reach this address can use the model", host)
+    answered; port 0 picks a free port, which the line names. Bound beyond this machine, or with a
+    `token`, every route but /healthz asks for the token, and the URL carries it (access.py)."""
+    token = server_token(host, token)  # before the model loads: a bad token fails at once
+    app = create_app(run_dir, limits, token=token)
 
     def announce(bound_port: int) -> None:
-        print(f"serving {run_dir} at http://{host if ':' not in host else f'[{host}]'}:{bound_port}/", flush=True)
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{bound_port}/"
+        print(f"serving {run_dir} at {with_token(url, token)}", flush=True)
 
     config = uvicorn.Config(app, host=host, port=port, log_level="info",
                             timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)

@@ -193,3 +193,18 @@ def test_a_typed_text_is_classified_as_the_api_says(text_run, browser, tmp_path)
         WebDriverWait(browser, 30).until(lambda d: by_testid(d, "error").is_displayed())
         assert "is blank" in by_testid(browser, "error").text and "400" in by_testid(browser, "error").text
         assert prediction_rows(browser) == []
+
+
+@pytest.mark.slow
+def test_a_server_with_a_token_lets_the_browser_in_through_its_one_time_url(vit_run, browser):
+    from anyformer.serve import create_app
+    token = "token-for-the-browser-test-0123"
+    with live_server(create_app(str(vit_run), token=token)) as url:
+        browser.get(url)
+        assert "no token came" in browser.find_element(By.TAG_NAME, "body").text  # the 401's one line
+        browser.get(f"{url}/?token={token}")
+        assert browser.current_url == f"{url}/"  # the token left the address bar
+        draw(browser, by_testid(browser, "canvas"), ONE)  # the scripts and the API ride on the cookie
+        WebDriverWait(browser, 30).until(lambda d: len(prediction_rows(d)) == 3)
+        assert prediction_rows(browser)[0][0] == "1"
+        assert not by_testid(browser, "error").is_displayed()

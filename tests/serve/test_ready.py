@@ -33,12 +33,13 @@ def tiny_run(tmp_path_factory):
     return run
 
 
-def start(run, port: int) -> tuple[subprocess.Popen, queue.Queue]:
+def start(run, port: int, *extra: str) -> tuple[subprocess.Popen, queue.Queue]:
     """The command, its stdout's lines arriving on a queue (a reader thread, so a test can wait with a timeout)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("ANYFORMER_DEBUG", None)
+    env.pop("ANYFORMER_SERVE_TOKEN", None)
     server = subprocess.Popen([sys.executable, "-m", "anyformer", "serve", str(run), "--port", str(port),
-                               "--threads", "1"], cwd=REPO, env=env, text=True,
+                               "--threads", "1", *extra], cwd=REPO, env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines: queue.Queue = queue.Queue()
 
@@ -100,5 +101,38 @@ def test_port_0_serves_on_a_free_port_which_the_line_names(tiny_run):
         assert not url.endswith(":0/")
         assert httpx.get(url + "healthz", timeout=60).status_code == 200
         stop(server)
+    finally:
+        kill(server)
+
+
+def test_bound_beyond_this_machine_the_server_asks_for_the_token_its_url_carries(tiny_run):
+    server, lines = start(tiny_run, 0, "--host", "0.0.0.0")
+    try:
+        line = lines.get(timeout=START_SECONDS)
+        assert line is not None, f"exited {server.wait()} before serving: {server.stderr.read()[-2000:]}"
+        m = re.fullmatch(r"serving .+ at http://0\.0\.0\.0:(\d+)/\?token=([A-Za-z0-9_-]{40,})\n", line)
+        assert m, line
+        base, token = f"http://127.0.0.1:{m[1]}/", m[2]
+        assert httpx.get(base + "healthz", timeout=60).status_code == 200
+        refused = httpx.get(base + "api/info", timeout=60)
+        assert refused.status_code == 401 and "Bearer" in refused.json()["error"], refused.text
+        assert httpx.get(base, timeout=60).status_code == 401
+        let_in = httpx.get(base + "api/info", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert let_in.status_code == 200 and let_in.json()["family"] == "vit"
+        with httpx.Client(timeout=60, follow_redirects=True) as browser:  # the printed URL, opened once
+            page = browser.get(f"{base}?token={token}")
+            assert page.status_code == 200 and "anyformer" in page.text and str(page.url) == base
+            assert browser.get(base + "api/info").status_code == 200  # the cookie the page's scripts carry
+        stop(server)
+    finally:
+        kill(server)
+
+
+def test_a_token_too_short_is_refused_before_the_model_loads(tiny_run):
+    server, lines = start(tiny_run, 0, "--host", "0.0.0.0", "--token", "hunter2")
+    try:
+        assert server.wait(timeout=120) == 2 and lines.get(timeout=10) is None  # nothing served
+        err = server.stderr.read().strip()
+        assert err == "anyformer: error: --token has 7 characters; expected at least 16 (leave it out and serve makes one)", err
     finally:
         kill(server)

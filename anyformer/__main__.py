@@ -1,5 +1,3 @@
-import sys
+from .cli import exit_process, main
 
-from .cli import main
-
-sys.exit(main())
+exit_process(main())

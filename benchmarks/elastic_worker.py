@@ -46,4 +46,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from anyformer.cli import exit_process
+    exit_process(main())

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 from .. import doctor, runtime
 from . import attention, evaluate, export, generate, predict, probe, sample, serve, train
@@ -126,5 +126,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def exit_process(code: int) -> NoReturn:
+    """End the process with `code`; a torchrun worker skips the interpreter's teardown.
+
+    DDP keeps its gloo group alive after `destroy_process_group` (something inside torch still holds
+    it: its worker threads `pt_gloo_runloop` and `gloo_tcp_loop` run on to the end), so the group is
+    torn down by the process's exit, racing the C++ static destructors: now and then a worker whose run
+    had ended well died of SIGABRT ("terminate called without an active exception"), torchrun counted a
+    failure and spent a restart on it (seen under load in the elastic and FSDP tests). By this point
+    every file of the run is written, renamed into place and closed; only the streams need flushing."""
+    if os.environ.get("TORCHELASTIC_RUN_ID") is None:
+        sys.exit(code)
+    import logging
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

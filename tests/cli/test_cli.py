@@ -206,3 +206,17 @@ def test_attention_of_a_model_without_training_data_is_one_line(tmp_path, capsys
     assert main(["attention", str(tmp_path / "plain"), str(tmp_path / "d.png"), "--out", str(tmp_path / "a.png")]) == 2
     assert capsys.readouterr().err == (f"anyformer: error: {tmp_path / 'plain'} is not an image classifier run "
                                        f"(its data kind is None)\n")
+
+
+def test_a_torchrun_worker_leaves_with_its_code_and_its_last_lines_flushed(tmp_path):
+    """Under torchrun (TORCHELASTIC_RUN_ID set) `python -m anyformer` ends by os._exit, skipping the
+    interpreter's teardown (cli.exit_process): the exit code and the buffered lines must still come out."""
+    env = {**os.environ, "TORCHELASTIC_RUN_ID": "job", "PYTHONPATH": str(REPO)}
+    env.pop("ANYFORMER_DEBUG", None)
+    missing = tmp_path / "nowhere.csv"
+    r = subprocess.run([sys.executable, "-m", "anyformer", "train", "--data", str(missing)], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.startswith("anyformer: error:") and str(missing) in r.stderr, r.stderr
+    ok = subprocess.run([sys.executable, "-m", "anyformer", "doctor"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                        text=True, timeout=300)  # a pipe: stdout is block-buffered, as under torchrun's log files
+    assert ok.returncode == 0 and len(ok.stdout.splitlines()) > 3, ok.stdout

@@ -9,7 +9,9 @@ gradient, no optimiser state), where fine-tuning every layer would not fit the r
 Cheng et al.'s 2016 wide & deep): one weight per piece and class, what a linear model on word counts
 learns, for classes that hang on a few exact words (names, titles) which a pretrained sentence vector
 blurs. Its weights start at zero and learn `lexical_lr_scale` times the encoder's learning rate: from
-zero, at a fine-tuning rate, they would barely move in a run's few hundred steps.
+zero, at a fine-tuning rate, they would barely move in a run's few hundred steps. `lexical_pairs` buckets
+add the same on adjacent pairs of pieces (hashed, as Vowpal Wabbit and fastText hash their n-grams): the
+word bigrams a TF-IDF model reads ("new york", "not good"), without a vocabulary of pairs to build.
 """
 from __future__ import annotations
 
@@ -33,10 +35,14 @@ class TextClassifierConfig(TextEncoderConfig):
     lexical: bool = False           # a linear term on the bag of word pieces, added to the logits
     # 1000x: chosen over 30x, 100x and 300x (benchmarks/text_select.py rounds 4 and 5, on CHOOSE sets only)
     lexical_lr_scale: float = 1000.0
+    lexical_pairs: int = 0          # hash buckets for adjacent pairs of pieces in the lexical term (0: none)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_sizes(self, ("num_classes",))
+        if self.lexical_pairs < 0 or (self.lexical_pairs and not self.lexical):
+            raise ValueError(f"lexical_pairs must be 0, or a number of buckets with lexical on; got "
+                             f"{self.lexical_pairs} with lexical={self.lexical}")
         if not self.lexical_lr_scale > 0:
             raise ValueError(f"lexical_lr_scale must be positive, got {self.lexical_lr_scale}")
         if not 0 <= self.frozen_layers <= self.depth:
@@ -63,14 +69,18 @@ class TextClassifier(Model):
             self.head.weight.normal_(0, 0.02)
             self.head.bias.zero_()
         self.lexical = nn.Embedding(c.vocab_size, c.num_classes) if c.lexical else None
-        if self.lexical is not None:
-            nn.init.zeros_(self.lexical.weight)
+        self.lexical_pairs = nn.Embedding(c.lexical_pairs, c.num_classes) if c.lexical_pairs else None
+        for table in (self.lexical, self.lexical_pairs):
+            if table is not None:
+                nn.init.zeros_(table.weight)
         self.freeze(c.frozen_layers)
 
     @property
     def lr_scales(self) -> dict[str, float]:
         """Parameters (by name prefix) that learn at a multiple of the run's learning rate (train/optim.py)."""
-        return {"lexical.": self.config.lexical_lr_scale} if self.lexical is not None else {}
+        scale = self.config.lexical_lr_scale
+        return {name: scale for name, table in (("lexical.", self.lexical), ("lexical_pairs.", self.lexical_pairs))
+                if table is not None}
 
     @property
     def backbone(self) -> nn.Module:
@@ -95,12 +105,14 @@ class TextClassifier(Model):
 
     def bag(self, token_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """(B, classes): the lexical term, the sum of the real tokens' weights over the square root of their
-        count (a long text is not louder than a short one, and one telling word still counts)."""
-        w = self.lexical(token_ids)
-        if attention_mask is None:
-            return w.sum(1) / token_ids.shape[1] ** 0.5
-        m = attention_mask.to(w.dtype)[..., None]
-        return (w * m).sum(1) / m.sum(1).clamp_min(1.0).sqrt()
+        count (a long text is not louder than a short one, and one telling word still counts), plus the
+        same over adjacent pairs of real tokens where `lexical_pairs` is on."""
+        real = torch.ones_like(token_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        out = _mean_root(self.lexical(token_ids), real)
+        if self.lexical_pairs is not None:
+            pairs = pair_buckets(token_ids, self.config.lexical_pairs)
+            out = out + _mean_root(self.lexical_pairs(pairs), real[:, 1:] & real[:, :-1])
+        return out
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 return_attention: bool | Sequence[int] = False, *, tokens: tuple[Tensor, Tensor] | None = None):
@@ -148,3 +160,16 @@ class TextClassifier(Model):
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         return self.encoder.forward_flops(seq_len) + 2.0 * self.config.width * self.config.num_classes
+
+
+def pair_buckets(token_ids: Tensor, buckets: int) -> Tensor:
+    """(B, N - 1): each adjacent pair (a, b) of token ids hashed to a bucket, (a * 1000003 + b) mod buckets:
+    the multiplier, a prime above any vocabulary's size, keeps (a, b) and (b, a) apart."""
+    a, b = token_ids[:, :-1].long(), token_ids[:, 1:].long()
+    return torch.remainder(a * 1_000_003 + b, buckets)
+
+
+def _mean_root(weights: Tensor, real: Tensor) -> Tensor:
+    """(B, classes): the real positions' (B, N, classes) weights summed, over the square root of their count."""
+    m = real.to(weights.dtype)[..., None]
+    return (weights * m).sum(1) / m.sum(1).clamp_min(1.0).sqrt()

@@ -77,6 +77,31 @@ def test_the_lexical_term_starts_at_zero_and_learns_at_its_own_rate():
         TextClassifierConfig(lexical=True, lexical_lr_scale=0)
 
 
+def test_the_pair_term_adds_each_adjacent_pair_of_real_pieces_in_its_bucket():
+    from anyformer.models.text_classifier import pair_buckets
+    from anyformer.train.optim import param_groups
+    torch.manual_seed(0)
+    cfg = TextClassifierConfig(vocab_size=50, max_positions=32, width=16, depth=1, heads=2, mlp_hidden=32,
+                               num_classes=3, head_dropout=0.0, lexical=True, lexical_pairs=97)
+    model = TextClassifier(cfg).eval()
+    assert torch.count_nonzero(model.lexical_pairs.weight) == 0
+    with torch.no_grad():
+        model.lexical.weight.normal_()
+        model.lexical_pairs.weight.normal_()
+        ids, mask = pad(IDS)
+        term = model(ids, mask) - model._deep(ids, mask)
+    for i, text in enumerate(IDS):  # padding makes no pairs: only the text's own n - 1
+        pairs = [(a * 1_000_003 + b) % 97 for a, b in zip(text, text[1:])]
+        want = (model.lexical.weight[text].sum(0) / len(text) ** 0.5
+                + model.lexical_pairs.weight[pairs].sum(0) / len(pairs) ** 0.5)
+        torch.testing.assert_close(term[i], want, rtol=1e-5, atol=1e-5)
+    assert pair_buckets(torch.tensor([[5, 7]]), 97) != pair_buckets(torch.tensor([[7, 5]]), 97)  # order counts
+    scaled = [p for g in param_groups(model, 0.01) if g.get("lr_scale") == 1000.0 for p in g["params"]]
+    assert {id(p) for p in scaled} == {id(model.lexical.weight), id(model.lexical_pairs.weight)}
+    with pytest.raises(ValueError, match="lexical_pairs"):
+        TextClassifierConfig(lexical=False, lexical_pairs=8)
+
+
 def test_the_memory_rule_counts_four_bytes_a_value():
     assert textclass.states_bytes(1000, 384) == 1000 * 384 * 4
 

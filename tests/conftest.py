@@ -93,3 +93,12 @@ def skip_unless_runnable(*forced: str) -> None:
     why = native.why_unavailable() or native._unbuildable()
     if any("native" in f for f in forced) and why:
         pytest.skip(f"{', '.join(forced)}: no native kernels here ({why})")
+
+
+def hooked(model, layers=True, *args, on_layer=None, **kwargs):
+    """(the model's output, the weights of the layers asked) from one plain call of `model(*args,
+    **kwargs)` under the attention hook (`nn.attention_weights`), the one way weights leave a model."""
+    from anyformer.nn import attention_weights
+    with attention_weights(model, layers, on_layer) as weights:
+        out = model(*args, **kwargs)
+    return out, weights

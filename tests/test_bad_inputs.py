@@ -81,7 +81,7 @@ def test_backbone_and_encoder_reject_bad_shapes_and_masks():
         trunk(torch.randn(2, 5, 32), mask=torch.ones(2, 5))
     with pytest.raises(ValueError, match=r"key-padding mask must have shape \(B, Nk\) = \(2, 5\), got \(2, 4\)"):
         trunk(torch.randn(2, 5, 32), mask=torch.ones(2, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"return_attention layers must be ints in \[-1, 1\); got 3"):
+    with pytest.raises(ValueError, match=r"attention layers must be ints in \[-1, 1\); got 3"):
         trunk(torch.randn(2, 5, 32), return_attention=[3])
     enc = af.TextEncoder.from_config(dict(vocab_size=50, width=32, depth=1, heads=4, mlp_hidden=32))
     with pytest.raises(ValueError, match=r"attention_mask must have the shape of input_ids \(2, 5\), got \(2, 4\)"):

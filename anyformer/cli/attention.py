@@ -20,6 +20,7 @@ def attention(args: argparse.Namespace) -> int:
     import torch
 
     from .. import viz
+    from ..nn import attention_weights
     from ..runs import open_run
     run = open_run(args.dir, prepared=True)
     model, meta = run.model, run.meta
@@ -35,14 +36,13 @@ def attention(args: argparse.Namespace) -> int:
     elif model.family == "gpt":
         tok = run.text_tokenizer()
         ids = tok.encode(args.input)[-model.config.context:]
-        with torch.no_grad():
-            _, attn = model(torch.tensor([ids]), return_attention=args.layers or True)
+        with torch.no_grad(), attention_weights(model, args.layers or True) as attn:
+            model(torch.tensor([ids]))
         viz.plot_token_attention([tok.decode([i]) for i in ids], attn, args.out, layers=args.layers, heads=args.heads)
     elif model.family == "text-classifier":
         enc = run.text_tokenizer().encode(args.input)
-        with torch.no_grad():
-            logits, attn = model(torch.tensor([enc.ids]), torch.ones(1, len(enc.ids), dtype=torch.long),
-                                 return_attention=args.layers or True)
+        with torch.no_grad(), attention_weights(model, args.layers or True) as attn:
+            logits = model(torch.tensor([enc.ids]), torch.ones(1, len(enc.ids), dtype=torch.long))
         # Every token's row is drawn; the top row, [CLS]'s, is which tokens the class token reads.
         if args.layers:  # the weights of the layers asked, by their numbers
             attn = {int(k) % len(model.encoder.backbone.blocks): a for k, a in zip(args.layers, attn)}

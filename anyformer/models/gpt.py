@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -63,27 +63,15 @@ class GPT(Model):
             if name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
                 nn.init.trunc_normal_(p, std=0.02 / math.sqrt(2 * c.depth), a=-0.04, b=0.04)
 
-    def forward(self, idx: Tensor, *, cache: KVCache | None = None,
-                return_attention: bool | Sequence[int] = False, last_only: bool = False):
+    def forward(self, idx: Tensor, *, cache: KVCache | None = None, last_only: bool = False) -> Tensor:
         """idx (B, T) -> logits (B, T, V); `last_only`: the last position's only, (B, 1, V).
 
         `cache` (`new_cache`): idx stands at the cache's position, continuing what it holds; its keys
         and values are written there, attention reads the whole cache with the later positions masked,
         and the position moves on by T (gpt-fast's static cache: one graph, compiled, serves every
-        step). With `return_attention`: `forward_with_attention(idx, return_attention, ...)`."""
-        if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(idx, return_attention, cache=cache, last_only=last_only)
+        step). Attention weights: `nn.attention_weights(gpt, layers)` around the call."""
         h = self.backbone(self.tokens(idx, cache), causal=True, cache=cache)
         return self.lm_head(h[:, -1:] if last_only else h)
-
-    def forward_with_attention(self, idx: Tensor, layers: bool | Sequence[int] = True, *,
-                               cache: KVCache | None = None, last_only: bool = False,
-                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(logits, weights), weights (B, heads, T, T) per layer asked (T, M with a cache of M
-        positions): see Transformer.forward_with_attention."""
-        h, attn = self.backbone.forward_with_attention(self.tokens(idx, cache), layers, on_layer=on_layer,
-                                                       causal=True, cache=cache)
-        return self.lm_head(h[:, -1:] if last_only else h), attn
 
     def tokens(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
         """Input head: ids (B, T) -> (B, T, D) with positions, counted on from the cache's position."""

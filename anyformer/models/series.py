@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -241,12 +240,11 @@ class SeriesTransformer(Model):
         d = F.pad(series[..., 1:] - series[..., :-1], (1, 0))
         return d if keep is None else d * keep
 
-    def forward(self, series: Tensor | None, lengths: Tensor | None = None,
-                return_attention: bool | Sequence[int] = False, *, features: Tensor | None = None):
-        """(B, C, T), (B,) -> logits (B, classes); with `return_attention`: (logits, weights).
-        `features`: the kernel stem's output for the series, in place of them (`stem_features`)."""
-        if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(series, lengths, return_attention)
+    def forward(self, series: Tensor | None, lengths: Tensor | None = None, *,
+                features: Tensor | None = None) -> Tensor:
+        """(B, C, T), (B,) -> logits (B, classes). `features`: the kernel stem's output for the series, in
+        place of them (`stem_features`). Attention weights, (B, heads, 1 + N, 1 + N) with the class token
+        first: `nn.attention_weights(model, layers)` around the call."""
         z, mask = self.tokens(series, lengths, features=features)
         if self.config.pool == "cls":
             return self.head(self.backbone(z, mask=mask, keep=1))  # the head reads the class token alone
@@ -261,14 +259,6 @@ class SeriesTransformer(Model):
         # 256, so a bf16 count of 257 tokens (or a sum of 257 ones) would be 256.
         m = mask[..., None]
         return ((out.float() * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)).to(out.dtype)
-
-    def forward_with_attention(self, series: Tensor, lengths: Tensor | None = None,
-                               layers: bool | Sequence[int] = True, *,
-                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(logits, weights), weights (B, heads, 1 + N, 1 + N) per layer asked (class token first)."""
-        z, mask = self.tokens(series, lengths)
-        out, attn = self.backbone.forward_with_attention(z, layers, on_layer=on_layer, mask=mask)
-        return self.head(out if self.config.pool == "cls" else self._mean(out, mask)), attn
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of one full-length series: 2 per weight per token, 4 N^2 D per layer."""

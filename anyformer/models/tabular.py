@@ -8,7 +8,6 @@ FT-Transformer of Gorishniy et al. (2021) built from anyformer's blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -98,19 +97,10 @@ class TableTransformer(Model):
                              f"expected one of each per row")
         return self.prefix(torch.cat(parts, dim=1) if len(parts) == 2 else parts[0])
 
-    def forward(self, numbers: Tensor | None, categories: Tensor | None = None,
-                return_attention: bool | Sequence[int] = False):
-        """(B, F_num), (B, F_cat) -> (B, classes) or (B,); with `return_attention`: (outputs, weights)."""
-        if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(numbers, categories, return_attention)
+    def forward(self, numbers: Tensor | None, categories: Tensor | None = None) -> Tensor:
+        """(B, F_num), (B, F_cat) -> (B, classes) or (B,). Attention weights, (B, heads, 1 + F, 1 + F)
+        with the class token first: `nn.attention_weights(model, layers)` around the call."""
         return self.head(self.backbone(self.tokens(numbers, categories), keep=1))
-
-    def forward_with_attention(self, numbers: Tensor | None, categories: Tensor | None = None,
-                               layers: bool | Sequence[int] = True, *,
-                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(outputs, weights), weights (B, heads, 1 + F, 1 + F) per layer asked (class token first)."""
-        out, attn = self.backbone.forward_with_attention(self.tokens(numbers, categories), layers, on_layer=on_layer)
-        return self.head(out), attn
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of one row: 2 per backbone weight per token, 4 N^2 D per layer for attention, and

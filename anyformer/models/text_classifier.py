@@ -16,7 +16,6 @@ word bigrams a TF-IDF model reads ("new york", "not good"), without a vocabulary
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -114,14 +113,13 @@ class TextClassifier(Model):
             out = out + _mean_root(self.lexical_pairs(pairs), real[:, 1:] & real[:, :-1])
         return out
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                return_attention: bool | Sequence[int] = False, *, tokens: tuple[Tensor, Tensor] | None = None):
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, *,
+                tokens: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """input_ids (B, N) int64 token ids -> (B, classes) logits. A float (B, N, D) in their place is the
         tokens' states after the frozen blocks (`frozen_states`): training computes those once, since
         they never change, and runs the trained blocks alone on them; the lexical term then reads
-        `tokens`, the texts' (token ids, attention mask)."""
-        if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(input_ids, attention_mask, return_attention)
+        `tokens`, the texts' (token ids, attention mask). Attention weights (token 0 is [CLS]):
+        `nn.attention_weights(model, layers)` around the call."""
         logits = self._deep(input_ids, attention_mask)
         if self.lexical is None:
             return logits
@@ -149,14 +147,6 @@ class TextClassifier(Model):
         for block in e.backbone.blocks[:self.config.frozen_layers]:
             x = block(x, mask=mask)
         return x
-
-    def forward_with_attention(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                               layers: bool | Sequence[int] = True, *,
-                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(logits, weights), weights (B, heads, N, N) per layer asked; token 0 is [CLS]."""
-        hidden, attn = self.encoder.forward_with_attention(input_ids, attention_mask, layers=layers, on_layer=on_layer)
-        logits = self.head(self.pooled(hidden, attention_mask))
-        return (logits if self.lexical is None else logits + self.bag(input_ids, attention_mask)), attn
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         return self.encoder.forward_flops(seq_len) + 2.0 * self.config.width * self.config.num_classes

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -53,20 +52,11 @@ class TextEncoder(Model):
         self.pooler = nn.Linear(c.width, c.width) if c.pooler else None
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                token_type_ids: Tensor | None = None, return_attention: bool | Sequence[int] = False):
+                token_type_ids: Tensor | None = None) -> Tensor:
         """input_ids (B, N); attention_mask (B, N), 1 for real tokens and 0 for padding -> hidden
-        states (B, N, D). With `return_attention`: `forward_with_attention(..., return_attention)`."""
-        if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(input_ids, attention_mask, token_type_ids, return_attention)
+        states (B, N, D). Attention weights: `nn.attention_weights(model, layers)` around the call."""
         x, mask = self._embed(input_ids, attention_mask, token_type_ids)
         return self.backbone(x, mask=mask)
-
-    def forward_with_attention(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                               token_type_ids: Tensor | None = None, layers: bool | Sequence[int] = True, *,
-                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(hidden states, weights): see Transformer.forward_with_attention."""
-        x, mask = self._embed(input_ids, attention_mask, token_type_ids)
-        return self.backbone.forward_with_attention(x, layers, on_layer=on_layer, mask=mask)
 
     def _embed(self, input_ids: Tensor, attention_mask: Tensor | None,
                token_type_ids: Tensor | None) -> tuple[Tensor, Tensor | None]:

@@ -5,13 +5,13 @@ z0 = [x_class; x_p E] + E_pos;  z_l = blocks(z_{l-1});  y = head(LN(z_L)[class])
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, PatchEmbedding,
-                  SinusoidalPosition, Transformer, init_weights)
+                  SinusoidalPosition, Transformer, attention_weights, init_weights)
 from ..shapes import pair, patch_grid
 from ..nn.dropout import Dropout
 from ..nn.stems import ConvStem
@@ -106,17 +106,20 @@ class ViT(Model):
         x = x if self.pos is None else self.pos(x)
         return x if self.pos_drop is None else self.pos_drop(x)
 
-    def forward_features(self, images: Tensor, return_attention: bool | Sequence[int] = False):
-        """Backbone output tokens (B, N, D), after the final norm (with `return_attention`: and the weights)."""
-        return self.backbone(self.tokens(images), return_attention=return_attention)
+    def forward_features(self, images: Tensor) -> Tensor:
+        """Backbone output tokens (B, N, D), after the final norm."""
+        return self.backbone(self.tokens(images))
 
     def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False):
-        """images (B, C, H, W) -> logits (B, classes). With `return_attention`:
-        `forward_with_attention(images, return_attention)`."""
+        """images (B, C, H, W) -> logits (B, classes). With `return_attention` (True, or layer numbers):
+        (logits, weights), one (B, heads, N, N) per layer asked over every token (class, registers,
+        patches), taken by the hook (`nn.attention_weights`)."""
         if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(images, return_attention)
-        # A class-token head reads token 0 alone: the last block computes nothing else (so
-        # hooks on it see one token). Any other head, e.g. one swapped in, gets every token.
+            with attention_weights(self, return_attention) as weights:
+                logits = self.forward(images)
+            return logits, weights
+        # A class-token head reads token 0 alone: the last block computes nothing else (unless its
+        # weights are asked for). Any other head, e.g. one swapped in, gets every token.
         keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
         return self.head(self.backbone(self.tokens(images), keep=keep))
 
@@ -130,13 +133,6 @@ class ViT(Model):
         keep = 1 if head.pool == "cls" else None  # as forward: a class-token head needs token 0 alone
         x = head.pooled(self.backbone(self.tokens(images), keep=keep))
         return x if head.pre_logits is None else head.pre_logits(x)
-
-    def forward_with_attention(self, images: Tensor, layers: bool | Sequence[int] = True, *,
-                               on_layer: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(logits, weights), weights (B, heads, N, N) per layer asked over every token (class,
-        registers, patches): see Transformer.forward_with_attention."""
-        tokens, attn = self.backbone.forward_with_attention(self.tokens(images), layers, on_layer=on_layer)
-        return self.head(tokens), attn
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of one image's forward pass, as train/perf.py has counted them: 2 per

@@ -10,7 +10,8 @@ from .heads import ClassifierHead, LMHead, PatchOutput, RegressionHead
 from .mlp import MLP
 from .positions import (POSITION_KINDS, ConcatPosition, LearnedPosition, RotaryEmbedding,
                         SinusoidalPosition, sinusoidal_1d, sinusoidal_2d)
-from .transformer import LayerScale, Transformer, TransformerBlock, drop_path, init_weights
+from .transformer import (LayerScale, Transformer, TransformerBlock, attention_weights, backbone_of, drop_path,
+                          init_weights)
 
 __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
@@ -18,7 +19,7 @@ __all__ = [
     "ClassifierHead", "LMHead", "PatchOutput", "RegressionHead", "NUMBER_EMBEDDINGS", "CategoryEmbedding",
     "NumberEmbedding", "MLP", "Dropout",
     "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
-    "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "drop_path",
-    "init_weights", "AdaLNModulation", "ClassEmbedding", "FinalAdaLN", "TimeEmbedding", "modulate",
+    "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "attention_weights",
+    "backbone_of", "drop_path", "init_weights", "AdaLNModulation", "ClassEmbedding", "FinalAdaLN", "TimeEmbedding", "modulate",
     "timestep_sinusoid",
 ]

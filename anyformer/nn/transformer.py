@@ -7,8 +7,9 @@ adaLN-Zero (DiT), conditioned on c (B, D):     x = x + g1 MHA(LN(x)(1 + s1) + b1
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Literal, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -145,9 +146,9 @@ class TransformerBlock(nn.Module):
 class Transformer(nn.Module):
     """The backbone: (B, N, D) tokens in, (B, N, D) tokens out.
 
-    Attention weights come from `forward_with_attention(x, layers)`: it hooks the layers asked
-    (`MultiHeadAttention.register_weights_hook`), which alone take the explicit, slower path.
-    `trunk(x, return_attention=...)` is the public contract's shorthand for it.
+    Attention weights leave by one way, the hook (`attention_weights`, below): the layers asked
+    take the explicit, slower path while it is on. `trunk(x, return_attention=...)` is the public
+    contract's shorthand for it.
     """
 
     def __init__(self, width: int, depth: int, heads: int, *, mlp_hidden: int | None = None,
@@ -179,8 +180,8 @@ class Transformer(nn.Module):
                 return_attention: bool | Sequence[int] = False, context: Tensor | None = None,
                 context_mask: Tensor | None = None, cache: KVCache | None = None,
                 keep: int | None = None, cond: Tensor | None = None):
-        """(B, N, D) -> (B, N, D). With `return_attention` (True, or layer numbers) it returns
-        `forward_with_attention(x, return_attention, ...)`: (tokens, weights).
+        """(B, N, D) -> (B, N, D). With `return_attention` (True, or layer numbers: negative from the
+        end, in the order asked) it returns (tokens, weights), one (B, heads, N, N) per layer asked.
 
         `cache`: the KVCache of every layer (generation), x standing at its position
         (MultiHeadAttention.forward), which moves on by N. `keep=n`:
@@ -189,32 +190,10 @@ class Transformer(nn.Module):
         as wide as the tokens) to three quarters (MLP 4x) of a block's work less. `cond` (B, D): the
         condition of adaLN blocks."""
         if return_attention is not False and return_attention is not None:
-            return self.forward_with_attention(x, return_attention, causal=causal, mask=mask, context=context,
-                                               context_mask=context_mask, cache=cache, keep=keep, cond=cond)
+            with attention_weights(self, return_attention) as weights:
+                y = self._blocks(x, causal, mask, context, context_mask, cache, keep, cond)
+            return y, weights
         return self._blocks(x, causal, mask, context, context_mask, cache, keep, cond)
-
-    def forward_with_attention(self, x: Tensor, layers: bool | Sequence[int] = True, *,
-                               on_layer: Callable[[int, Tensor], None] | None = None, causal: bool = False,
-                               mask: Tensor | None = None, context: Tensor | None = None,
-                               context_mask: Tensor | None = None, cache: KVCache | None = None,
-                               keep: int | None = None, cond: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
-        """(tokens, weights): weights a list of (B, heads, N, N), one per layer asked (`True`: all;
-        ints, negative from the end: those, in that order). With `keep=n` the last layer's have n
-        query rows.
-
-        `on_layer(i, weights)` instead receives each asked layer's weights as soon as it has
-        computed them and the list comes back empty: nothing keeps them, so the extra memory is
-        one layer's weights, not all of them (for rollout over a large image)."""
-        asked = self._layers_asked(layers)
-        kept: dict[int, Tensor] = {}
-        hand_over = kept.__setitem__ if on_layer is None else on_layer
-        handles = [self.blocks[i].attn.register_weights_hook(partial(hand_over, i)) for i in dict.fromkeys(asked)]
-        try:
-            y = self._blocks(x, causal, mask, context, context_mask, cache, keep, cond)
-        finally:
-            for handle in handles:
-                handle.remove()
-        return y, [kept[i] for i in asked] if on_layer is None else []
 
     def _blocks(self, x: Tensor, causal: bool, mask: Tensor | None, context: Tensor | None,
                 context_mask: Tensor | None, cache: KVCache | None, keep: int | None,
@@ -226,9 +205,14 @@ class Transformer(nn.Module):
         if cache is not None and cache.layers != self.depth:
             raise ValueError(f"the cache holds {cache.layers} layers; this backbone has {self.depth}")
         last = self.depth - 1
+        # A hooked last layer computes every query row, so that its weights are whole (N x N, as rollout
+        # needs them); the tokens beyond `keep` are then dropped, and what comes out is the same.
+        whole = keep is not None and bool(self.blocks[last].attn.hooks_here())
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
-                      cache=cache, layer=i, queries=keep if i == last else None, cond=cond)
+                      cache=cache, layer=i, queries=keep if i == last and not whole else None, cond=cond)
+        if whole:
+            x = x[:, :keep]
         return x if self.norm is None else self.norm(x)
 
     def _layers_asked(self, layers: bool | Sequence[int]) -> list[int]:
@@ -239,9 +223,51 @@ class Transformer(nn.Module):
         asked = []
         for i in layers:
             if not isinstance(i, int) or not -self.depth <= i < self.depth:
-                raise ValueError(f"return_attention layers must be ints in [-{self.depth}, {self.depth}); got {i!r}")
+                raise ValueError(f"attention layers must be ints in [-{self.depth}, {self.depth}); got {i!r}")
             asked.append(i % self.depth)
         return asked
+
+
+def backbone_of(model: nn.Module) -> Transformer:
+    """The Transformer a model's blocks live in: the model itself, or its `backbone`."""
+    trunk = model if isinstance(model, Transformer) else getattr(model, "backbone", None)
+    if not isinstance(trunk, Transformer):
+        raise TypeError(f"{type(model).__name__} has no transformer backbone to take attention from "
+                        f"(expected a Transformer, or a model whose .backbone is one)")
+    return trunk
+
+
+@contextmanager
+def attention_weights(model: nn.Module, layers: bool | Sequence[int] = True,
+                      on_layer: Callable[[int, Tensor], None] | None = None) -> Iterator[list[Tensor]]:
+    """While open, each forward of `model` (any anyformer model, or a Transformer) hands out the
+    attention weights of the layers asked (True: all; ints, negative from the end: those, in that
+    order), each (B, heads, N, M):
+
+        with attention_weights(gpt, [-1]) as weights:
+            logits = gpt(idx)
+        weights[0]  # the last layer's
+
+    The list holds the last forward's weights in the order asked. With `on_layer`, each asked layer's
+    weights go to `on_layer(layer, weights)` as soon as the layer has computed them and the list
+    stays empty: nothing keeps them, so the extra memory is one layer's weights (rollout over a large
+    image; under `torch.no_grad()`, or autograd keeps them for backward)."""
+    trunk = backbone_of(model)
+    asked = trunk._layers_asked(layers)
+    kept: dict[int, Tensor] = {}
+    weights: list[Tensor] = []
+
+    def keep(i: int, w: Tensor) -> None:
+        kept[i] = w
+        weights[:] = [kept[j] for j in asked if j in kept]
+
+    hand_over = keep if on_layer is None else on_layer
+    handles = [trunk.blocks[i].attn.register_weights_hook(partial(hand_over, i)) for i in dict.fromkeys(asked)]
+    try:
+        yield weights
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:

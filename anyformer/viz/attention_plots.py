@@ -197,7 +197,7 @@ def plot_token_attention(tokens: Sequence[str], attn: Any, out_png: str | os.Pat
                          figsize: tuple[float, float] | None = None, dpi: int = 100) -> Path:
     """Token-by-token attention heatmaps for a language model, tokens as tick labels.
 
-    attn: what `gpt(idx, return_attention=...)` returns (a list of (B, H, T, T), one per layer
+    attn: what `nn.attention_weights(gpt, ...)` holds after `gpt(idx)` (a list of (B, H, T, T), one per layer
     asked), a {layer number: weights} dict, or one tensor. `layers` picks list positions (or
     dict keys); default all. `heads=None` shows the mean over heads, one panel per layer;
     a list of heads gives one row per layer and one column per head. Rows are queries (the

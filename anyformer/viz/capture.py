@@ -1,6 +1,6 @@
 """Attention taken from a model: streamed layer by layer, and the maps of an image model.
 
-Memory. `model(x, return_attention=True)` holds every layer's (B, H, N, N) weights at once:
+Memory. `vit(x, return_attention=True)` holds every layer's (B, H, N, N) weights at once:
 for ViT-B/16 at 384 x 384 (N = 577), batch 1, that is 12 layers x 12 heads x 577^2 x 4 bytes
 ~= 192 MB on top of the forward pass. `stream_attention` and `image_attention` do not keep them:
 each layer's weights are handed on (fused into the running product, the class-token row cut out)
@@ -16,15 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..nn.transformer import attention_weights, backbone_of
 from .rollout import HeadFusion, query_row, rollout_map, rollout_step, upsample_map
-
-
-def _blocks(model: nn.Module) -> nn.ModuleList:
-    trunk = getattr(model, "backbone", model)
-    blocks = getattr(trunk, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
-        raise TypeError(f"{type(model).__name__} has no transformer backbone (expected .backbone.blocks)")
-    return blocks
 
 
 def _layer_list(layers: Sequence[int] | None, depth: int) -> list[int]:
@@ -40,19 +33,15 @@ def _layer_list(layers: Sequence[int] | None, depth: int) -> list[int]:
 
 def stream_attention(model: nn.Module, inputs: Any, on_layer: Callable[[int, Tensor], None],
                      layers: bool | Sequence[int] = True, **kwargs: Any) -> Any:
-    """Run `model.forward_with_attention(inputs, layers, on_layer=on_layer, **kwargs)`: each asked
-    layer's (B, H, N, N) weights go to `on_layer(layer, weights)` as soon as that layer has
-    computed them, and nothing keeps them after, so the extra memory is one layer's weights, not
-    all of them. Returns the model's output (ViT: logits; GPT: logits; text encoder and backbone:
-    tokens). Works for anyformer's models and its `Transformer`. Run it under `torch.no_grad()`
-    for the memory saving: with autograd on, the weights stay saved for backward.
+    """Run `model(inputs, **kwargs)`: each asked layer's (B, H, N, N) weights go to
+    `on_layer(layer, weights)` as soon as that layer has computed them, and nothing keeps them after,
+    so the extra memory is one layer's weights, not all of them. Returns the model's output (ViT:
+    logits; GPT: logits; text encoder and backbone: tokens). Works for anyformer's models and its
+    `Transformer` (`nn.attention_weights`). Run it under `torch.no_grad()` for the memory saving:
+    with autograd on, the weights stay saved for backward.
     """
-    forward_with_attention = getattr(model, "forward_with_attention", None)
-    if forward_with_attention is None:
-        raise TypeError(f"{type(model).__name__} cannot hand out its attention: expected an anyformer "
-                        f"model or Transformer (a forward_with_attention method)")
-    out, _ = forward_with_attention(inputs, layers=layers, on_layer=on_layer, **kwargs)
-    return out
+    with attention_weights(model, layers, on_layer):
+        return model(inputs, **kwargs)
 
 
 @torch.no_grad()
@@ -81,7 +70,7 @@ def image_attention(model: nn.Module, images: Tensor, layers: Sequence[int] | No
     patch_embed = getattr(model, "patch_embed", None)
     if patch_embed is None:
         raise TypeError(f"image_attention needs a ViT (a model with patch_embed); got {type(model).__name__}")
-    blocks = _blocks(model)
+    blocks = backbone_of(model).blocks
     asked = _layer_list(layers, len(blocks))
     prefix = getattr(model, "prefix", None)
     num_prefix = prefix.num_prefix if prefix is not None else 0
@@ -106,7 +95,8 @@ def image_attention(model: nn.Module, images: Tensor, layers: Sequence[int] | No
             logits = stream_attention(model, images, on_layer, layers=True)
             roll = rollout_map(acc[0], num_prefix, grid, query=query).cpu()
         else:
-            logits, attn = model.forward_with_attention(images, asked)
+            with attention_weights(model, asked) as attn:
+                logits = model(images)
             for i, w in zip(asked, attn):
                 cls_rows[i] = query_row(w.float(), num_prefix, grid, query).cpu()
             roll = None

@@ -48,7 +48,7 @@ def rollout_step(acc: Tensor | None, weights: Tensor, residual: bool, head_fusio
 def attention_rollout(attn: Iterable[Tensor], residual: bool = True, head_fusion: HeadFusion = "mean") -> Tensor:
     """Attention rollout over layers given first to last: (B, H, N, N) each -> (B, N, N) float32.
 
-    `attn` may be a list (as `model(x, return_attention=True)` returns) or any iterable, e.g. a
+    `attn` may be a list (as `vit(x, return_attention=True)` returns) or any iterable, e.g. a
     generator that yields one layer at a time: each layer is folded into the product as it comes,
     so with a generator only one layer's weights need exist at once. Rows sum to one (unless a
     row attends to nothing and `residual=False`).

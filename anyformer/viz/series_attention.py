@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..nn.transformer import attention_weights
 from .plots import new_figure, save_figure
 from .rollout import attention_rollout
 
@@ -28,8 +29,8 @@ def series_attention(model: nn.Module, series: Tensor, lengths: Tensor | None = 
     was = model.training
     model.eval()
     device = next(model.parameters()).device  # a run's model may sit on a GPU; the pictures are drawn on the CPU
-    logits, attn = model(series.to(device), None if lengths is None else lengths.to(device),
-                         return_attention=list(layers) if layers else True)
+    with attention_weights(model, list(layers) if layers else True) as attn:
+        logits = model(series.to(device), None if lengths is None else lengths.to(device))
     logits, attn = logits.cpu(), [a.cpu() for a in attn]
     model.train(was)
     c = model.config

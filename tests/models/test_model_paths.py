@@ -1,11 +1,12 @@
-"""The side doors of the ViT and the GPT agree with their main forward: attention weights asked for
-(and handed over layer by layer), a KV cache continued from its position, the last position only, the
-penultimate features, and the class token read alone by the last block."""
+"""The side doors of the ViT and the GPT agree with their main forward: attention weights asked for by
+the hook (and handed over layer by layer), a KV cache continued from its position, the last position
+only, the penultimate features, and the class token read alone by the last block."""
 import pytest
 import torch
 
 import anyformer as af
 from anyformer.models.gpt import GPTConfig
+from tests.conftest import hooked
 
 
 @pytest.fixture(scope="module")
@@ -16,17 +17,17 @@ def gpt():
 
 def test_gpt_logits_with_attention_are_the_forward_s_and_the_weights_are_causal(gpt):
     idx = torch.randint(0, 11, (2, 6), generator=torch.Generator().manual_seed(1))
-    logits, weights = gpt.forward_with_attention(idx, [1, 0])
+    logits, weights = hooked(gpt, [1, 0], idx)
     torch.testing.assert_close(logits, gpt(idx))
     assert len(weights) == 2 and weights[0].shape == (2, 2, 6, 6)
     assert (weights[0].triu(1) == 0).all() and (weights[1].triu(1) == 0).all()  # no query sees a later token
     torch.testing.assert_close(weights[0].sum(-1), torch.ones(2, 2, 6))
-    _, every = gpt.forward_with_attention(idx)  # all layers by default, in order
+    _, every = hooked(gpt, True, idx)  # all layers, in order
     assert torch.equal(weights[0], every[1]) and torch.equal(weights[1], every[0])  # layer 1 then 0, as asked
-    last, _ = gpt.forward_with_attention(idx, [0], last_only=True)
+    last, _ = hooked(gpt, [0], idx, last_only=True)
     torch.testing.assert_close(last, logits[:, -1:])
     seen: list[int] = []
-    handed, kept = gpt.forward_with_attention(idx, True, on_layer=lambda i, w: seen.append(i))
+    handed, kept = hooked(gpt, True, idx, on_layer=lambda i, w: seen.append(i))
     assert seen == [0, 1] and kept == [] and torch.equal(handed, logits)
 
 
@@ -35,17 +36,17 @@ def test_gpt_with_attention_continues_a_cache_at_its_position(gpt):
     full = gpt(idx)
     cache = gpt.new_cache(1)
     gpt(idx[:, :5], cache=cache)  # the prompt's keys and values
-    logits, weights = gpt.forward_with_attention(idx[:, 5:], [0], cache=cache)
+    logits, weights = hooked(gpt, [0], idx[:, 5:], cache=cache)
     torch.testing.assert_close(logits, full[:, 5:], atol=1e-5, rtol=1e-5)
     assert weights[0].shape == (1, 2, 2, 16)  # two new queries over the whole cache, the context's 16
     assert (weights[0][..., 7:] == 0).all() and (weights[0][:, :, 0, 6] == 0).all() and int(cache.position) == 7
     cache = gpt.new_cache(1)
     gpt(idx[:, :5], cache=cache)
     for p in (5, 6):  # one token at a time, each at the position the one before left
-        at, w = gpt.forward_with_attention(idx[:, p:p + 1], [0], cache=cache)
+        at, w = hooked(gpt, [0], idx[:, p:p + 1], cache=cache)
         torch.testing.assert_close(at, full[:, p:p + 1], atol=1e-5, rtol=1e-5)
     assert (w[0][..., 7:] == 0).all() and (w[0][..., :7] > 0).all()  # position 6 sees keys 0..6 only
-    by_forward, _ = gpt(idx, return_attention=[0], last_only=True)
+    by_forward, _ = hooked(gpt, [0], idx, last_only=True)
     torch.testing.assert_close(by_forward, full[:, -1:])
 
 
@@ -57,7 +58,7 @@ def vit():
 
 def test_vit_features_with_attention_are_the_plain_features_and_one_map_per_layer(vit):
     images = torch.randn(2, 1, 28, 28)
-    tokens, weights = vit.forward_features(images, return_attention=True)
+    tokens, weights = hooked(vit.backbone, True, vit.tokens(images))
     torch.testing.assert_close(tokens, vit.forward_features(images))
     n = tokens.shape[1]
     assert len(weights) == 2 and weights[1].shape == (2, vit.config.heads, n, n)
@@ -96,16 +97,16 @@ def test_gpt_flops_name_the_context_a_sequence_must_fit(gpt):
         gpt.forward_flops(17)
 
 
-def test_gpt_forward_hands_return_attention_on_with_the_cache_and_last_only(gpt):
+def test_the_hook_on_a_gpt_works_with_the_cache_and_last_only(gpt):
     idx = torch.randint(0, 11, (1, 7), generator=torch.Generator().manual_seed(4))
-    full, by_layer = gpt.forward_with_attention(idx, [1, 0])
-    logits, weights = gpt(idx, return_attention=[1])
+    full, by_layer = hooked(gpt, [1, 0], idx)
+    logits, weights = hooked(gpt, [1], idx)
     torch.testing.assert_close(logits, full)
     torch.testing.assert_close(weights[0], by_layer[0])
     cache = gpt.new_cache(1)
     gpt(idx[:, :5], cache=cache)
     for p in (5, 6):
-        step, w = gpt(idx[:, p:p + 1], cache=cache, return_attention=[0], last_only=True)
+        step, w = hooked(gpt, [0], idx[:, p:p + 1], cache=cache, last_only=True)
         torch.testing.assert_close(step, full[:, p:p + 1], atol=1e-5, rtol=1e-5)
     assert w[0].shape == (1, 2, 1, 16) and (w[0][..., 7:] == 0).all() and int(cache.position) == 7
 
@@ -113,7 +114,7 @@ def test_gpt_forward_hands_return_attention_on_with_the_cache_and_last_only(gpt)
 def test_vit_forward_hands_return_attention_on_and_names_its_settings_bounds(vit):
     images = torch.randn(2, 1, 28, 28)
     logits, weights = vit(images, return_attention=[1])
-    by_layer = vit.forward_with_attention(images, [0, 1])[1]
+    by_layer = hooked(vit, [0, 1], images)[1]
     torch.testing.assert_close(logits, vit(images))
     torch.testing.assert_close(weights[0], by_layer[1])
     assert len(weights) == 1 and not torch.equal(by_layer[0], by_layer[1])

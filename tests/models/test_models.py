@@ -262,8 +262,9 @@ def test_forward_flops_equal_a_flop_counter_on_the_forward(family):
         model = af.TextEncoder.from_config(dict(vocab_size=50, max_positions=12, width=32, depth=2, heads=4,
                                                 mlp_hidden=64))
         inputs, n = (torch.randint(0, 50, (1, 9)),), 9
-    with FlopCounterMode(display=False) as counter:
-        model.eval().forward_with_attention(*inputs)
+    from anyformer.nn import attention_weights
+    with FlopCounterMode(display=False) as counter, attention_weights(model.eval()):
+        model(*inputs)
     assert counter.get_total_flops() == model.forward_flops(n) > 0
     with pytest.raises(ValueError, match=r"seq_len must be an int (in \[1, \d+\]|>= 4) \(.*\), got 0"):
         model.forward_flops(0)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from anyformer.models import SeriesConfig, SeriesTransformer
 from anyformer.nn import Transformer
+from tests.conftest import hooked
 
 from .series_by_hand import SMALL, build, linear, mask_by_hand
 
@@ -93,35 +94,30 @@ def layer0_weights(model, z, mask):
 
 
 @pytest.mark.parametrize("pool", ["cls", "mean"])
-def test_forward_with_attention_gives_the_forwards_logits_and_the_weights_asked(pool):
+def test_the_hook_gives_the_forwards_logits_and_the_weights_asked(pool):
     model = build(pool=pool, patching="channel")
     x, lengths = torch.randn(3, 3, 23), torch.tensor([23, 12, 3])
     logits = model(x, lengths)
     z, mask = model.tokens(x, lengths)
-    every_logits, every = model.forward_with_attention(x, lengths)  # default: every layer
+    every_logits, every = hooked(model, True, x, lengths)  # every layer
     torch.testing.assert_close(every_logits, logits)
     assert len(every) == 2 and every[0].shape == (3, 2, 19, 19)
     torch.testing.assert_close(every[0], layer0_weights(model, z, mask))
     # The second series (12 steps) has patches 0 to 2 of each channel: no query looks at the others.
     assert (every[1][1, :, :, 1:].unflatten(-1, (3, 6))[..., 3:] == 0).all()
-    one_logits, one = model.forward_with_attention(x, lengths, [1])
+    one_logits, one = hooked(model, [1], x, lengths)
     torch.testing.assert_close(one_logits, logits)
     assert len(one) == 1
     torch.testing.assert_close(one[0], every[1])
-    # forward(return_attention=...) is the same call, lengths included.
-    via_forward_logits, via_forward = model(x, lengths, return_attention=[1])
-    torch.testing.assert_close(via_forward_logits, logits)
-    assert len(via_forward) == 1
-    torch.testing.assert_close(via_forward[0], every[1])
 
 
 def test_on_layer_receives_each_asked_layers_weights_as_they_come():
     model = build()
     x, lengths = torch.randn(2, 3, 23), torch.tensor([23, 5])
     handed = []
-    logits, kept = model.forward_with_attention(x, lengths, [1, 0], on_layer=lambda i, w: handed.append((i, w)))
+    logits, kept = hooked(model, [1, 0], x, lengths, on_layer=lambda i, w: handed.append((i, w)))
     assert kept == [] and [i for i, _ in handed] == [0, 1]  # in the order the layers run
-    _, every = model.forward_with_attention(x, lengths)
+    _, every = hooked(model, True, x, lengths)
     torch.testing.assert_close(handed[0][1], every[0])
     torch.testing.assert_close(handed[1][1], every[1])
     torch.testing.assert_close(logits, model(x, lengths))

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from anyformer.models.series import SeriesConfig, SeriesTransformer
-from anyformer.models.series_kernels import KERNELS, RandomKernelFeatures, dilations_for, kernel_weights
+from anyformer.models.series_kernels import (
+    KERNELS,
+    RandomKernelFeatures,
+    dilations_for,
+    kernel_weights,
+)
+from tests.conftest import hooked
 
 
 def test_the_84_kernels_are_every_choice_of_three_taps_and_sum_to_zero():
@@ -105,7 +111,7 @@ def test_features_computed_once_give_the_models_own_logits(pool, position):
     with torch.no_grad():
         torch.testing.assert_close(model(None, lengths, features=feats), model(x, lengths))
         torch.testing.assert_close(model(x[4:5, :, :30], lengths[4:5]), model(x, lengths)[4:5])
-        logits, weights = model(x[:2], lengths[:2], return_attention=True)
+        logits, weights = hooked(model, True, x[:2], lengths[:2])
     torch.testing.assert_close(logits, model(x[:2], lengths[:2]))
     assert len(weights) == model.config.depth
 

@@ -5,6 +5,7 @@ import torch
 
 import anyformer as af
 from anyformer.models import SeriesConfig, SeriesTransformer
+from tests.conftest import hooked
 
 
 def model(patching, channels=3, length=50, patch=8):
@@ -20,7 +21,7 @@ def test_shapes_and_token_counts(patching, tokens):
     assert m(x).shape == (4, 5)
     z, mask = m.tokens(x)
     assert z.shape == (4, 1 + tokens, 64) and mask is None
-    logits, attn = m(x, return_attention=True)
+    logits, attn = hooked(m, True, x)
     assert len(attn) == m.config.depth and attn[0].shape == (4, 4, 1 + tokens, 1 + tokens)
 
 
@@ -47,7 +48,7 @@ def test_mask_marks_empty_patches_only():
     per_channel = mask[1, 1:].reshape(3, 7)  # 17 steps fill patches 0, 1 and the first step of 2
     assert mask[:, 0].all() and mask[0].all()
     assert per_channel.tolist() == [[True, True, True, False, False, False, False]] * 3
-    _, attn = m(torch.randn(2, 3, 50), torch.tensor([50, 17]), return_attention=[0])
+    _, attn = hooked(m, [0], torch.randn(2, 3, 50), torch.tensor([50, 17]))
     assert (attn[0][1, :, :, 1:].reshape(4, 22, 3, 7)[..., 3:] == 0).all()  # no weight on empty patches
 
 

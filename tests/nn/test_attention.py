@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from anyformer.nn import MultiHeadAttention, Transformer, attention_explicit
+from anyformer.nn import MultiHeadAttention, Transformer, attention_explicit, attention_weights
 
 
 def _mha(impl, **kw):
@@ -109,20 +109,23 @@ def test_return_attention_only_layers_asked():
     torch.testing.assert_close(attn_some[1], attn_all[1])
     torch.testing.assert_close(y_some, y_all, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(trunk(x), y_all, atol=1e-6, rtol=1e-5)
-    with pytest.raises(ValueError, match=r"return_attention layers must be ints in \[-4, 4\); got 4"):
+    with pytest.raises(ValueError, match=r"attention layers must be ints in \[-4, 4\); got 4"):
         trunk(x, return_attention=[4])
-    # the public shorthand is a delegate of forward_with_attention
-    y_fwa, attn_fwa = trunk.forward_with_attention(x, [3, 1])
-    assert torch.equal(y_fwa, y_some) and all(map(torch.equal, attn_fwa, attn_some))
+    # the public shorthand is the hook around a plain call
+    with attention_weights(trunk, [3, 1]) as hooked:
+        y_hook = trunk(x)
+    assert torch.equal(y_hook, y_some) and all(map(torch.equal, hooked, attn_some))
     assert isinstance(trunk(x, return_attention=False), torch.Tensor)
+    assert all(not block.attn.hooks_here() for block in trunk.blocks)  # the hooks left with the block
 
 
-def test_forward_with_attention_can_hand_each_layer_over_instead_of_keeping_it():
+def test_the_hook_can_hand_each_layer_over_instead_of_keeping_it():
     trunk = Transformer(width=32, depth=3, heads=4).eval()
     x = torch.randn(2, 6, 32)
-    y, kept = trunk.forward_with_attention(x, [2, 0])
+    y, kept = trunk(x, return_attention=[2, 0])
     handed = []
-    y2, none_kept = trunk.forward_with_attention(x, [2, 0], on_layer=lambda i, w: handed.append((i, w)))
+    with attention_weights(trunk, [2, 0], on_layer=lambda i, w: handed.append((i, w))) as none_kept:
+        y2 = trunk(x)
     assert none_kept == [] and torch.equal(y2, y)
     assert [i for i, _ in handed] == [0, 2]  # in the order computed
     torch.testing.assert_close(handed[0][1], kept[1])

@@ -237,19 +237,20 @@ def test_the_backbone_with_attention_computes_what_its_forward_does_with_every_a
     context_mask = torch.tensor([[True, True, True], [True, False, True]])
     mask = torch.tensor([[True] * 5, [True, True, True, True, False]])
     kw = dict(mask=mask, context=context, context_mask=context_mask, keep=2)  # keep: key padding only
-    y, weights = cross.forward_with_attention(x, [-2, 1], **kw)
+    y, weights = cross(x, return_attention=[-2, 1], **kw)
     torch.testing.assert_close(y, cross(x, **kw))
-    assert y.shape == (2, 2, 16) and [w.shape for w in weights] == [(2, 4, 5, 5), (2, 4, 2, 5)]
+    # the hooked last layer computes every query row (its weights whole), and y keeps 2 tokens still
+    assert y.shape == (2, 2, 16) and [w.shape for w in weights] == [(2, 4, 5, 5), (2, 4, 5, 5)]
     assert (weights[0][1, :, :, 4] == 0).all() and (weights[0][0, :, :, 4] > 0).all()  # the mask reached them
-    causal, w = cross.forward_with_attention(x, [0], causal=True, context=context)
+    causal, w = cross(x, return_attention=[0], causal=True, context=context)
     torch.testing.assert_close(causal, cross(x, causal=True, context=context))
     assert (w[0].triu(1) == 0).all()
-    assert cross.forward_with_attention(x, None, **kw)[1] == [] and cross.forward_with_attention(x, False, **kw)[1] == []
-    with pytest.raises(ValueError, match=r"return_attention layers must be ints in \[-2, 2\); got -3"):
-        cross.forward_with_attention(x, [-3], **kw)
+    assert cross(x, return_attention=[], **kw)[1] == []
+    with pytest.raises(ValueError, match=r"attention layers must be ints in \[-2, 2\); got -3"):
+        cross(x, return_attention=[-3], **kw)
     adaln = randomised(Transformer(16, 2, 4, adaln=True))
     c = torch.randn(2, 16)
-    torch.testing.assert_close(adaln.forward_with_attention(x, True, cond=c)[0], adaln(x, cond=c))
+    torch.testing.assert_close(adaln(x, return_attention=True, cond=c)[0], adaln(x, cond=c))
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
@@ -260,7 +261,7 @@ def test_the_backbone_with_attention_continues_a_kv_cache(norm):
     from anyformer.nn.attention import KVCache
     cache = KVCache(2, 1, 4, 4, 16, torch.float32, "cpu")
     trunk(x[:, :4], causal=True, cache=cache)
-    y, w = trunk.forward_with_attention(x[:, 4:], [0], causal=True, cache=cache)
+    y, w = trunk(x[:, 4:], return_attention=[0], causal=True, cache=cache)
     torch.testing.assert_close(y, full[:, 4:], atol=1e-5, rtol=1e-5)
     assert w[0].shape == (1, 4, 2, 16)  # over the whole buffer: the positions not yet written weigh 0
     assert (w[0][..., 6:] == 0).all() and (w[0][:, :, 0, 5] == 0).all() and (w[0][:, :, 1, :6] > 0).all()
@@ -268,5 +269,5 @@ def test_the_backbone_with_attention_continues_a_kv_cache(norm):
     trunk(x[:, :4], causal=True, cache=cache)
     for p in (4, 4, 5):  # the same position twice (moved back): written again, the same outputs
         cache.position.fill_(p)
-        y, _ = trunk.forward_with_attention(x[:, p:p + 1], [1], causal=True, cache=cache)
+        y, _ = trunk(x[:, p:p + 1], return_attention=[1], causal=True, cache=cache)
         torch.testing.assert_close(y, full[:, p:p + 1], atol=1e-5, rtol=1e-5)

@@ -12,6 +12,7 @@ from anyformer.models import GPT, GPTConfig, TextEncoder, TextEncoderConfig, ViT
 from anyformer.nn import Transformer
 from anyformer.viz import (attention_rollout, cls_attention_maps, image_attention, plot_digit_attention,
                            plot_image_attention, plot_token_attention, rollout_map, stream_attention)
+from tests.conftest import hooked
 
 
 def tiny_vit(**overrides) -> ViT:
@@ -134,7 +135,7 @@ def test_stream_attention_hands_over_each_layer_and_leaves_no_hooks():
     for (_, w), full in zip(seen, attn):
         torch.testing.assert_close(w, full)
     torch.testing.assert_close(out, logits)
-    assert all(not b._forward_hooks for b in vit.backbone.blocks)
+    assert all(not b._forward_hooks and not b.attn.hooks_here() for b in vit.backbone.blocks)
 
 
 def test_stream_attention_works_on_the_backbone_and_text_encoder_and_refuses_other_modules():
@@ -149,8 +150,7 @@ def test_stream_attention_works_on_the_backbone_and_text_encoder_and_refuses_oth
     out = stream_attention(enc, ids, lambda i, w: layers.append(w), attention_mask=mask)
     torch.testing.assert_close(out, enc(ids, mask))
     assert len(layers) == 2 and (layers[0][1, :, :, 4:] == 0).all()  # padding gets no attention
-    with pytest.raises(TypeError, match="Linear cannot hand out its attention: expected an anyformer model or "
-                                        "Transformer"):
+    with pytest.raises(TypeError, match="Linear has no transformer backbone to take attention from"):
         stream_attention(torch.nn.Linear(2, 2), torch.randn(1, 2), lambda i, w: None)
 
 
@@ -158,7 +158,7 @@ def test_streamed_rollout_on_a_causal_language_model():
     gpt = GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=2, heads=2)).eval()
     idx = torch.randint(0, 11, (1, 9))
     with torch.no_grad():
-        _, attn = gpt(idx, return_attention=True)
+        _, attn = hooked(gpt, True, idx)
         layers = []
         stream_attention(gpt, idx, lambda i, w: layers.append(w))
     torch.testing.assert_close(attention_rollout(layers), attention_rollout(attn))
@@ -269,7 +269,7 @@ def test_plot_token_attention(tmp_path):
     gpt = GPT(GPTConfig(vocab_size=11, context=16, width=16, depth=2, heads=2)).eval()
     tokens = ["a", " b", "$x$", "\n", "c", "d"]
     with torch.no_grad():
-        _, attn = gpt(torch.randint(0, 11, (1, 6)), return_attention=[1])
+        _, attn = hooked(gpt, [1], torch.randint(0, 11, (1, 6)))
     px = read_png(plot_token_attention(tokens, {1: attn[0]}, tmp_path / "t.png", figsize=(6, 5), dpi=50))
     assert px.shape == (250, 300, 3)
     heads = read_png(plot_token_attention(tokens, attn, tmp_path / "h.png", heads=[0, 1]))

@@ -181,7 +181,7 @@ class MultiHeadAttention(nn.Module):
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float) -> Tensor:
         """The layer's attention function, or where this thread registered a weights hook the matrix
         written out, its weights (B, H, N, M) handed to each hook."""
-        hooks = self._weights_hooks and self.hooks_here()
+        hooks = self.hooks_here()
         if not hooks:
             return self.attend(q, k, v, mask, causal, dropout)
         out, weights = attention_explicit(q, k, v, causal=causal, mask=mask, dropout=dropout, training=dropout > 0)
@@ -190,7 +190,10 @@ class MultiHeadAttention(nn.Module):
         return out
 
     def hooks_here(self) -> list[WeightsHook]:
-        """The weights hooks this thread registered."""
+        """The weights hooks this thread registered (none asked of the thread where there are none at all,
+        so that a compiled forward without hooks traces no thread lookup)."""
+        if not self._weights_hooks:
+            return []
         me = threading.get_ident()
         return [hook for thread, hook in self._weights_hooks.values() if thread == me]
 

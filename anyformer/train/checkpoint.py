@@ -36,6 +36,8 @@ from ..files import commit, write_temp
 from .own_model import config_dict
 
 if TYPE_CHECKING:
+    from .distributed import Distributed
+    from .rundir import RunDir
     from .trainer import Trainer
 
 CKPT_DIR = "checkpoints"
@@ -166,38 +168,50 @@ def save(t: Trainer) -> Path | None:
     it; its path on rank 0. A step already saved is not written twice."""
     if t.pending:  # the sums it saves, and a loss found non-finite before it is written
         t.sync()
-    if t.saved_step == t.step:  # e.g. a signal right after an evaluation's checkpoint
-        return list_checkpoints(t.run_dir)[-1] if t.dist.is_main else None
+    step, dist, files = t.step, t.dist, t.files
+    if t.saved_step == step:  # e.g. a signal right after an evaluation's checkpoint
+        return list_checkpoints(files.path)[-1] if dist.is_main else None
+    path = _write_everywhere(dist, files, step, state_of(t).state(), keep=t.cfg.keep_checkpoints)
+    t.write_plan()
+    t.saved_step = step
+    return path if dist.is_main else None
+
+
+def state_of(t: Trainer) -> Checkpoint:
+    """What trainer `t` holds at its step, as a Checkpoint (collective: under FSDP the weights are
+    gathered whole, and every rank's RNG state is gathered to rank 0)."""
     model_state, optim_state = t.dist.state(t.model, t.optimizer)
     rng = {"cpu": torch.get_rng_state()}
     if t.device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(t.device)
-    rngs = t.dist.gather(rng)  # each rank's own, so dropout continues exactly on every rank
-    state = Checkpoint(
+    return Checkpoint(
         step=t.step, model=model_state, optimizer=optim_state, model_config=config_dict(t.model), sums=t.sums,
-        rng=rngs, metrics_lines=t.metrics_lines, elapsed=t.elapsed, last_line=t.last_line,
+        rng=t.dist.gather(rng),  # each rank's own, so dropout continues exactly on every rank
+        metrics_lines=t.metrics_lines, elapsed=t.elapsed, last_line=t.last_line,
         plan=t.step_plan.state(), total_steps=t.total_steps,
         scaler=None if t.scaler is None else t.scaler.state_dict(),
         ema=None if t.ema is None else t.ema.state_dict(),
-        best=t.kept.state()).state()  # the weights a run keeps (--select-fraction) continue across a resume
-    path = checkpoint_path(t.run_dir, t.step)
-    staged = t.files.on_main("write the checkpoint", path, lambda: stage_checkpoint(t.run_dir, t.step, state))
+        best=t.kept.state())  # the weights a run keeps (--select-fraction) continue across a resume
+
+
+def _write_everywhere(dist: Distributed, files: RunDir, step: int, state: dict[str, Any], keep: int) -> Path:
+    """The two-phase commit: rank 0 stages the file, every rank checks that it sees it whole, then rank 0
+    names it. A failure anywhere before the rename leaves no `step-N.pt`, and the staged file goes."""
+    path = checkpoint_path(files.path, step)
+    staged = files.on_main("write the checkpoint", path, lambda: stage_checkpoint(files.path, step, state))
     try:
-        tmp, size = t.dist.broadcast(staged)
-        blind = [rank for rank, seen in enumerate(t.dist.all_gather(_sees(tmp, size))) if not seen]
+        tmp, size = dist.broadcast(staged)
+        blind = [rank for rank, seen in enumerate(dist.all_gather(_sees(tmp, size))) if not seen]
         if blind:  # a run directory on each machine's own disk: the others could never resume from it
             raise TrainingError(f"rank {', '.join(map(str, blind))} cannot see the checkpoint rank 0 wrote ({tmp}, "
                                 f"{size} bytes): under torchrun --out must be a folder every machine sees (a "
                                 f"shared file system), since rank 0 alone writes it and every rank reads it")
-        t.files.on_main("write the checkpoint", path,
-                        lambda: commit_checkpoint(t.run_dir, t.step, tmp, keep=t.cfg.keep_checkpoints))
+        files.on_main("write the checkpoint", path, lambda: commit_checkpoint(files.path, step, tmp, keep=keep))
     except BaseException:  # a rank lost, or blind: the staged file is never named, and goes
-        if t.dist.is_main:
+        if dist.is_main:
             Path(staged[0]).unlink(missing_ok=True)
         raise
-    t.write_plan()
-    t.saved_step = t.step
-    return path if t.dist.is_main else None
+    return path
 
 
 def _put_back(t: Trainer, c: Checkpoint) -> None:

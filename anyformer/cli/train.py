@@ -138,20 +138,18 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def train(args: argparse.Namespace) -> int:
+    import os
+
     from ..train import Trainer, TrainConfig, recipe_config
-    from ..train.resume import continues_past_end, extended_settings, resumed_settings
+    from ..train.resume import settings_to_run
     values = settings(args)
-    if args.resume == "auto":
-        args.resume = values["resume"] = resume_auto(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.
     asked = {k: v for k, v in values.items() if v is not None and v != {}}
     if args.recipe is not None:
         asked["recipe"] = args.recipe
-    if args.resume and args.max_steps is not None and continues_past_end(run_dir_of(args), args.max_steps):
-        recorded = extended_settings(run_dir_of(args), args.max_steps, asked)
-        print(f"continuing {run_dir_of(args)}: {recorded['extended'][-1]['schedule']}")
-    else:
-        recorded = resumed_settings(run_dir_of(args), asked) if args.resume else None
+    main = os.environ.get("RANK", "0") == "0"  # under torchrun every rank decides, before any rank writes
+    values["resume"], recorded = settings_to_run(run_dir_of(args), asked, args.resume, args.overwrite,
+                                                 say=print if main else lambda line: None)
     cfg = TrainConfig.from_dict(recorded) if recorded is not None else recipe_config(args.recipe, **values)
     if recorded is None:
         announce_derived(cfg)
@@ -181,21 +179,6 @@ def baseline_line(trainer: Any, summary: dict[str, Any]) -> str:
     key = next(k for k in base if k.endswith(("_accuracy", "_r2")))
     return (f"baseline: {base['method']}: {key.replace('_', ' ')} {base[key]:.4f} against anyformer's "
             f"{summary[key]:.4f}, in {base['seconds']:.1f}s")
-
-
-def resume_auto(args: argparse.Namespace) -> bool:
-    """`--resume auto`: resume where the run directory holds a run, start one where it holds none.
-    Under torchrun every rank decides before any rank writes (a rank writes only once all have
-    joined), and the trainer checks that they decided alike."""
-    import os
-    from ..train.resume import resumes
-    if args.overwrite:
-        raise ValueError("--resume auto continues the run --out holds, and --overwrite replaces it: give one of them")
-    if resumes(run_dir_of(args)):
-        return True
-    if os.environ.get("RANK", "0") == "0":
-        print(f"--resume auto: no run in {run_dir_of(args)} yet; starting one")
-    return False
 
 
 def run_dir_of(args: argparse.Namespace) -> str:

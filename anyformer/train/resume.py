@@ -1,12 +1,14 @@
 """A run keeps its own settings: `--resume` continues a run with the settings its config.json
 recorded, a setting asked for that contradicts them is refused, and `--out` never replaces a run
 unless `--overwrite` says so. `--resume auto` decides by what the directory holds (`resumes`): the
-one command that both starts a run and, relaunched or restarted by torchrun, continues it."""
+one command that both starts a run and, relaunched or restarted by torchrun, continues it.
+`settings_to_run` is the command line's one pass: the run's settings read once, and the decision
+(fresh, resume, continue past the end, or refuse) made there."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..models import read_config
 from .checkpoint import CKPT_DIR
@@ -56,15 +58,45 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def resumed_settings(run_dir: str | Path, asked: dict[str, Any]) -> dict[str, Any] | None:
-    """The settings `--resume` continues `run_dir` with: those it recorded, with the free settings
-    asked for (FREE_ON_RESUME) on top. None where the directory holds no run. A contradicting setting
-    is refused in one line naming both values."""
-    recorded = recorded_settings(run_dir)
-    if recorded is None:
-        return None
+def settings_to_run(run_dir: str | Path, asked: dict[str, Any], resume: bool | str,
+                    overwrite: bool = False, say: Callable[[str], None] = print) -> tuple[bool, dict[str, Any] | None]:
+    """The one pass from a command line to a run's settings, the run's config.json read once:
+    (whether the run resumes, the settings it runs with; None: a fresh run, derived from the recipe).
+
+    - `resume="auto"`: resume where `run_dir` holds a run, start one where it holds none (`--overwrite`
+      with it is refused: the two ask opposite things);
+    - resume: the settings the run recorded, with the free ones asked for (FREE_ON_RESUME) on top; a
+      setting asked that contradicts them is refused in one line naming both values;
+    - resume with another `max_steps` on a finished run: the run continued past its end (`extended_settings`).
+    `say` prints what was decided where it is not plain (rank 0 alone under torchrun)."""
+    if resume == "auto" and overwrite:
+        raise ValueError("--resume auto continues the run --out holds, and --overwrite replaces it: give one of them")
+    if not resume:  # a fresh run: the trainer refuses a directory that holds one (check_fresh_out)
+        return False, None
+    recorded, unreadable = _read(run_dir, refuse=resume is True)
+    if resume == "auto":
+        resume = _holds_run(run_dir, recorded, unreadable)
+        if not resume:
+            say(f"--resume auto: no run in {run_dir} yet; starting one")
+    if not resume or recorded is None:
+        return bool(resume), None
+    max_steps = asked.get("max_steps")
+    if max_steps is not None and recorded.get("max_steps") != max_steps and (Path(run_dir) / "summary.json").is_file():
+        settings = extended_settings(run_dir, max_steps, asked, recorded)
+        say(f"continuing {run_dir}: {settings['extended'][-1]['schedule']}")
+        return True, settings
     check_resume(run_dir, recorded, asked)
-    return {**recorded, **{k: v for k, v in asked.items() if k in FREE_ON_RESUME}, "resume": True}
+    return True, {**recorded, **{k: v for k, v in asked.items() if k in FREE_ON_RESUME}, "resume": True}
+
+
+def _read(run_dir: str | Path, refuse: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """(the recorded settings or None, why they could not be read or None); `refuse`: raise instead."""
+    try:
+        return recorded_settings(run_dir), None
+    except (ValueError, OSError) as e:  # a config.json that is not a run's, or not readable
+        if refuse:
+            raise
+        return None, " ".join(str(e).split())[:200]
 
 
 # What continuing a finished run past its end changes (`extended_settings`), and nothing else may.
@@ -95,16 +127,17 @@ def resumes(run_dir: str | Path) -> bool:
     """`--resume auto`: True where `run_dir` holds a training run (its config.json records the
     settings to resume with), False where it holds none (start one). A directory that holds a run's
     files but no training run's config.json (a saved model, another program's files) is refused."""
+    return _holds_run(run_dir, *_read(run_dir, refuse=False))
+
+
+def _holds_run(run_dir: str | Path, recorded: dict[str, Any] | None, unreadable: str | None) -> bool:
     marks = held(run_dir)
     if not marks:
         return False
-    try:
-        if recorded_settings(run_dir) is not None:
-            return True
-        why = ("its config.json records no training settings" if (Path(run_dir) / "config.json").is_file()
-               else "no config.json records its settings")
-    except (ValueError, OSError) as e:  # a config.json that is not a run's, or not readable
-        why = " ".join(str(e).split())[:200]
+    if recorded is not None:
+        return True
+    why = unreadable or ("its config.json records no training settings" if (Path(run_dir) / "config.json").is_file()
+                         else "no config.json records its settings")
     raise ValueError(f"--resume auto: {run_dir} holds {', '.join(marks)} but no training run to resume ({why}); "
                      f"choose another --out, or --overwrite to replace what it holds")
 
@@ -123,22 +156,15 @@ def check_fresh_out(run_dir: str | Path, resume: bool, overwrite: bool, restarte
                          f"--overwrite to replace it, or choose another --out")
 
 
-def continues_past_end(run_dir: str | Path, max_steps: int) -> bool:
-    """Whether `--resume --max-steps N` asks to continue a finished run past its end: the run has
-    finished (summary.json) and recorded another length. The same --max-steps as recorded is a plain
-    resume (the command repeated with --resume); an unfinished run's is a contradiction, refused."""
-    recorded = recorded_settings(run_dir)
-    return (recorded is not None and recorded.get("max_steps") != max_steps
-            and (Path(run_dir) / "summary.json").is_file())
-
-
-def extended_settings(run_dir: str | Path, max_steps: int, asked: dict[str, Any]) -> dict[str, Any]:
+def extended_settings(run_dir: str | Path, max_steps: int, asked: dict[str, Any],
+                      recorded: dict[str, Any] | None = None) -> dict[str, Any]:
     """The settings that continue a finished run past its end (`--resume --max-steps N`): those it
     recorded, now `max_steps` long, without a time budget (a length asked for is taken as asked),
     with the added steps' schedule recorded in `extended`. The added steps follow the learning rate
     of a run asked for `max_steps` from the start: the same warm-up, the same schedule stretched to
-    the new end, so the rate rises again from where the old run had brought it down."""
-    recorded = recorded_settings(run_dir)
+    the new end, so the rate rises again from where the old run had brought it down. `recorded`: the
+    settings the run recorded, where the caller has read them already."""
+    recorded = recorded_settings(run_dir) if recorded is None else recorded
     if recorded is None:
         raise ValueError(f"--resume --max-steps {max_steps}: {run_dir} holds no run to continue")
     summary = Path(run_dir) / "summary.json"

@@ -76,3 +76,36 @@ def test_a_run_is_never_replaced_without_overwrite(tmp_path, capsys):
     assert main(["train", "mnist-seed", "--max-steps", "2", "--eval-every", "2", "--out", str(run), "--overwrite",
                  *TINY]) == 0
     assert json.loads((run / "summary.json").read_text())["recipe"] == "mnist-seed"
+
+
+def test_the_command_line_s_settings_are_decided_in_one_pass_reading_the_run_once(tmp_path, monkeypatch):
+    """resume.settings_to_run: fresh, auto (no run / a run), resume with free flags, a contradiction, and a
+    finished run continued past its end; the run's config.json read once per decision."""
+    from anyformer.train import resume
+    reads = []
+    real = resume.recorded_settings
+    monkeypatch.setattr(resume, "recorded_settings", lambda d: reads.append(d) or real(d))
+    said: list[str] = []
+    run = tmp_path / "run"
+    assert resume.settings_to_run(run, {}, "auto", say=said.append) == (False, None)
+    assert said == [f"--resume auto: no run in {run} yet; starting one"]
+    with pytest.raises(ValueError, match="--resume auto continues the run --out holds, and --overwrite replaces it"):
+        resume.settings_to_run(run, {}, "auto", overwrite=True)
+    run.mkdir()
+    recorded = {"recipe": "mnist", "max_steps": 4, "lr": 0.002, "threads": 1, "warmup_steps": 1}
+    (run / "config.json").write_text(json.dumps({"family": "own", "train": recorded}))
+    reads.clear()
+    assert resume.settings_to_run(run, {"threads": 2, "max_steps": 4}, "auto") == (
+        True, {**recorded, "threads": 2, "resume": True})
+    assert len(reads) == 1
+    assert resume.settings_to_run(run, {"lr": 0.1}, False) == (False, None)  # fresh: the trainer refuses the folder
+    with pytest.raises(ValueError, match=r"--lr 0.1 \(the run has 0.002\)"):
+        resume.settings_to_run(run, {"lr": 0.1}, True)
+    with pytest.raises(ValueError, match="--max-steps 8 .*the run has 4"):  # unfinished: a contradiction
+        resume.settings_to_run(run, {"max_steps": 8}, True)
+    (run / "summary.json").write_text(json.dumps({"steps": 4}))
+    reads.clear()
+    said.clear()
+    resumed, settings = resume.settings_to_run(run, {"max_steps": 8}, True, say=said.append)
+    assert resumed and settings["max_steps"] == 8 and settings["extended"][0]["from_step"] == 4 and len(reads) == 1
+    assert said == [f"continuing {run}: {settings['extended'][0]['schedule']}"]

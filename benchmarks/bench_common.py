@@ -19,6 +19,7 @@ Why each piece is there:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import gc
 import json
 import os
@@ -463,6 +464,29 @@ def memory_section(script: str, children: list[tuple[str, list[str]]]) -> str:
                   "training peak over its start"], rows)
 
 
+@functools.cache
+def host_peak(dtype: str = "fp32") -> float | None:
+    """The host's sustained matrix-product rate in FLOP/s (anyformer.limits: the best of 1024 and 2048
+    products on all of torch's threads), measured once a process: what a CPU MFU divides by. bf16: None
+    where the CPU has no bf16 arithmetic (its products then run converted, and no peak says much)."""
+    import torch
+
+    from anyformer.limits import matmul_rate
+    from anyformer.plan import host
+    if dtype == "bf16" and not host.native_bf16():
+        return None
+    return matmul_rate(torch.bfloat16 if dtype == "bf16" else torch.float32).flops
+
+
+def peak_facts() -> dict[str, str]:
+    """The peaks a results file's CPU MFU column reads against, for its facts list."""
+    fp32, bf16 = host_peak("fp32"), host_peak("bf16")
+    return {"CPU MFU against": f"fp32 matrix products at {fp32 / 1e9:.1f} GFLOP/s"
+                               + (f", bf16 at {bf16 / 1e9:.1f}" if bf16 else "")
+                               + " (anyformer.limits, `anyformer doctor --limits`: the best of 1024 and 2048 "
+                                 "products, measured in this process before the rounds)"}
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     align = ["---" if i == 0 else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
@@ -470,23 +494,28 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def speed_table(contestants: list[Contestant], reference: str, baselines: list[Contestant], unit: str) -> str:
-    """One row per contestant: median and best time, throughput, GFLOP/s, share of each baseline's
-    matmul rate, and the contestant's median time over the reference's (above 1: reference faster);
-    then one row per baseline."""
+def speed_table(contestants: list[Contestant], reference: str, baselines: list[Contestant], unit: str,
+                peak: float | None = None) -> str:
+    """One row per contestant: median and best time, throughput, GFLOP/s, its CPU MFU (the GFLOP/s over
+    the host's `peak` matrix-product rate, `host_peak`), share of each baseline's matmul rate, and the
+    contestant's median time over the reference's (above 1: reference faster); then one row per baseline."""
     ref = next(c for c in contestants if c.name == reference)
     rates = [b.flops / b.median for b in baselines]
-    header = ["contestant", "ms/step median", "best", "spread", f"{unit}/s", "GFLOP/s",
+    mfu = [] if peak is None else ["CPU MFU"]
+    header = ["contestant", "ms/step median", "best", "spread", f"{unit}/s", "GFLOP/s", *mfu,
               *[f"of {b.name}" for b in baselines], f"time / {reference} time"]
+
+    def share(rate: float) -> list[str]:
+        return [] if peak is None else [f"{rate / peak * 100:.0f}%"]
     rows = []
     for c in contestants:
         rate = c.flops / c.median
         rows.append([c.name + (f" ({c.note})" if c.note else ""), f"{c.median * 1e3:.0f}", f"{min(c.times) * 1e3:.0f}",
-                     f"{c.spread * 100:.0f}%", f"{c.items / c.median:,.0f}", f"{rate / 1e9:.1f}",
+                     f"{c.spread * 100:.0f}%", f"{c.items / c.median:,.0f}", f"{rate / 1e9:.1f}", *share(rate),
                      *[f"{rate / r * 100:.0f}%" for r in rates], f"{c.median / ref.median:.2f}x"])
     for b, r in zip(baselines, rates):
         rows.append([b.name + (f" ({b.note})" if b.note else ""), f"{b.median * 1e3:.0f}", f"{min(b.times) * 1e3:.0f}",
-                     f"{b.spread * 100:.0f}%", "-", f"{r / 1e9:.1f}",
+                     f"{b.spread * 100:.0f}%", "-", f"{r / 1e9:.1f}", *share(r),
                      *[f"{r / r2 * 100:.0f}%" for r2 in rates], "-"])
     return table(header, rows)
 

@@ -40,7 +40,7 @@ import time
 from bench_common import (Contestant, add_isa_argument, alternate,
                           attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
-                          speed_table, table, wait_for_quiet, write_results, RESULTS,
+                          speed_table, table, wait_for_quiet, write_results, RESULTS, host_peak, peak_facts,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
@@ -235,7 +235,7 @@ def main() -> None:
     from anyformer.plan import native_bf16
     with_bf16 = args.bf16 == "on" or (args.bf16 == "auto" and native_bf16())
     load_before = load_average() if args.no_wait else wait_for_quiet()
-    facts = machine()
+    facts = {**machine(), **peak_facts()}  # the peaks measured before any round
     print(json.dumps(facts, indent=1))
     print(f"load average before: {load_before}", flush=True)
     t_start = time.time()
@@ -296,11 +296,12 @@ def main() -> None:
     d0 = [c for c in train if c.name == EAGER or BUILDERS[c.name][1] == 0.0]
     d2 = [c for c in train if c.name != EAGER and BUILDERS[c.name][1] == 0.2]
     by = {c.name: c for c in train}
-    t_train0 = speed_table(d0, "anyformer", base[:2], "tokens")
-    t_train2 = speed_table([by["anyformer"], *d2], "anyformer d0.2", base[:2], "tokens")
-    t_bf16 = (speed_table([by["anyformer"], bf16_train], "anyformer", [base[2]], "tokens") if with_bf16 else
+    t_train0 = speed_table(d0, "anyformer", base[:2], "tokens", host_peak("fp32"))
+    t_train2 = speed_table([by["anyformer"], *d2], "anyformer d0.2", base[:2], "tokens", host_peak("fp32"))
+    t_bf16 = (speed_table([by["anyformer"], bf16_train], "anyformer", [base[2]], "tokens", host_peak("bf16"))
+              if with_bf16 else
               "Not timed (--bf16 off, or auto on a CPU without native bf16, where bf16 is emulated through fp32).")
-    t_infer = speed_table(infer + ([bf16_infer] if with_bf16 else []), "anyformer", ibase, "tokens")
+    t_infer = speed_table(infer + ([bf16_infer] if with_bf16 else []), "anyformer", ibase, "tokens", host_peak("fp32"))
     fastest_peer = min((c for c in d0 if not c.name.startswith("anyformer")), key=lambda c: c.median)
     ours = by["anyformer"]
     rate = ours.flops / ours.median

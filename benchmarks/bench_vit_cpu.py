@@ -38,7 +38,7 @@ import time
 from bench_common import (Contestant, add_isa_argument, alternate,
                           attention_matmuls, linear_matmuls, load_average, machine,
                           matmul_flops, measure_memory_here, setup_env,
-                          speed_table, table, wait_for_quiet, write_results, RESULTS,
+                          speed_table, table, wait_for_quiet, write_results, RESULTS, host_peak, peak_facts,
                           infer_step)
 import bench_common  # noqa: E402  (its train_step, wrapped below with this benchmark's settings)
 
@@ -273,10 +273,11 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
 
     title = spec["title"]
     sections = [
-        (f"{title}: training (fp32, AdamW)", speed_table(train, "anyformer", base[:2], "images")),
-        (f"{title}: bf16 autocast training (anyformer only; not the same maths as fp32)",
-         speed_table([train[0], bf16_train], "anyformer", [base[2]], "images")),
-        (f"{title}: inference (fp32, inference_mode)", speed_table(infer + [bf16_infer], "anyformer", ibase, "images")),
+        (f"{title}: training (fp32, AdamW)", speed_table(train, "anyformer", base[:2], "images", host_peak("fp32"))),
+        (f"{title}: bf16 autocast training (anyformer only; not the same maths as fp32; CPU MFU of the bf16 rate)",
+         speed_table([train[0], bf16_train], "anyformer", [base[2]], "images", host_peak("bf16"))),
+        (f"{title}: inference (fp32, inference_mode)",
+         speed_table(infer + [bf16_infer], "anyformer", ibase, "images", host_peak("fp32"))),
     ]
     for heading, text in sections:
         print(f"\n## {heading}\n\n{text}", flush=True)
@@ -330,7 +331,7 @@ def main() -> None:
     args.no_memory = args.no_memory or args.quick
 
     load_before = load_average() if args.no_wait else wait_for_quiet()
-    facts = machine()
+    facts = {**machine(), **peak_facts()}  # the peaks measured before any round
     print(json.dumps(facts, indent=1))
     print(f"load average before: {load_before}", flush=True)
     t0 = time.time()

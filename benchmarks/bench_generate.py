@@ -194,7 +194,9 @@ def bench_floor(gpt, prefix: int, total: int, rounds: int = 15, per_round: int =
     step itself: the model's eager forward, and the compiled static step where generate runs it.
     Biases, norms and attention over the cache are left out of the bare rows, so the step's excess
     over them is everything else it does."""
+    from anyformer.limits import copy_bandwidth
     from anyformer.plan.kernels import onednn_mm as _mm
+    bandwidth = copy_bandwidth() / 1e9  # before the rounds: the memory rate the bytes a token are read against
     mats = [m.weight for m in gpt.modules() if isinstance(m, torch.nn.Linear)] + [gpt.lm_head.weight]
     xs = {k: torch.randn(1, k) for k in {w.shape[1] for w in mats}}
     gbytes = sum(w.numel() * w.element_size() for w in mats) / 1e9
@@ -213,7 +215,7 @@ def bench_floor(gpt, prefix: int, total: int, rounds: int = 15, per_round: int =
     print(f"weights read per step: {gbytes * 1e3:.0f} MB; median of {rounds} alternated rounds:", flush=True)
     for k, ms in rows.items():
         print(f"  {k:45s} {ms:6.2f} ms  {gbytes / ms * 1e3:5.1f} GB/s", flush=True)
-    return {"gbytes": gbytes, "rounds": rounds, "prefix": prefix, "ms": rows}
+    return {"gbytes": gbytes, "rounds": rounds, "prefix": prefix, "ms": rows, "bandwidth": bandwidth}
 
 
 def _pairs(gpt, hf, prompt, new_tokens: int, kw: dict, repeats: int) -> dict:
@@ -324,9 +326,13 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
               f"A cached step multiplies one vector by every weight matrix, so it reads all "
               f"{floor_row['gbytes'] * 1e3:.0f} MB of them once. Median of {floor_row['rounds']} alternated rounds "
               f"(fastest of 3 each); GB/s is that weight volume over the time (for the step, an equivalent rate: "
-              f"it also reads biases, norms and the {floor_row['prefix']}-position key/value cache).", "",
-              "| | ms | GB/s |", "|---|---:|---:|"]
-    lines += [f"| {k} | {ms:.2f} | {floor_row['gbytes'] / ms * 1e3:.1f} |" for k, ms in floor_row["ms"].items()]
+              f"it also reads biases, norms and the {floor_row['prefix']}-position key/value cache). The share is of "
+              f"the host's memory bandwidth, {floor_row['bandwidth']:.1f} GB/s (anyformer.limits.copy_bandwidth: a "
+              f"256 MiB copy, its bytes read and written, measured before the rounds; `anyformer doctor --limits`).",
+              "", "| | ms | GB/s | of the bandwidth |", "|---|---:|---:|---:|"]
+    lines += [f"| {k} | {ms:.2f} | {floor_row['gbytes'] / ms * 1e3:.1f} | "
+              f"{floor_row['gbytes'] / ms * 1e3 / floor_row['bandwidth'] * 100:.0f}% |"
+              for k, ms in floor_row["ms"].items()]
     if hf_row:
         first, steady = hf_row["first"], hf_row["steady"]
         entry = hf_row["plan_entry"] or {}

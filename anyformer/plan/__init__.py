@@ -33,7 +33,7 @@ from typing import Mapping
 
 from .choices import ENV_PLAN, Decision, decision, decisions, register
 from .decisions import adamw_impl, amp_dtype, attention_kernel, gelu_kernel, linear_kernel, sdpa_backend, sdpa_context
-from .compiled import CompilePlan, compile_for_decode, compile_for_inference, compile_for_training
+from .compiled import CompileChoice, compile_for_decode, compile_for_inference, compile_for_training
 from .layers import set_training_kernel
 from .prepare import prepare, unprepare, unprepared
 from .decode import prepare_decode
@@ -43,7 +43,7 @@ from .host import machine, native_bf16
 from .planner import Planner, max_error, planner, using
 from .store import ENV_CACHE, plan_dir
 
-__all__ = ["ENV_PLAN", "ENV_CACHE", "CompilePlan", "Decision", "Planner", "adamw_impl", "amp_dtype",
+__all__ = ["ENV_PLAN", "ENV_CACHE", "CompileChoice", "Decision", "Planner", "adamw_impl", "amp_dtype",
            "attention_kernel", "compile_for_decode", "compile_for_inference", "compile_for_training",
            "configure", "decision", "decisions", "force", "forcing", "gelu_kernel", "linear_kernel", "linears_for_training",
            "machine", "max_error", "native_bf16", "onednn_linear", "onednn_linear_op", "plan_dir", "planner",

@@ -61,7 +61,7 @@ _SEED = 20_240_601      # the same random draws (dropout, noise) in every candid
 
 
 @dataclass
-class CompilePlan:
+class CompileChoice:
     """What `compile_for_training`, `compile_for_inference` or `compile_for_decode` settled: the module
     (or function) to run the steps or passes with, the choice, and one line saying why (for the log)."""
 
@@ -72,7 +72,7 @@ class CompilePlan:
 
 def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Tensor], *,
                          fields: Mapping[str, Any], steps: int | None = None, tolerance: float = 1e-3,
-                         device: torch.device | str = "cpu", seconds: float | None = None) -> CompilePlan:
+                         device: torch.device | str = "cpu", seconds: float | None = None) -> CompileChoice:
     """`module`, or `torch.compile(module)`, whichever the plan finds faster for the training step
     `step_loss(m) -> scalar loss` (forward under the caller's autocast; this adds the backward). On
     CUDA a third candidate, "graphs", compiles with CUDA graphs (inductor's `triton.cudagraphs`, what
@@ -84,7 +84,7 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
     run has left under a time budget, out of which a compile is paid (`BUDGET_GAIN`). The numerics check (loss
     and gradients, eager against compiled) leaves the global RNG and the gradients as they were. The
     timed calls are step_loss's forward and backward, never the run's own steps (a step taken with a
-    candidate would make the weights depend on what the plan cache held)."""
+    candidate would make the weights depend on what the machine's timings cache held)."""
     device = torch.device(device)
     variants = {"compiled": _Compiled(module)}  # torch.compile (and its imports) only when used
     if device.type == "cuda":
@@ -98,7 +98,7 @@ def compile_for_training(module: nn.Module, step_loss: Callable[[nn.Module], Ten
 
 def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tensor], *,
                           fields: Mapping[str, Any], calls: int | None = None, tolerance: float = 1e-4,
-                          device: torch.device | str = "cpu") -> CompilePlan:
+                          device: torch.device | str = "cpu") -> CompileChoice:
     """`module`, or `torch.compile(module)`, whichever the plan finds faster for gradient-free passes
     `forward(m) -> output` (timed and checked under `torch.inference_mode`, the module in whatever
     mode the caller left it: eval, usually). The record is the training step's decision, keyed
@@ -115,7 +115,7 @@ def compile_for_inference(module: nn.Module, forward: Callable[[nn.Module], Tens
 
 def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[..., Tensor]], Tensor],
                        eager: Callable[[], Tensor], *, fields: Mapping[str, Any], tokens: int | None,
-                       tolerance: float = 1e-4, device: torch.device | str = "cpu") -> CompilePlan:
+                       tolerance: float = 1e-4, device: torch.device | str = "cpu") -> CompileChoice:
     """`torch.compile(step)` (static shapes), or `step` unchanged, for a generation loop's one-token
     steps: `call(f)` runs one step with f (the compiled `step`), `eager()` the same step the stock way
     (the model's own forward). Both must be repeatable: the caller resets its cache before each call.
@@ -144,7 +144,7 @@ def compile_for_decode(step: Callable[..., Tensor], call: Callable[[Callable[...
 
 def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compiled"],
             runs: dict[str, Callable[[], tuple]], fields: Mapping[str, Any], count: int | None, unit: str,
-            device: torch.device, tolerance: float, what: str, *, seconds: float | None = None) -> CompilePlan:
+            device: torch.device, tolerance: float, what: str, *, seconds: float | None = None) -> CompileChoice:
     """The decision every kind of pass shares: forced, cached (if the compile repays), or measured
     (if the `count` calls to come could repay `repay` compiles), with the numerics checked. `runs`:
     each candidate's call, "eager" first; `variants`: the compiled ones' modules. Under a time budget
@@ -156,38 +156,38 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
     decode = fields.get("pass") == "decode"
     repay = 1.0 if decode else REPAY[kind]
 
-    def plan(choice: str, why: str) -> CompilePlan:
-        return CompilePlan(module if choice == "eager" else variants[choice].get(), choice, why)
+    def chosen(choice: str, why: str) -> CompileChoice:
+        return CompileChoice(module if choice == "eager" else variants[choice].get(), choice, why)
 
     p = planner()
     forced = choices.forced_choice(p.forced()[0], COMPILE.name)
     if forced == "graphs" and forced not in runs:  # CUDA graphs are a training candidate, on CUDA
         if device.type != "cuda":
-            return plan("eager", "compile=graphs cannot run here (CUDA graphs need CUDA); eager")
+            return chosen("eager", "compile=graphs cannot run here (CUDA graphs need CUDA); eager")
         forced = "compiled"  # inference passes compile without them; decode steps always with them
     if forced == "eager":
-        return plan(forced, f"compile={forced} is forced")
+        return chosen(forced, f"compile={forced} is forced")
     # One eager pass first, outside any measurement (inside one, the kernel decisions a model asks
     # for get the stock answer): the model's linear and attention choices are made now, and each
     # attention layer keeps its answer for the compiled graph to follow. It also warms up the
     # allocator and oneDNN's primitives, and keeps those decisions' timing out of the call timed below.
     runs["eager"]()
     if forced is not None:
-        return plan(forced, f"compile={forced} is forced")
+        return chosen(forced, f"compile={forced} is forced")
     key = entry_key(COMPILE.name, fields)
     entry = p.entry(COMPILE.name, fields)
     recorded = [e["compile_s"] for e in p.records(COMPILE.name) if isinstance(e.get("compile_s"), (int, float))
                 and (e.get("fields", {}).get("pass") == "decode") == decode]
     compile_s = max(recorded) if recorded else FIRST_DECODE_COMPILE_S if decode else FIRST_COMPILE_S[kind]
     if entry is None and seconds is not None and seconds * BUDGET_GAIN < compile_s:
-        return plan("eager", f"a {seconds:.0f} s time budget is too short to repay a compile "
+        return chosen("eager", f"a {seconds:.0f} s time budget is too short to repay a compile "
                              f"(~{compile_s:.0f} s here) out of it; not measured")
     if entry is None and count is not None:
         t0 = time.perf_counter()
         runs["eager"]()
         call_s = time.perf_counter() - t0
         if count * call_s < repay * compile_s:
-            return plan("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
+            return chosen("eager", f"{count} {unit} of ~{call_s:.3g} s are too few to repay a "
                                  f"compile (~{compile_s:.0f} s here); not measured")
 
     def compile_time() -> dict[str, Any]:  # a compile that raised has no time to record: not a free one
@@ -196,7 +196,7 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
     choice = p.decide(COMPILE.name, fields, lambda: runs, available=tuple(runs), tolerance=tolerance,
                       budget_s=max(p.budget_s, BUDGET_S), extra=compile_time)
     if choice == "eager":
-        return plan("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
+        return chosen("eager", _times(p.entry(COMPILE.name, fields), "eager measured faster"))
     entry = p.entry(COMPILE.name, fields) or {}
     measured_now = key in p.measured
     if (count is not None or seconds is not None) and not measured_now:  # the compile is still to be paid:
@@ -207,10 +207,10 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
         saved = (eager_s - times.get(choice, 0.0)) * (count or 0)
         cost = float(entry.get("compile_s", compile_s))
         if saved < cost:
-            return plan("eager", f"{choice} saves ~{saved:.0f} s over {count} {unit}, less than its "
+            return chosen("eager", f"{choice} saves ~{saved:.0f} s over {count} {unit}, less than its "
                                  f"~{cost:.0f} s compile")
     measured = " (compiled while measuring)" if measured_now else ""
-    return plan(choice, _times(entry, f"{choice} measured faster{measured}"))
+    return chosen(choice, _times(entry, f"{choice} measured faster{measured}"))
 
 
 class _Compiled:

@@ -40,7 +40,7 @@ PLANNED = "planned"
 
 
 @dataclass
-class LinearsPlan:
+class LinearsChoice:
     """What `linears_for_training` settled (and applied), and one line saying why (for the log)."""
 
     choice: str
@@ -50,22 +50,22 @@ class LinearsPlan:
 def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], None],
                          step_loss: Callable[[nn.Module], Tensor], *, fields: Mapping[str, Any],
                          steps: int | None = None, tolerance: float = 1e-3, device: torch.device | str = "cpu",
-) -> LinearsPlan:
+) -> LinearsChoice:
     """The choice for `module`'s linear layers in the training step `step_loss(m) -> scalar loss`
     (forward; this adds the backward), applied with `set_kernel` before returning it:
     `set_kernel(None)` for "planned" (each layer asks the plan), else `set_kernel(choice)`. `fields`
     name the step in the plan file (model, batch shape, precision). `steps`: how many steps the run
     will take; under `MIN_STEPS` nothing is measured (None: no limit). The timed calls are
     step_loss's forward and backward, never the run's own steps (a step taken under a candidate
-    would make the weights depend on what the plan cache held); they leave the global RNG and the
-    gradients as they were."""
+    would make the weights depend on what the machine's timings cache held); they leave the global RNG
+    and the gradients as they were."""
     device = torch.device(device)
     p = planner()
     forced = p.forced()[0]
 
-    def settled(choice: str, why: str) -> LinearsPlan:
+    def settled(choice: str, why: str) -> LinearsChoice:
         set_kernel(_kernel(choice))
-        return LinearsPlan(choice, why)
+        return LinearsChoice(choice, why)
 
     if LINEARS.name in forced and forced[LINEARS.name] is not None:
         return settled(forced[LINEARS.name], f"linears={forced[LINEARS.name]} is forced")
@@ -103,7 +103,7 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
         finally:
             set_kernel(_kernel(choice))
     measured = entry_key(LINEARS.name, fields) in p.measured[before:]
-    return LinearsPlan(choice, _times(p.entry(LINEARS.name, fields), "measured on the whole step" if measured
+    return LinearsChoice(choice, _times(p.entry(LINEARS.name, fields), "measured on the whole step" if measured
                                       else "recorded for the whole step"))
 
 

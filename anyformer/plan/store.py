@@ -1,4 +1,5 @@
-"""The plan file: one JSON file per machine key, in the user's cache folder.
+"""The machine's timings cache (what the speed plan measured here): one JSON file per machine key, in
+the user's cache folder.
 
 Location: `$ANYFORMER_CACHE/plan/`, else `$XDG_CACHE_HOME/anyformer/plan/`, else
 `~/.cache/anyformer/plan/`. A file that cannot be read, is not JSON, has another format or was

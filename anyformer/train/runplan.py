@@ -2,7 +2,7 @@
 every checkpoint. It holds each answer the planner gave the run (decision key -> choice) and the
 training step's own two choices (compile, linears). `--resume` replays the run's own plan and
 `--plan PATH` another run's, so the same seed and the same plan give the same bits, whatever the
-machine's plan cache holds and however busy the machine was when it planned."""
+machine's timings cache holds and however busy the machine was when it planned."""
 from __future__ import annotations
 
 import json

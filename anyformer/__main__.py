@@ -1,3 +1,3 @@
-from .cli import exit_process, main
+from .cli import entry
 
-exit_process(main())
+entry()

@@ -144,5 +144,10 @@ def exit_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-if __name__ == "__main__":
+def entry() -> NoReturn:
+    """The `anyformer` console script: `main`, then `exit_process` (as `python -m anyformer` does)."""
     exit_process(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -5,7 +5,10 @@ Model FLOPs come from the models themselves (`Model.forward_flops`), through eac
 MFU is achieved model FLOP/s over a peak. On a GPU whose name we know, the peak is the dense bf16
 rate of its data sheet, the convention of the MFU that PaLM, nanoGPT, llm.c and nanochat report, so
 that figures compare across libraries. Elsewhere (CPUs, unknown cards) it is the rate that a large
-matrix multiply reaches on the same device in the run's precision, measured at start-up.
+matrix multiply reaches on the same device in the run's precision, measured when first asked: on a CPU
+the sustained rate `anyformer doctor --limits` prints (anyformer.limits: the best of 1024 and 2048 products,
+each repeated for half a second), which a small product timed briefly can fall short of, so that a
+run's CPU MFU and the benchmarks' read against the same ceiling.
 """
 from __future__ import annotations
 
@@ -34,8 +37,11 @@ def spec_peak_flops(name: str) -> float | None:
 
 @functools.lru_cache(maxsize=None)
 def _peak(device_type: str, device_index: int | None, dtype: torch.dtype) -> float:
+    if device_type == "cpu":
+        from ..limits import matmul_rate
+        return matmul_rate(dtype).flops
     device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
-    n = 4096 if device_type == "cuda" else 512  # large enough to saturate 2-16 cores, small enough for ~0.1 s
+    n = 4096  # large enough to saturate a card, small enough for ~0.1 s
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     best = float("inf")
     for _ in range(3):
@@ -66,12 +72,14 @@ def peak_flops(device: torch.device, amp: str = "none") -> tuple[float, str]:
         spec = spec_peak_flops(name)
         if spec is not None:
             return spec, f"data sheet: {name}, dense bf16"
-    return measured_peak_flops(device, amp), f"measured: {resolve_amp(amp, device)} matmul"
+    what = "matmul, the best of 1024 and 2048 products" if device.type == "cpu" else "4096 matmul"
+    precision = resolve_amp(amp, device).replace("none", "fp32")
+    return measured_peak_flops(device, amp), f"measured: {precision} {what}"
 
 
 class Peak:
-    """The FLOP/s a run's MFU divides by (`peak_flops` at the run's precision), found when first asked (a
-    second or so of matrix products on a CPU), so that a run stopped early never pays for it."""
+    """The FLOP/s a run's MFU divides by (`peak_flops` at the run's precision), found when first asked (about
+    two seconds of matrix products on a CPU, once a process), so that a run stopped early never pays for it."""
 
     def __init__(self, device: torch.device, cfg: Any) -> None:
         self.device, self.cfg = device, cfg  # the precision is read when first asked: settled by then

@@ -25,10 +25,15 @@ class Decision:
     choices: tuple[str, ...]
     about: str = ""
     margin: float | None = None
+    renamed: tuple[tuple[str, str], ...] = ()  # (old name, choice): old runs' plans and old specs still read
 
     @property
     def stock(self) -> str:
         return self.choices[0]
+
+    def canonical(self, choice: str) -> str:
+        """`choice` under its current name (a renamed choice's old name maps to the new one)."""
+        return dict(self.renamed).get(choice, choice)
 
 
 _REGISTRY: dict[str, Decision] = {}
@@ -68,6 +73,7 @@ def _resolve(name: str, choice: str, where: str) -> str | None:
         return None
     if choice == "stock":
         return d.stock
+    choice = d.canonical(choice)
     if choice not in d.choices:
         raise ValueError(f"{where}: unknown choice {choice!r} for {name}; expected one of "
                          f"{', '.join(('stock', *d.choices[1:], 'auto'))}")

@@ -7,7 +7,7 @@ step runs faster with every layer on oneDNN; and a ViT's q/k/v projection can me
 "mixed" alone while its whole step runs slower so (measured: docs/results.md, 'Measurements behind
 the code's choices').
 So a training run also times its own step's forward and backward with every layer on F.linear
-("stock"), as its shape's plan chose ("planned"), on oneDNN ("onednn"), or on oneDNN with the
+("stock"), each as its shape's record says ("per-shape"), on oneDNN ("onednn"), or on oneDNN with the
 weight gradient on BLAS ("mixed"), checked against stock, by the compile decision's 5% margin.
 Only fp32 CPU steps that run eagerly ask. `ANYFORMER_PLAN=linears=onednn` forces one; a forced
 `linear=` (or a bare `stock`) forces every layer and leaves nothing to choose here.
@@ -33,10 +33,11 @@ from .store import entry_key
 # keep the per-shape plan, unless a record says otherwise.
 MIN_STEPS = 200
 
-LINEARS = register(Decision("linears", ("stock", "planned", "onednn", "mixed"),
+PER_SHAPE = "per-shape"  # each layer on the kernel its own shape's record chose (named "planned" before)
+LINEARS = register(Decision("linears", ("stock", PER_SHAPE, "onednn", "mixed"),
                             "a training step's linear layers together: all on F.linear, each as its shape's "
-                            "plan chose, all on oneDNN, or all mixed; timed on the step itself", margin=0.05))
-PLANNED = "planned"
+                            "record says, all on oneDNN, or all mixed; timed on the step itself", margin=0.05,
+                            renamed=(("planned", PER_SHAPE),)))
 
 
 @dataclass
@@ -53,7 +54,7 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
 ) -> LinearsChoice:
     """The choice for `module`'s linear layers in the training step `step_loss(m) -> scalar loss`
     (forward; this adds the backward), applied with `set_kernel` before returning it:
-    `set_kernel(None)` for "planned" (each layer asks the plan), else `set_kernel(choice)`. `fields`
+    `set_kernel(None)` for "per-shape" (each layer asks the plan), else `set_kernel(choice)`. `fields`
     name the step in the plan file (model, batch shape, precision). `steps`: how many steps the run
     will take; under `MIN_STEPS` nothing is measured (None: no limit). The timed calls are
     step_loss's forward and backward, never the run's own steps (a step taken under a candidate
@@ -70,12 +71,12 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
     if LINEARS.name in forced and forced[LINEARS.name] is not None:
         return settled(forced[LINEARS.name], f"linears={forced[LINEARS.name]} is forced")
     if choices.forced_choice(forced, LINEAR.name) is not None:  # `linear=...`, or a bare `stock`
-        return settled(PLANNED, f"linear={choices.forced_choice(forced, LINEAR.name)} is forced for every layer")
+        return settled(PER_SHAPE, f"linear={choices.forced_choice(forced, LINEAR.name)} is forced for every layer")
     if device.type != "cpu" or onednn_linear_op() is None:
-        return settled(PLANNED, "no oneDNN here: F.linear" if device.type == "cpu" else "not on the CPU: F.linear")
+        return settled(PER_SHAPE, "no oneDNN here: F.linear" if device.type == "cpu" else "not on the CPU: F.linear")
     entry = p.entry(LINEARS.name, fields)
     if steps is not None and steps < MIN_STEPS and entry is None:
-        return settled(PLANNED, f"{steps} steps are too few to repay timing them (under {MIN_STEPS}); "
+        return settled(PER_SHAPE, f"{steps} steps are too few to repay timing them (under {MIN_STEPS}); "
                                 "each layer as its shape's plan says")
     params = [q for q in module.parameters() if q.requires_grad]
     step = _candidate(lambda: module, step_loss, params, device)
@@ -86,15 +87,15 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
             return run()
         return call
 
-    choice, before = PLANNED, len(p.measured)  # PLANNED: what the layers were told before, should this raise
+    choice, before = PER_SHAPE, len(p.measured)  # PER_SHAPE: what the layers were told before, should this raise
     # The per-shape answers the candidates ask for are the measurement's, not the run's: a run's recorded
-    # plan holds them only where "planned" wins (its first step asks them again), so that a run that
+    # plan holds them only where "per-shape" wins (its first step asks them again), so that a run that
     # measured and one that read the record write the same plan.
     with p.recording(p._pinned):
         if entry is None:
             # One planned pass first, outside any measurement (inside one, each layer's own decision
-            # gets the stock answer): the per-shape choices that "planned" stands for are made now.
-            set_kernel(_kernel(PLANNED))
+            # gets the stock answer): the per-shape choices that "per-shape" stands for are made now.
+            set_kernel(_kernel(PER_SHAPE))
             step()
         checked = {k: using(k, step) for k in LINEARS.choices}
         try:
@@ -108,5 +109,5 @@ def linears_for_training(module: nn.Module, set_kernel: Callable[[str | None], N
 
 
 def _kernel(choice: str) -> str | None:
-    """What a layer is told for `choice`: None (ask the plan per shape) for "planned"."""
-    return None if choice == PLANNED else choice
+    """What a layer is told for `choice`: None (ask the plan per shape) for "per-shape"."""
+    return None if choice == PER_SHAPE else choice

@@ -210,7 +210,7 @@ class Planner:
             if getattr(self._local, "busy", False) or _tracing():
                 return d.stock  # never plan inside a measurement or a tracer; not remembered
             if self._pinned is not None and key in self._pinned:
-                pinned = self._pinned[key]
+                pinned = d.canonical(self._pinned[key])  # a choice recorded under an old name reads as its new one
                 if pinned in avail:
                     return self._remember(memo_key, pinned)
                 self._note(f"{key}: the recorded plan's {pinned} cannot run here (available: {', '.join(avail)}); "

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from ..plan import adamw_impl, choices, compile_for_training, linears_for_training, planner, prepare, set_training_kernel
 from ..plan.host import cpu_info  # re-exported: the CPU a run names in its log
+from ..plan.linears import PER_SHAPE
 from .config import TrainConfig
 from .own_model import config_dict
 from .distributed import Distributed
@@ -92,8 +93,9 @@ class StepPlan:
         compiles = (wants or choices.forced_choice(planner().forced()[0], "compile") or "eager") != "eager"
         if amp == "none" and device.type == "cpu" and not compiles:  # a compiled graph's products are F.linear's
             if self.plan["linears"] is not None:
-                self.linears_choice, why = self.plan["linears"], "replayed from the recorded plan"
-                set_training_kernel(model, None if self.linears_choice == "planned" else self.linears_choice)
+                self.linears_choice = choices.decision("linears").canonical(self.plan["linears"])
+                why = "replayed from the recorded plan"
+                set_training_kernel(model, None if self.linears_choice == PER_SHAPE else self.linears_choice)
             else:
                 chosen = linears_for_training(forward_model, lambda kernel: set_training_kernel(model, kernel),
                                               step_loss, fields=fields, steps=steps_left, device=device)

@@ -48,7 +48,7 @@ def _entry(plan_cache):
     return next(v for k, v in data.items() if k.startswith("linears "))
 
 
-CHOICES = ("stock", "planned", "onednn", "mixed")
+CHOICES = ("stock", "per-shape", "onednn", "mixed")
 
 
 @pytest.mark.parametrize("winner", CHOICES)
@@ -57,7 +57,7 @@ def test_faked_timing_table_picks_its_favourite_and_applies_it(planner_with, pla
     planner_with({n: 0.5 if n == winner else 1.0 for n in CHOICES})
     model = Tiny()
     assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == winner
-    assert model.applied[-1] == (None if winner == "planned" else winner)
+    assert model.applied[-1] == (None if winner == "per-shape" else winner)
     entry = _entry(plan_cache)
     assert entry["choice"] == winner and entry["timed"] == "forward+backward"
     again = linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS)  # from the record
@@ -66,7 +66,7 @@ def test_faked_timing_table_picks_its_favourite_and_applies_it(planner_with, pla
 
 def test_a_gain_within_the_margin_keeps_f_linear(planner_with, monkeypatch):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
-    planner_with({"stock": 1.0, "planned": 0.99, "onednn": 0.97, "mixed": 0.98})  # under the 5% margin
+    planner_with({"stock": 1.0, "per-shape": 0.99, "onednn": 0.97, "mixed": 0.98})  # under the 5% margin
     model = Tiny()
     assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == "stock"
     assert model.kernel == "stock"
@@ -74,19 +74,19 @@ def test_a_gain_within_the_margin_keeps_f_linear(planner_with, monkeypatch):
 
 def test_a_kernel_that_disagrees_is_dropped(planner_with, plan_cache, monkeypatch):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
-    planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.5})
+    planner_with({"stock": 1.0, "per-shape": 1.0, "onednn": 0.1, "mixed": 0.5})
     model = Tiny(wrong_for="onednn")
     assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == "mixed"
     assert "differs from stock" in _entry(plan_cache)["dropped"]["onednn"]
 
 
 @pytest.mark.parametrize("spec, expected, applied", [("linears=onednn", "onednn", "onednn"),
-                                                     ("linear=stock", "planned", None), ("stock", "planned", None),
-                                                     ("stock,linear=onednn", "planned", None),
+                                                     ("linear=stock", "per-shape", None), ("stock", "per-shape", None),
+                                                     ("stock,linear=onednn", "per-shape", None),
                                                      ("stock,linears=mixed", "mixed", "mixed")])
 def test_the_forced_setting_wins(planner_with, monkeypatch, spec, expected, applied):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
-    p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.1})
+    p = planner_with({"stock": 1.0, "per-shape": 1.0, "onednn": 0.1, "mixed": 0.1})
     monkeypatch.setenv("ANYFORMER_PLAN", spec)
     model = Tiny()
     assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == expected
@@ -95,9 +95,9 @@ def test_the_forced_setting_wins(planner_with, monkeypatch, spec, expected, appl
 
 def test_too_short_a_run_is_not_measured_but_a_record_still_applies(planner_with, monkeypatch):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: object())
-    p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.5, "mixed": 0.8})
+    p = planner_with({"stock": 1.0, "per-shape": 1.0, "onednn": 0.5, "mixed": 0.8})
     model = Tiny()
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20).choice == "planned"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=20).choice == "per-shape"
     assert p.timer.calls == [] and model.applied == [None]
     assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS, steps=1000).choice == "onednn"
     planner_with({})  # another process: reads that record, times nothing
@@ -107,9 +107,9 @@ def test_too_short_a_run_is_not_measured_but_a_record_still_applies(planner_with
 
 def test_nothing_to_choose_without_onednn(planner_with, monkeypatch):
     monkeypatch.setattr(plan.linears, "onednn_linear_op", lambda: None)
-    p = planner_with({"stock": 1.0, "planned": 1.0, "onednn": 0.1, "mixed": 0.1})
+    p = planner_with({"stock": 1.0, "per-shape": 1.0, "onednn": 0.1, "mixed": 0.1})
     model = Tiny()
-    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == "planned"
+    assert linears_for_training(model, model.set_kernel, _loss(model), fields=FIELDS).choice == "per-shape"
     assert p.timer.calls == []
 
 
@@ -131,11 +131,11 @@ def test_the_step_is_timed_with_each_kernel_on_planned_layers_and_nothing_moves(
     assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
     assert chosen in CHOICES and _entry(plan_cache)["timed"] == "forward+backward"
     planned = {m.planned_training for m in model if isinstance(m, PlannedLinear)}
-    assert {m.training_kernel for m in model if isinstance(m, PlannedLinear)} == (planned if chosen == "planned" else {chosen})
+    assert {m.training_kernel for m in model if isinstance(m, PlannedLinear)} == (planned if chosen == "per-shape" else {chosen})
 
 
 @needs_onednn
-@pytest.mark.parametrize("winner", ["onednn", "planned"])
+@pytest.mark.parametrize("winner", ["onednn", "per-shape"])
 def test_what_the_candidates_are_answered_is_not_the_runs_plan(planner_with, winner):
     """The layers' own answers are asked when the model is prepared, whichever candidate then wins,
     and the candidates' timing asks nothing more: a run that measured and a run that read the record
@@ -151,3 +151,22 @@ def test_what_the_candidates_are_answered_is_not_the_runs_plan(planner_with, win
         assert chosen.choice == winner and per_shape(answers) == asked
         _loss(model)(model).backward()  # the run's first step asks nothing
     assert len(asked) == 2 and per_shape(answers) == asked
+
+
+def test_the_per_shape_choice_still_reads_under_its_old_name(planner_with):
+    """The choice named "planned" before is "per-shape": a spec and a recorded plan's answer that say
+    "planned" still mean it (the run's plan.json `linears`: test_plan_replay.py)."""
+    from anyformer.plan import choices
+    assert choices.parse("linears=planned") == {"linears": "per-shape"}
+    assert choices.decision("linears").canonical("planned") == "per-shape"
+    assert choices.decision("linears").canonical("onednn") == "onednn"
+    # A recorded answer under an old name, replayed by `recording`, on a decision with a renamed choice.
+    choices.register(choices.Decision("renamed-demo", ("stock", "new"), renamed=(("old", "new"),)))
+    try:
+        p = planner_with({"stock": 1.0, "new": 2.0})  # measured now, "new" would lose
+        key = plan.store.entry_key("renamed-demo", {"n": 1})
+        with p.recording({key: "old"}):
+            got = p.decide("renamed-demo", {"n": 1}, lambda: {"stock": lambda: torch.ones(1), "new": lambda: torch.ones(1)})
+        assert got == "new"
+    finally:
+        choices.unregister("renamed-demo")

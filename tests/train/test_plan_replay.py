@@ -64,7 +64,10 @@ def test_resume_under_a_non_stock_plan_continues_bit_for_bit(tmp_path, mnist_sli
 
 
 @pytest.mark.slow
-def test_resume_replays_the_runs_own_plan_not_what_the_cache_says(tmp_path, mnist_slice, planning, capsys):
+@pytest.mark.parametrize("recorded_linears, replayed", [("mixed", "mixed"), ("planned", "per-shape")])
+def test_resume_replays_the_runs_own_plan_not_what_the_cache_says(tmp_path, mnist_slice, planning, capsys,
+                                                                  recorded_linears, replayed):
+    """("planned": the per-shape choice's name in plans written before it was renamed.)"""
     cfg = dict(max_steps=12, eval_every=6, amp="none")
     cut = make_trainer(tiny_config(tmp_path, **cfg), mnist_slice)
     interrupt_at(cut, 6)
@@ -72,12 +75,12 @@ def test_resume_replays_the_runs_own_plan_not_what_the_cache_says(tmp_path, mnis
         cut.run()
     path = tmp_path / "run" / "plan.json"
     recorded = json.loads(path.read_text())
-    recorded["linears"] = "mixed"  # what this run "chose": the resume must take it, whatever is measured now
+    recorded["linears"] = recorded_linears  # what this run "chose": the resume must take it, whatever is measured now
     path.write_text(json.dumps(recorded))
     summary = make_trainer(tiny_config(tmp_path, resume=True, **cfg), mnist_slice).run()
     out = capsys.readouterr().out
     if plan.onednn_linear_op() is not None:
-        assert summary["linears"] == "mixed" and "linears: mixed (replayed from the recorded plan)" in out
+        assert summary["linears"] == replayed and f"linears: {replayed} (replayed from the recorded plan)" in out
 
 
 @pytest.mark.slow
@@ -89,7 +92,7 @@ def test_plan_stock_answers_every_decision_with_pytorchs_default(tmp_path, mnist
     for key, choice in recorded["answers"].items():
         name = key.split(" ")[0]
         assert choice == stock.get(name, choice), key
-    assert summary["plan"] == "stock" and recorded["linears"] in (None, "planned")
+    assert summary["plan"] == "stock" and recorded["linears"] in (None, "per-shape")
 
 
 def test_a_plan_file_that_is_not_one_is_refused_in_one_line(tmp_path, mnist_slice):

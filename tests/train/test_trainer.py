@@ -75,13 +75,13 @@ def test_an_fp32_run_settles_one_kernel_for_its_linear_layers(tmp_path, mnist_sl
         plan.reset()
     kernels = {m.training_kernel for m in trainer.model.modules() if isinstance(m, PlannedLinear)}
     if plan.onednn_linear_op() is None:  # nothing but F.linear: nothing to time
-        assert summary["linears"] == "planned" and records == [] and kernels == {"stock"}
+        assert summary["linears"] == "per-shape" and records == [] and kernels == {"stock"}
         return
     (record,) = records
-    assert summary["linears"] == record["choice"] and set(record["times"]) == {"stock", "planned", "onednn", "mixed"}
+    assert summary["linears"] == record["choice"] and set(record["times"]) == {"stock", "per-shape", "onednn", "mixed"}
     assert f"linears: {record['choice']} (measured on the whole step: stock " in capsys.readouterr().out
     planned = {m.planned_training for m in trainer.model.modules() if isinstance(m, PlannedLinear)}
-    assert kernels == (planned if record["choice"] == "planned" else {record["choice"]})
+    assert kernels == (planned if record["choice"] == "per-shape" else {record["choice"]})
 
 
 @pytest.mark.slow
@@ -110,8 +110,8 @@ def test_a_cold_and_a_warm_plan_cache_train_the_same_bits(tmp_path, mnist_slice,
     assert strip(tmp_path / "cold" / "run" / "metrics.jsonl") == strip(tmp_path / "warm" / "run" / "metrics.jsonl")
     cold, warm = (json.loads((tmp_path / n / "run" / "plan.json").read_text()) for n in ("cold", "warm"))
     assert (cold["compile"], cold["linears"]) == (warm["compile"], warm["linears"]) == ("eager", summary["linears"])
-    # What the cold run was answered while it measured (each layer's shape, for the "planned"
-    # candidate) is in its plan only where "planned" won: both runs record the same answers
+    # What the cold run was answered while it measured (each layer's shape, for the "per-shape"
+    # candidate) is in its plan only where "per-shape" won: both runs record the same answers
     # (tests/plan/test_linears.py holds the other outcomes to it).
     assert len(warm["answers"]) > 3 and cold["answers"] == warm["answers"]
 

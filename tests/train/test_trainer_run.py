@@ -112,7 +112,7 @@ def test_a_run_writes_the_tasks_own_files_says_what_it_trains_and_starts_its_bud
     # One process is rank 0, which says the step plan's choices (the suite's plan forces them), then
     # without a bar prints each evaluation's line.
     lines = out.splitlines()
-    assert lines[1:3] == ["linears: planned (linear=stock is forced for every layer)",
+    assert lines[1:3] == ["linears: per-shape (linear=stock is forced for every layer)",
                           "compile: eager (compile=eager is forced)"]
     assert lines[3].startswith("step 1 | epoch 0.02 | train loss ") and "test acc" in lines[3]
 

@@ -181,7 +181,7 @@ class MultiHeadAttention(nn.Module):
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float) -> Tensor:
         """The layer's attention function, or where this thread registered a weights hook the matrix
         written out, its weights (B, H, N, M) handed to each hook."""
-        hooks = self.hooks_here()
+        hooks = self._weights_hooks and self.hooks_here()  # no call at all on the usual path: no hooks
         if not hooks:
             return self.attend(q, k, v, mask, causal, dropout)
         out, weights = attention_explicit(q, k, v, causal=causal, mask=mask, dropout=dropout, training=dropout > 0)

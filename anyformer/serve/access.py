@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import secrets
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
-from .guard import REFUSAL, ASGIApp, Receive, Scope, Send
+from .guard import REFUSAL, ASGIApp, Receive, Scope, Send, answer, refuse
 
 TOKEN_ENV = "ANYFORMER_SERVE_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -78,7 +77,7 @@ class TokenGate:
                 return await self._refuse(scope, send, "the token in the URL is not this server's")
             rest = urlencode([(k, v) for k, v in query if k != "token"])
             location = scope["path"] + (f"?{rest}" if rest else "")
-            return await _answer(send, 303, b"", [
+            return await answer(send, 303, b"", [
                 (b"location", location.encode("latin-1")),
                 (b"set-cookie", f"{self._cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode())])
         scheme, _, credential = headers.get("authorization", "").partition(" ")
@@ -93,8 +92,7 @@ class TokenGate:
         scope[REFUSAL] = "unauthorized"
         message = (f"{what}; expected 'Authorization: Bearer TOKEN', or open the URL that `anyformer serve` "
                    f"printed at start (it ends in ?token=...)")
-        await _answer(send, 401, json.dumps({"error": message}).encode(),
-                      [(b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="anyformer"')])
+        await refuse(send, 401, message, headers=[(b"www-authenticate", b'Bearer realm="anyformer"')])
 
 
 def _cookie(header: str, name: str) -> str | None:
@@ -105,8 +103,3 @@ def _cookie(header: str, name: str) -> str | None:
         return None  # a malformed header carries no token
     return jar[name].value if name in jar else None
 
-
-async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

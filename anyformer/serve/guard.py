@@ -80,7 +80,7 @@ class GuardMiddleware:
         try:
             if guard.draining and scope["path"] not in ALWAYS_OPEN:
                 refusal = "shutting_down"
-                return await _refuse(tracked_send, 503, "the server is shutting down; retry shortly", retry=1)
+                return await refuse(tracked_send, 503, "the server is shutting down; retry shortly", retry=1)
             with anyio.CancelScope(deadline=anyio.current_time() + guard.deadline_seconds) as cancel:
                 guard._in_flight.add(cancel)
                 try:
@@ -96,7 +96,7 @@ class GuardMiddleware:
                     "slow_body": (408, f"the request's body did not arrive within {guard.deadline_seconds:g} s "
                                        f"(--deadline-seconds)")}[refusal]
                 if seen["status"] is None:
-                    await _refuse(tracked_send, status, words, retry=1 if status == 503 else None)
+                    await refuse(tracked_send, status, words, retry=1 if status == 503 else None)
                 elif not seen["ended"]:  # a stream cut short: end its chunked body cleanly
                     await tracked_send({"type": "http.response.body", "body": b"", "more_body": False})
             elif seen["status"] is not None and not seen["ended"]:
@@ -113,10 +113,16 @@ class GuardMiddleware:
                                  time.perf_counter() - started, refusal)
 
 
-async def _refuse(send: Send, status: int, message: str, retry: int | None) -> None:
+async def refuse(send: Send, status: int, message: str, retry: int | None = None,
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """The house's refusal from a middleware, outside Starlette's handlers: `{"error": message}` as JSON."""
+    extra = [*(headers or []), *([(b"retry-after", str(retry).encode())] if retry is not None else [])]
     body = json.dumps({"error": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if retry is not None:
-        headers.append((b"retry-after", str(retry).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await answer(send, status, body, [(b"content-type", b"application/json"), *extra])
+
+
+async def answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    """A whole response sent from a middleware: its status, headers (Content-Length added) and body."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -16,12 +16,13 @@ from anyformer.train.textclass import _states, pad_states
 from .test_text_classify import FAST, texts
 
 
-def tiny(frozen: int, lexical: bool = False) -> TextClassifier:
+def tiny(frozen: int, lexical: bool = False, moved: bool = True, **config) -> TextClassifier:
     torch.manual_seed(0)
-    cfg = TextClassifierConfig(vocab_size=50, max_positions=32, width=16, depth=2, heads=2, mlp_hidden=32,
-                               num_classes=3, frozen_layers=frozen, head_dropout=0.0, lexical=lexical)
+    cfg = TextClassifierConfig(**{**dict(vocab_size=50, max_positions=32, width=16, depth=2, heads=2, mlp_hidden=32,
+                                         num_classes=3, frozen_layers=frozen, head_dropout=0.0, lexical=lexical),
+                                  **config})
     model = TextClassifier(cfg).eval()
-    if lexical:  # weights away from their zero start, so that the term counts
+    if lexical and moved:  # weights away from their zero start, so that the term counts
         with torch.no_grad():
             model.lexical.weight.normal_()
     return model
@@ -63,10 +64,7 @@ def test_the_lexical_term_reads_the_same_pieces_beside_kept_states(frozen):
 
 def test_the_lexical_term_starts_at_zero_and_learns_at_its_own_rate():
     from anyformer.train.optim import param_groups
-    torch.manual_seed(0)
-    cfg = TextClassifierConfig(vocab_size=50, max_positions=32, width=16, depth=2, heads=2, mlp_hidden=32,
-                               num_classes=3, head_dropout=0.0, lexical=True, lexical_lr_scale=30)
-    model = TextClassifier(cfg).eval()
+    model = tiny(0, lexical=True, moved=False, lexical_lr_scale=30)
     assert torch.count_nonzero(model.lexical.weight) == 0
     groups = param_groups(model, 0.01)
     scaled = [g for g in groups if "lr_scale" in g]
@@ -80,10 +78,7 @@ def test_the_lexical_term_starts_at_zero_and_learns_at_its_own_rate():
 def test_the_pair_term_adds_each_adjacent_pair_of_real_pieces_in_its_bucket():
     from anyformer.models.text_classifier import pair_buckets
     from anyformer.train.optim import param_groups
-    torch.manual_seed(0)
-    cfg = TextClassifierConfig(vocab_size=50, max_positions=32, width=16, depth=1, heads=2, mlp_hidden=32,
-                               num_classes=3, head_dropout=0.0, lexical=True, lexical_pairs=97)
-    model = TextClassifier(cfg).eval()
+    model = tiny(0, lexical=True, moved=False, depth=1, lexical_pairs=97)
     assert torch.count_nonzero(model.lexical_pairs.weight) == 0
     with torch.no_grad():
         model.lexical.weight.normal_()

@@ -38,19 +38,14 @@ import torch  # noqa: E402
 
 from anyformer.nn import KVCache, MultiHeadAttention  # noqa: E402
 from anyformer.nn.attend import ATTENTION_FUNCTIONS  # noqa: E402
-from anyformer.plan.layers import PlannedAttention  # noqa: E402
+from anyformer.plan.layers import NativePacked  # noqa: E402
 
 
 def use(layer: MultiHeadAttention, impl: str) -> None:
     """Put `layer` on one path, as `plan.prepare` would: an attention function ("fused": SDPA,
-    "explicit"), or the plan's layer with the native kernel taking the packed projection whole."""
-    if impl == "native":
-        layer.__class__ = PlannedAttention
-        layer.native = layer.native_training = True
-        impl = "fused"  # for the calls the kernel does not take whole
-    else:
-        layer.__class__ = MultiHeadAttention
-    layer.attend = ATTENTION_FUNCTIONS[impl]
+    "explicit"), or the native kernel taking the packed projection whole (the plan's `NativePacked`)."""
+    layer.attend_packed = NativePacked(native=True, training=True) if impl == "native" else None
+    layer.attend = ATTENTION_FUNCTIONS["fused" if impl == "native" else impl]  # "native": for the calls not taken whole
 from anyformer.plan import native  # noqa: E402
 
 TOKENS, WIDTH = 4096, 256

@@ -3,7 +3,10 @@
 The layer projects, splits the heads, rotates (rotary positions), writes its keys and values into a
 cache where one is given, and calls one attention function (`attend.py`: SDPA by default, the
 matrix written out with `impl="explicit"`); which function is the layer's `attend` attribute, set
-before a model runs (`anyformer.plan.prepare` may choose another for this machine). Attention
+before a model runs (`anyformer.plan.prepare` may choose another for this machine). A plain
+self-attention call (nothing between the projection and attention) may instead go whole to
+`attend_packed`, a function of the packed projection that writes the heads concatenated: none by
+default; the plan sets one where a kernel that needs no per-head views measured faster. Attention
 weights leave by a hook (`register_weights_hook`): a layer with one computes them written out.
 
 With a cache (`KVCache`: generation) the layer writes its keys and values at the cache's position
@@ -28,6 +31,8 @@ from .positions import RotaryEmbedding
 AttentionImpl = Literal["auto", "fused", "explicit"]
 ATTENTION_IMPLS = ("auto", "fused", "explicit")
 WeightsHook = Callable[[Tensor], None]
+# (qkv (B, N, 3, H, D_h), causal) -> the heads concatenated (B, N, H*D_h), or None for a call it does not take.
+AttendPacked = Callable[[Tensor, bool], "Tensor | None"]
 
 
 class KVCache:
@@ -127,6 +132,7 @@ class MultiHeadAttention(nn.Module):
         self.impl = impl
         # The attention function this layer calls (attend.py); `anyformer.plan.prepare` may set another.
         self.attend: Attend = explicit if impl == "explicit" else sdpa
+        self.attend_packed: AttendPacked | None = None  # see the module's docstring; set by the plan only
         # Weights hooks by handle id: (the thread that registered it, the hook). A hook sees the weights
         # of its own thread's calls only: a server may run other requests through the layer meanwhile.
         self._weights_hooks: OrderedDict[int, tuple[int, WeightsHook]] = OrderedDict()  # weakly referenced by handles
@@ -160,7 +166,12 @@ class MultiHeadAttention(nn.Module):
             q = self._heads(self.q(x), 1)[0]
             k, v = self._heads(self.kv(context), 2)
         else:
-            q, k, v = self._heads(self.qkv(x), 3)
+            packed = self.qkv(x)
+            if self.attend_packed is not None and self._plain(mask, cache, queries):
+                out = self.attend_packed(packed.unflatten(-1, (3, self.heads, self.head_dim)), causal)
+                if out is not None:
+                    return self._project(out)
+            q, k, v = self._heads(packed, 3)
         if self.rotary is not None:
             offset = 0 if cache is None else cache.position
             q, k = self.rotary(q, offset), self.rotary(k, offset)
@@ -175,8 +186,18 @@ class MultiHeadAttention(nn.Module):
         out = self._attend(q, k, v, mask, causal, self.attn_dropout if self.training else 0.0)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
         out = out.reshape(B, 1, self.width) if N == 1 else out.transpose(1, 2).reshape(B, N, self.width)
-        y = self.proj(out)
+        return self._project(out)
+
+    def _project(self, heads: Tensor) -> Tensor:
+        """U_msa over the heads concatenated (B, N, D), then the projection's dropout."""
+        y = self.proj(heads)
         return y if self.proj_drop is None else self.proj_drop(y)
+
+    def _plain(self, mask: Tensor | None, cache: KVCache | None, queries: int | None) -> bool:
+        """Nothing comes between the projection and attention: no rotary positions, cache, fewer
+        queries, mask, attention dropout in training or weights hook of this thread."""
+        return (self.rotary is None and cache is None and mask is None and queries is None
+                and not (self.training and self.attn_dropout > 0) and not (self._weights_hooks and self.hooks_here()))
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float) -> Tensor:
         """The layer's attention function, or where this thread registered a weights hook the matrix

@@ -1,7 +1,8 @@
 """The layers `prepare` swaps into a model: the same parameters, names and state dict as the plain
-`nn.Linear`, `LMHead`, `nn.GELU` and `MultiHeadAttention` they replace (a class swap, in place), each
-computing with the kernel the plan chose for it when the model was prepared. No forward here asks
-the planner: the choice is an attribute, set once.
+`nn.Linear`, `LMHead` and `nn.GELU` they replace (a class swap, in place), each computing with the
+kernel the plan chose for it when the model was prepared; and `NativePacked`, the attention
+function a self-attention layer may hand its packed projection to (`MultiHeadAttention.attend_packed`).
+No forward here asks the planner: the choice is an attribute, set once.
 
 torch's CPU wheels send fp32 `addmm`/`mm` to their BLAS (MKL); oneDNN, which torch ships too, picks
 its kernels by instruction set, and where the plan measured it faster for a layer's shape a layer
@@ -17,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn import MLP, ClassifierHead, LMHead, MultiHeadAttention
-from ..nn.attention import KVCache
+from ..nn import MLP, ClassifierHead, LMHead
 from . import native
 from .decisions.common import _MAX_LEN
 from .decisions.linear import TRAINING_KERNELS
@@ -138,36 +138,29 @@ class PlannedGELU(nn.GELU):
         return super().forward(x)
 
 
-class PlannedAttention(MultiHeadAttention):
-    """Self-attention that hands its packed q/k/v projection whole to the native kernel
-    (`native.attention_packed`, which writes the heads concatenated) where `prepare` chose it, for
-    calls without gradients (`native`) and training calls (`native_training`), and where nothing
-    comes between the projection and attention: no rotary positions, cache, fewer queries, mask,
-    attention dropout or weights hook; fp32 on the CPU, eager or under torch.compile (which calls the
-    kernel as one custom op). Every other call is MultiHeadAttention's own."""
+class NativePacked:
+    """A self-attention layer's `attend_packed` where `prepare` chose the native kernel
+    (`native.attention_packed`, which takes the packed projection whole and writes the heads
+    concatenated) for calls without gradients (`native`) and training calls (`training`): fp32 on
+    the CPU, a head size the kernel has, at most _MAX_LEN tokens, eager or under torch.compile (which
+    calls the kernel as one custom op). Any other call it leaves to the layer (None)."""
 
-    native = native_training = False
+    def __init__(self, native: bool, training: bool) -> None:
+        self.native, self.training = native, training
 
-    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                mask: Tensor | None = None, cache: KVCache | None = None, layer: int = 0,
-                queries: int | None = None) -> Tensor:
-        if (context is None and cache is None and mask is None and queries is None and self._takes_whole(x)):
-            packed = self.qkv(x).unflatten(-1, (3, self.heads, self.head_dim))
-            y = self.proj(native.attention_packed(packed, causal))
-            return y if self.proj_drop is None else self.proj_drop(y)
-        return super().forward(x, context, causal=causal, mask=mask, cache=cache, layer=layer, queries=queries)
+    def __call__(self, qkv: Tensor, causal: bool) -> Tensor | None:
+        chosen = self.training if torch.is_grad_enabled() and qkv.requires_grad else self.native
+        if (chosen and qkv.shape[1] <= _MAX_LEN and native.supports(qkv.dtype, qkv.shape[-1], qkv.device)
+                and (_is_compiling() or plain_eager(qkv))):
+            return native.attention_packed(qkv, causal)
+        return None
 
-    def _takes_whole(self, x: Tensor) -> bool:
-        chosen = self.native_training if needs_grad(x, self.qkv.weight) else self.native
-        return (chosen and self.rotary is None and not self.cross and x.shape[1] <= _MAX_LEN
-                and not (self.training and self.attn_dropout > 0) and not (self._weights_hooks and self.hooks_here())
-                and native.supports(x.dtype, self.head_dim, x.device)
-                and (_is_compiling() or plain_eager(x)))
+    def __repr__(self) -> str:
+        return f"NativePacked(native={self.native}, training={self.training})"
 
 
 # Plain class -> the class prepare swaps in (same parameters; forward on the chosen kernel).
-PLANNED: dict[type, type] = {nn.Linear: PlannedLinear, LMHead: PlannedLMHead, nn.GELU: PlannedGELU,
-                             MultiHeadAttention: PlannedAttention}
+PLANNED: dict[type, type] = {nn.Linear: PlannedLinear, LMHead: PlannedLMHead, nn.GELU: PlannedGELU}
 STOCK: dict[type, type] = {planned: plain for plain, planned in PLANNED.items()}
 
 

@@ -6,11 +6,11 @@
 Before a model runs, `prepare` swaps its plain layers for the plan's (`layers.py`: the same
 parameters and state dict), runs `example` through it once to see each layer's shapes, asks the
 planner once per layer and shape, for calls with and without gradients, and leaves the answers on
-the layers: a kernel name, an attention function. No forward asks the planner afterwards. Whether a
-GPT's one-token generation steps run compiled is the door's decoding half, `prepare_decode`
-(`decode.py`), asked for the batch and length a caller will generate, before it generates. The
-example runs under a forked RNG with gradients as the model's mode says (training: on), and its
-outputs are dropped. `unprepare(model)` puts the plain layers back.
+the layers: a kernel name, an attention function (and for self-attention `attend_packed`). No
+forward asks the planner afterwards. Whether a GPT's one-token generation steps run compiled is the
+door's decoding half, `prepare_decode` (`decode.py`), asked for the batch and length a caller will
+generate, before it generates. The example runs under a forked RNG with gradients as the model's
+mode says (training: on), and its outputs are dropped. `unprepare(model)` puts the plain layers back.
 
 Choices are made for the example's shapes; a call of another shape runs on the same choice (each
 is correct for any shape: only the speed was measured for these). Forcing (`ANYFORMER_PLAN`,
@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from ..nn import MultiHeadAttention
 from ..nn.attend import ATTENTION_FUNCTIONS, sdpa
 from .decisions import attention_kernel, gelu_kernel, linear_kernel, sdpa_backend
-from .layers import (ROWWISE_MAX_ROWS, PLANNED, STOCK, PlannedAttention, PlannedGELU, native_gelu_may_run,
+from .layers import (ROWWISE_MAX_ROWS, PLANNED, STOCK, NativePacked, PlannedGELU, native_gelu_may_run,
                      needs_grad, plain_eager, plain_fp32_cpu, swap)
 from .attention_choice import AttentionChoice, SdpaBackend
 from .decode import forget
@@ -79,9 +79,9 @@ def prepare(model: M, example: Example = None) -> M:
 
 def unprepare(model: M) -> M:
     """The plain layers back, in place (the parameters untouched); the compiled decode steps dropped."""
-    for m in swap(model, STOCK):
-        if isinstance(m, MultiHeadAttention):
-            m.attend = _default_attend(m)
+    swap(model, STOCK)
+    for m in _attention_layers(model):
+        _default_attention(m)
     forget(model)
     return model
 
@@ -91,20 +91,28 @@ def unprepared(model: M) -> Iterator[M]:
     """Inside: `model`'s plain layers, on their default attention functions (what an exporter
     translates into standard operators); after: as prepared, with the plan's choices."""
     swapped = swap(model, STOCK)
-    attends = {m: m.attend for m in swapped if isinstance(m, MultiHeadAttention)}
+    attends = {m: (m.attend, m.attend_packed) for m in _attention_layers(model)}
     for m in attends:
-        m.attend = _default_attend(m)
+        _default_attention(m)
     try:
         yield model
     finally:
         for m in swapped:
             m.__class__ = PLANNED[type(m)]
-        for m, attend in attends.items():
-            m.attend = attend
+        for m, (attend, attend_packed) in attends.items():
+            m.attend, m.attend_packed = attend, attend_packed
 
 
-def _default_attend(m: MultiHeadAttention) -> Callable[..., Tensor]:
-    return ATTENTION_FUNCTIONS["explicit"] if m.impl == "explicit" else sdpa
+def _attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
+    """The attention layers the plan chooses for: MultiHeadAttention itself (a subclass may have a
+    forward of its own, which the plan's answers would not fit), as `swap` takes exact types."""
+    return [m for m in model.modules() if type(m) is MultiHeadAttention]
+
+
+def _default_attention(m: MultiHeadAttention) -> None:
+    """The layer's own attention function (its `impl`'s), and nothing that takes its projection whole."""
+    m.attend = ATTENTION_FUNCTIONS["explicit"] if m.impl == "explicit" else sdpa
+    m.attend_packed = None
 
 
 def _reset(model: nn.Module) -> None:
@@ -114,8 +122,8 @@ def _reset(model: nn.Module) -> None:
         if type(m) in STOCK:
             for name in vars(type(m)).keys() & m.__dict__.keys():  # a choice set on the layer hides its class's
                 del m.__dict__[name]
-            if isinstance(m, MultiHeadAttention):
-                m.attend = _default_attend(m)
+    for m in _attention_layers(model):
+        _default_attention(m)
 
 
 def default_example(model: nn.Module) -> Callable[[nn.Module], Any] | None:
@@ -152,7 +160,7 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
 
     def hook(m: nn.Module, args: tuple, kwargs: dict) -> None:
         x = args[0]
-        if isinstance(m, PlannedAttention):
+        if isinstance(m, MultiHeadAttention):
             # Called as the layer was (its context positional or by name); a training call where its
             # queries want a gradient, as the layer's attention function tells one (`AttentionChoice`).
             queries = m.q if m.cross else m.qkv
@@ -160,7 +168,7 @@ def _observe(model: nn.Module, example: Example) -> dict[nn.Module, list[tuple[A
         elif _has_choice(m, x):  # only calls that would run on another kernel are asked about
             seen.setdefault(m, []).append((tuple(x.shape), needs_grad(x, getattr(m, "weight", None))))
 
-    planned = [m for m in model.modules() if type(m) in STOCK]
+    planned = [m for m in model.modules() if type(m) in STOCK] + _attention_layers(model)
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in planned]
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
@@ -180,7 +188,7 @@ def _has_choice(m: nn.Module, x: Tensor) -> bool:
     return native_gelu_may_run(x) if isinstance(m, PlannedGELU) else plain_fp32_cpu(x, m.weight)
 
 
-def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+def _attention_case(m: MultiHeadAttention, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                     mask: Tensor | None = None, cache: Any = None, queries: int | None = None,
                     **_: Any) -> AttentionCase:
     b, n = x.shape[0], x.shape[1]
@@ -189,7 +197,7 @@ def _attention_case(m: PlannedAttention, x: Tensor, context: Tensor | None = Non
     nq = n if queries is None else min(queries, n)
     dropout = m.training and m.attn_dropout > 0
     # Under autocast q, k and v come out of the projection in its precision, and the native kernel
-    # (plain fp32, `PlannedAttention._takes_whole`) never takes them whole.
+    # (plain fp32, `NativePacked`) never takes them whole.
     device = x.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
     whole = (not m.cross and m.rotary is None and cache is None and queries is None and mask is None
@@ -209,7 +217,7 @@ def _choose(m: nn.Module, seen: list[tuple[Any, bool]]) -> None:
     gradients, a few rows, as a generation step's, or more; with gradients, one kernel whatever the
     rows), the first of each kind seen; the calls without gradients also at the shapes seen with
     them (a trainer's evaluation)."""
-    if isinstance(m, PlannedAttention):
+    if isinstance(m, MultiHeadAttention):
         if m.impl == "auto":
             _choose_attention(m, seen)
         return
@@ -240,10 +248,12 @@ def _choose(m: nn.Module, seen: list[tuple[Any, bool]]) -> None:
         setattr(m, many, getattr(m, few))
 
 
-def _choose_attention(m: PlannedAttention, seen: list[tuple[Any, bool]]) -> None:
+def _choose_attention(m: MultiHeadAttention, seen: list[tuple[Any, bool]]) -> None:
     """The layer's attention function per kind of call (with or without gradients; one query or
-    many), and whether its packed projection goes to the native kernel whole."""
+    many), and whether its packed projection goes to the native kernel whole (`attend_packed`), for
+    calls without gradients, training calls or both."""
     table: dict[tuple[bool, bool], Callable[..., Tensor]] = {}
+    whole = {False: False, True: False}  # per kind of call (gradients or not): the native kernel chosen
     for case, training in seen:
         for grads in ((False, True) if training else (False,)):  # a training call's shapes serve an evaluation too
             key = (grads, case.q_len == 1)
@@ -251,10 +261,7 @@ def _choose_attention(m: PlannedAttention, seen: list[tuple[Any, bool]]) -> None
                 continue
             choice = _attention_choice(case, grads)
             if choice == "native":
-                if grads:
-                    m.native_training = True
-                else:
-                    m.native = True
+                whole[grads] = True
                 # The calls the native kernel does not take whole run on SDPA.
                 table[key] = sdpa
             elif choice in ATTENTION_FUNCTIONS:
@@ -262,6 +269,7 @@ def _choose_attention(m: PlannedAttention, seen: list[tuple[Any, bool]]) -> None
             else:
                 table[key] = SdpaBackend(choice) if choice not in (None, "default") else sdpa
     m.attend = AttentionChoice(table)
+    m.attend_packed = NativePacked(whole[False], whole[True]) if any(whole.values()) else None
 
 
 def _attention_choice(case: AttentionCase, grads: bool) -> str | None:

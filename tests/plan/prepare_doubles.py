@@ -41,7 +41,7 @@ class Asked:
 
 
 def planned_attention(width: int = 16, heads: int = 2, **kw) -> MultiHeadAttention:
-    """A MultiHeadAttention swapped to the plan's layer, nothing asked (example None)."""
+    """A MultiHeadAttention prepared by the plan, nothing asked (example None)."""
     return plan.prepare(MultiHeadAttention(width, heads, **kw).eval())
 
 

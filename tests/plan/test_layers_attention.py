@@ -1,7 +1,7 @@
-"""The planned attention layer (`plan/layers.py`): a whole self-attention call on the native
-kernel where chosen for its kind of call, with the plain layer's answer, dropout and weights hooks;
-every call it cannot take whole (a mask, a cache, fewer queries, a context, rotary positions, too
-many tokens, the meta device) left to MultiHeadAttention's own path.
+"""The native kernel as a layer's `attend_packed` (`plan/layers.py` `NativePacked`): a whole
+self-attention call on the native kernel where chosen for its kind of call, with the plain layer's
+answer, dropout and weights hooks; every call it cannot take whole (a mask, a cache, fewer queries, a
+context, rotary positions, too many tokens, the meta device) left to the layer's attention function.
 
 Which kernel ran is seen through conftest's `ran` (the module attributes the layers call, wrapped
 to record each call and still run it); torch.compile is stood in for by conftest's `compiling`
@@ -13,7 +13,7 @@ import torch
 
 from anyformer.nn import KVCache, MultiHeadAttention, RotaryEmbedding
 from anyformer.plan.decisions.common import _MAX_LEN
-from anyformer.plan.layers import PlannedAttention
+from anyformer.plan.layers import NativePacked
 from tests.conftest import skip_unless_runnable
 
 from .layer_calls import TOL
@@ -21,11 +21,12 @@ from .layer_calls import TOL
 
 # --- attention ------------------------------------------------------------------------------------------
 def _attention_pair(width=32, heads=2, native=True, native_training=False, **kw):
-    """A plain attention layer and a planned one with its weights and these choices."""
+    """A plain attention layer and one with its weights whose packed calls go to the native kernel
+    as chosen."""
     ref = MultiHeadAttention(width, heads, **kw)
-    planned = PlannedAttention(width, heads, **kw)
+    planned = MultiHeadAttention(width, heads, **kw)
     planned.load_state_dict(ref.state_dict())
-    planned.native, planned.native_training = native, native_training
+    planned.attend_packed = NativePacked(native, native_training)
     return ref, planned
 
 

@@ -195,10 +195,10 @@ def test_a_layer_on_the_native_kernel_matches_sdpa(causal, monkeypatch):
         y.square().sum().backward()
         return y.detach(), xi.grad, layer.qkv.weight.grad.clone()
 
-    assert prepared("native").native_training and len(calls) == 0  # chosen, not yet run
+    assert prepared("native").attend_packed.training and len(calls) == 0  # chosen, not yet run
     native_run = run()
     assert len(calls) == 1  # the layer took the native kernel
-    assert not prepared("fused").native_training
+    assert prepared("fused").attend_packed is None
     for a, b in zip(native_run, run()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     assert len(calls) == 1
@@ -212,7 +212,7 @@ def test_a_layer_on_the_native_kernel_matches_sdpa(causal, monkeypatch):
     # calls it cannot take whole (fewer queries, a padding mask) take the layer's other function
     layer.eval()
     with torch.no_grad():
-        assert layer.native
+        assert layer.attend_packed.native
         y1 = layer(x, queries=1)
         y2 = layer(x, mask=torch.ones(3, 17, dtype=torch.bool))
         assert len(calls) == 1

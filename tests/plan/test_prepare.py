@@ -12,7 +12,7 @@ from torch import nn
 from anyformer import plan
 from anyformer.models import REGISTRY
 from anyformer.nn import LMHead, MultiHeadAttention
-from anyformer.plan.layers import PlannedAttention, PlannedGELU, PlannedLinear, PlannedLMHead
+from anyformer.plan.layers import PlannedGELU, PlannedLinear, PlannedLMHead
 from anyformer.plan.planner import Planner
 from anyformer.train.build import build_model
 
@@ -26,7 +26,7 @@ TINY = {
     "dit": dict(image_size=8, in_chans=1, num_classes=3, patch_size=4, width=16, depth=1, heads=2, mlp_hidden=32,
                 time_freq_dim=8),
 }
-PLANNED = {PlannedLinear, PlannedLMHead, PlannedGELU, PlannedAttention}
+PLANNED = {PlannedLinear, PlannedLMHead, PlannedGELU}
 
 
 def tiny(family: str) -> nn.Module:
@@ -64,7 +64,7 @@ def test_prepare_swaps_in_place_and_unprepare_back_keeping_the_weights():
     ids = torch.randint(0, 11, (2, 8))
     before, state = gpt(ids), {k: v.clone() for k, v in gpt.state_dict().items()}
     assert plan.prepare(gpt, ids) is gpt
-    assert _types(gpt) == {PlannedLinear, PlannedLMHead, PlannedGELU, PlannedAttention}
+    assert _types(gpt) == {PlannedLinear, PlannedLMHead, PlannedGELU, MultiHeadAttention}
     assert gpt.state_dict().keys() == state.keys() and all(torch.equal(gpt.state_dict()[k], v) for k, v in state.items())
     torch.testing.assert_close(gpt(ids), before)  # the suite forces stock: the same arithmetic
     assert _types(plan.unprepare(gpt)) == {nn.Linear, LMHead, nn.GELU, MultiHeadAttention}
@@ -144,7 +144,7 @@ def test_the_example_runs_without_moving_the_rng_or_leaving_gradients():
 def test_examples_of_every_form_and_a_bad_one():
     x = torch.randn(2, 1, 8, 8)
     for example in (x, (x,), {"images": x}, lambda m: m(x), "default", None):
-        assert _types(plan.prepare(tiny("vit"), example)) >= {PlannedLinear, PlannedAttention}
+        assert _types(plan.prepare(tiny("vit"), example)) >= {PlannedLinear, PlannedGELU}
     with pytest.raises(ValueError, match="example must be inputs, a callable, 'default' or None; got 'fast'"):
         plan.prepare(tiny("vit"), "fast")
 

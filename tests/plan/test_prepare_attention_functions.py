@@ -22,7 +22,7 @@ from .prepare_doubles import F32, AttentionCase, case, door, planned_attention
 def test_the_native_answer_hands_the_packed_projection_over_and_keeps_sdpa_for_the_rest(asked):
     asked.attention_answer = lambda q_len, training: "native"
     layer = plan.prepare(MultiHeadAttention(16, 2), torch.randn(3, 5, 16))  # training mode
-    assert layer.native is True and layer.native_training is True
+    assert (layer.attend_packed.native, layer.attend_packed.training) == (True, True)
     assert isinstance(layer.attend, AttentionChoice) and layer.attend.table == {(False, False): sdpa,
                                                                                  (True, False): sdpa}
 
@@ -32,7 +32,7 @@ def test_a_named_function_is_taken_per_kind_of_call(asked):
     layer = plan.prepare(MultiHeadAttention(16, 2).eval(),
                          lambda m: (m(torch.randn(3, 5, 16)), m(torch.randn(3, 1, 16))))
     assert layer.attend.table == {(False, False): sdpa, (False, True): explicit}
-    assert layer.native is False and layer.native_training is False
+    assert layer.attend_packed is None
 
 
 def test_an_attention_layers_training_kinds_are_asked_for_its_training_calls_only(asked):

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..files import atomic_path, atomic_write_text
+from ..nn.attention import check_heads
 from .presets import PRESETS, presets_of
 
 M = TypeVar("M", bound="Model")
@@ -38,8 +39,7 @@ def check_sizes(config: Any, names: tuple[str, ...]) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if config.width % config.heads:
-        raise ValueError(f"width must be divisible by heads: got width={config.width}, heads={config.heads}")
+    check_heads(config.width, config.heads)
 
 
 def matmul_weights(module: nn.Module) -> int:

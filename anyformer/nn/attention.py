@@ -86,6 +86,13 @@ class KVCache:
         self.position.zero_()
 
 
+def check_heads(width: int, heads: int) -> None:
+    """The heads split the width evenly (D_h = D / H each): the rule a model's config is checked by
+    too, before anything is built."""
+    if width % heads != 0:
+        raise ValueError(f"width must be divisible by heads: got width={width}, heads={heads}")
+
+
 def _as_attn_mask(mask: Tensor | None, batch: int, nq: int, nk: int) -> Tensor | None:
     """Normalise a boolean mask (True = may attend) to a shape SDPA broadcasts: (B|1, 1|H, Nq|1, Nk)."""
     if mask is None:
@@ -114,8 +121,7 @@ class MultiHeadAttention(nn.Module):
                  bias: bool = True, attn_dropout: float = 0.0, proj_dropout: float = 0.0,
                  rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto") -> None:
         super().__init__()
-        if width % heads != 0:
-            raise ValueError(f"width must be divisible by heads: got width={width}, heads={heads}")
+        check_heads(width, heads)
         if impl not in ATTENTION_IMPLS:
             raise ValueError(f"unknown attention impl {impl!r}; expected one of {ATTENTION_IMPLS}")
         self.width, self.heads, self.head_dim = width, heads, width // heads

@@ -117,6 +117,14 @@ def test_two_processes_match_one(one_process, tmp_path):
     assert r.stdout.count("step 20 | epoch") == 1, r.stdout
 
 
+def _checkpoint_from(out: Path, step: int) -> bool:
+    """Whether the run has a checkpoint at `step` or later. Not the exact file: the run keeps the
+    last two, and a poll starved on a busy host may wake after step's has been dropped."""
+    folder = out / "checkpoints"
+    names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+    return any(int(n[5:-3]) >= step for n in names if n.startswith("step-") and n.endswith(".pt"))
+
+
 @pytest.mark.slow
 def test_accumulation_killed_under_ddp_resumed_under_fsdp(one_process, tmp_path):
     """DDP with --grad-accum 2 is killed -9 (launcher and both ranks) after a checkpoint; FSDP with
@@ -127,11 +135,10 @@ def test_accumulation_killed_under_ddp_resumed_under_fsdp(one_process, tmp_path)
                             stderr=subprocess.DEVNULL)
     try:
         step = random.Random(7).randrange(4, 14, 2)  # a checkpoint every 2 steps
-        target = out / "checkpoints" / f"step-{step:09d}.pt"
         deadline = time.monotonic() + 300
-        while not target.exists() and proc.poll() is None and time.monotonic() < deadline:
+        while not _checkpoint_from(out, step) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert target.exists(), f"the DDP run wrote no checkpoint at step {step}"
+        assert _checkpoint_from(out, step), f"the DDP run wrote no checkpoint at step {step} or later"
     finally:
         for pid in [proc.pid, *descendants(proc.pid)]:  # torchrun's workers live in their own sessions
             try:

@@ -239,6 +239,27 @@ def long_test_files(limit: int = 400) -> list[str] | None:
     return [f"{p}: {n}" for p, n in sizes.items() if n > limit]
 
 
+def nn_forward_overrides(mods: dict[str, ast.Module]) -> list[str]:
+    """'path:Class' of each class in plan/ that subclasses an attention layer of nn/ and writes its own
+    forward: what runs there is not what nn/ shows."""
+    found = []
+    for p, t in mods.items():
+        if p.startswith("anyformer/plan/"):
+            for c in ast.walk(t):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in getattr(c, "bases", [])}
+                if isinstance(c, ast.ClassDef) and "MultiHeadAttention" in bases and "forward" in methods(c):
+                    found.append(f"{p}:{c.name}")
+    return found
+
+
+def is_width_mod_heads(node: ast.AST) -> bool:
+    """`width % heads` in any spelling (`config.width % config.heads`, `self.width % self.heads`)."""
+    def name(n: ast.AST) -> str:
+        return n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
+            and name(node.left) == "width" and name(node.right) == "heads")
+
+
 def where(mods: dict[str, ast.Module], test: Callable[[ast.AST], bool]) -> list[str]:
     """'path:line' of each node in `mods` that passes `test`."""
     return [f"{p}:{n.lineno}" for p, t in mods.items() for n in ast.walk(t) if test(n)]
@@ -255,6 +276,7 @@ def issue57_counts(mods: dict[str, ast.Module], sources: dict[str, list[str]]) -
     fwa = [f"{p}:{c.name}" for p, t in mods.items() for c in ast.walk(t) if isinstance(c, ast.ClassDef)
            and "forward_with_attention" in methods(c)]
     long_tests = long_test_files()
+    overrides, heads_checks = nn_forward_overrides(mods), where(mods, is_width_mod_heads)
     return {
         "Trainer._run code lines": None if run is None else code_lines(run, source),
         "Trainer._run loop body code lines": run_loop_lines(trainer, source) if trainer else None,
@@ -266,9 +288,12 @@ def issue57_counts(mods: dict[str, ast.Module], sources: dict[str, list[str]]) -
         "return_attention uses": len(ret_attn),
         "forward_with_attention methods": len(fwa),
         "test files over 400 lines": None if long_tests is None else len(long_tests),
+        "attention layers in plan/ with a forward of their own": len(overrides),
+        "width % heads checks": len(heads_checks),
         "_Trainer attributes": attrs or [], "_Trainer attributes read by checkpoint save": reads or [],
         "_cache[0]": cache0, "_last_only=True)[:, -1]": last_only, "_return_attention uses": ret_attn,
         "_forward_with_attention methods": fwa, "_test files over 400 lines": long_tests or [],
+        "_attention layers in plan/ with a forward of their own": overrides, "_width % heads checks": heads_checks,
     }
 
 

@@ -192,6 +192,47 @@ def test_return_attention_and_forward_with_attention(root):
     assert c["_forward_with_attention methods"] == ["anyformer/models/m.py:A", "anyformer/models/m.py:B"]
 
 
+def test_attention_layers_in_plan_with_their_own_forward(root):
+    write(root, "anyformer/plan/layers.py", '''
+        class Planned(MultiHeadAttention):         # its own forward: counted
+            def forward(self, x):
+                return x
+
+        class Named(nn.MultiHeadAttention):        # an attribute base, its own forward: counted
+            def forward(self, x):
+                return x
+
+        class Choice(MultiHeadAttention):          # no forward of its own
+            kernel = "stock"
+
+        class Other(nn.Linear):                    # not attention
+            def forward(self, x):
+                return x
+    ''')
+    write(root, "anyformer/nn/mine.py", '''
+        class Outside(MultiHeadAttention):         # outside plan/: not counted
+            def forward(self, x):
+                return x
+    ''')
+    c = lc.counts()
+    assert c["attention layers in plan/ with a forward of their own"] == 2
+    assert c["_attention layers in plan/ with a forward of their own"] == ["anyformer/plan/layers.py:Planned",
+                                                                        "anyformer/plan/layers.py:Named"]
+
+
+def test_width_mod_heads_checks(root):
+    write(root, "anyformer/nn/a.py", '''
+        def f(width, heads, config, self):
+            a = width % heads
+            b = config.width % config.heads
+            c = self.width // self.heads              # a division, not the check
+            d = heads % width                         # the other way round
+            return "width % heads"                    # a string
+    ''')
+    c = lc.counts()
+    assert c["width % heads checks"] == 2 and c["_width % heads checks"] == ["anyformer/nn/a.py:3", "anyformer/nn/a.py:4"]
+
+
 def test_test_files_over_400_lines(root):
     assert count("test files over 400 lines") is None  # no tests/ folder
     write(root, "tests/test_long.py", "x = 1\n" * 401)

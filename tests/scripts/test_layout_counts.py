@@ -230,7 +230,8 @@ def test_width_mod_heads_checks(root):
             return "width % heads"                    # a string
     ''')
     c = lc.counts()
-    assert c["width % heads checks"] == 2 and c["_width % heads checks"] == ["anyformer/nn/a.py:3", "anyformer/nn/a.py:4"]
+    assert c["width % heads checks"] == 2
+    assert c["_width % heads checks"] == ["anyformer/nn/a.py:3", "anyformer/nn/a.py:4"]
 
 
 def test_test_files_over_400_lines(root):

@@ -10,8 +10,8 @@ default; the plan sets one where a kernel that needs no per-head views measured 
 weights leave by a hook (`register_weights_hook`): a layer with one computes them written out.
 
 With a cache (`KVCache`: generation) the layer writes its keys and values at the cache's position
-and attends over its whole preallocated buffer, the positions not yet written masked: the same
-computation eager and compiled as one graph.
+and attends over the buffer, the positions not yet written masked: compiled, over the whole
+preallocated buffer (one graph for every step); eager on the CPU, over the positions written.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class KVCache:
     Preallocated to `max_len` positions: a new token is a copy into place, never a concat of the
     prefix. `position` is a 0-dim int64 tensor on the cache's device, so that no shape depends on
     it: one compiled graph serves every step, and the buffers keep their addresses (what CUDA graphs
-    replay). Attention reads each layer's whole buffer with the positions not yet written masked.
+    replay). Attention reads each layer's buffer with the positions not yet written masked (see `update`).
     `k[i]`, `v[i]`: layer i's (B, H, M, D_h) buffers, a tensor each: a compiled step then writes each
     in place, where slices of one (L, ...) tensor cost it copies of the whole."""
 
@@ -64,20 +64,33 @@ class KVCache:
     def max_len(self) -> int:
         return self.slots.shape[0]
 
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """Write `layer`'s (B, H, T, D_h) keys and values at positions position .. position + T - 1;
-        return that layer's whole buffers (B, H, M, D_h) and the (T, M) bool mask of what each new
-        token may see: the positions before it and its own. The last layer's write moves the position
-        on by T. The caller keeps position + T within `max_len`: its value is not read here."""
-        at = self.position + self.slots[:k.shape[2]]
-        keys, values = self.k[layer], self.v[layer]
+        return that layer's buffers (B, H, M, D_h) and the (T, M) bool mask of what each new token may
+        see: the positions before it and its own (None: every position given). The last layer's write
+        moves the position on by T. The caller keeps position + T within `max_len`.
+
+        Under torch.compile and off the CPU, M is the whole buffer: no shape depends on the position,
+        which is not read. Eager on the CPU, where reading it waits for nothing, M is the positions
+        written so far (the rest would be masked anyway): an eager step, as in a process's first
+        requests before the plan compiled one, reads as many keys as tokens came, and one new token
+        sees them all."""
+        T, keys, values = k.shape[2], self.k[layer], self.v[layer]
         if k.dtype != keys.dtype:  # under autocast the projections are in a lower precision: cast as copy_ does
             k, v = k.to(keys.dtype), v.to(values.dtype)
-        keys.index_copy_(2, at, k)
-        values.index_copy_(2, at, v)
+        if keys.device.type == "cpu" and not torch.compiler.is_compiling():
+            p = int(self.position)
+            keys[:, :, p:p + T], values[:, :, p:p + T] = k, v
+            keys, values = keys[:, :, :p + T], values[:, :, :p + T]
+            visible = None if T == 1 else self.slots[:p + T] <= (p + self.slots[:T])[:, None]
+        else:
+            at = self.position + self.slots[:T]
+            keys.index_copy_(2, at, k)
+            values.index_copy_(2, at, v)
+            visible = self.slots <= at[:, None]
         if layer == self.layers - 1:
-            self.position += k.shape[2]
-        return keys, values, self.slots <= at[:, None]
+            self.position += T
+        return keys, values, visible
 
     def reset(self) -> None:
         """Empty again, for another request (zeroed: see __init__; a reused buffer keeps its address)."""
@@ -163,8 +176,9 @@ class MultiHeadAttention(nn.Module):
         `queries=n`: only the first n tokens query (all N are keys and values); y is (B, n, D).
         A classifier that reads the class token needs no more from the last layer.
         `cache`: x's keys and values are written into its `layer` (`KVCache.update`) at its position,
-        where x's first token stands, and each query attends over the whole buffer masked to its own
-        position and those before (the causal mask, whatever `causal` says).
+        where x's first token stands, and each query attends over the buffer masked to its own
+        position and those before (the causal mask, whatever `causal` says); a `mask` is given over
+        the whole buffer.
         """
         B, N, _ = x.shape
         self._check(context, causal, mask, cache, queries)
@@ -182,13 +196,14 @@ class MultiHeadAttention(nn.Module):
             offset = 0 if cache is None else cache.position
             q, k = self.rotary(q, offset), self.rotary(k, offset)
         visible = None
-        if cache is not None:
+        if cache is not None:  # the cache's mask is the causal one, whatever `causal` says
             k, v, visible = cache.update(layer, k, v)
+            mask, causal = None if mask is None else mask[..., :k.shape[2]], False  # a mask over the buffer
         if queries is not None:
             q, N = q[:, :, :queries], min(queries, N)
         mask = _as_attn_mask(mask, B, N, k.shape[2])
-        if visible is not None:  # a cache: its mask is the causal one, over the whole buffer
-            mask, causal = visible if mask is None else mask & visible, False
+        if visible is not None:
+            mask = visible if mask is None else mask & visible
         out = self._attend(q, k, v, mask, causal, self.attn_dropout if self.training else 0.0)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
         out = out.reshape(B, 1, self.width) if N == 1 else out.transpose(1, 2).reshape(B, N, self.width)

@@ -38,8 +38,8 @@ def test_gpt_with_attention_continues_a_cache_at_its_position(gpt):
     gpt(idx[:, :5], cache=cache)  # the prompt's keys and values
     logits, weights = hooked(gpt, [0], idx[:, 5:], cache=cache)
     torch.testing.assert_close(logits, full[:, 5:], atol=1e-5, rtol=1e-5)
-    assert weights[0].shape == (1, 2, 2, 16)  # two new queries over the whole cache, the context's 16
-    assert (weights[0][..., 7:] == 0).all() and (weights[0][:, :, 0, 6] == 0).all() and int(cache.position) == 7
+    assert weights[0].shape == (1, 2, 2, 7)  # two new queries over the 7 positions written (eager on the CPU)
+    assert (weights[0][:, :, 0, 6] == 0).all() and (weights[0][:, :, 1] > 0).all() and int(cache.position) == 7
     cache = gpt.new_cache(1)
     gpt(idx[:, :5], cache=cache)
     for p in (5, 6):  # one token at a time, each at the position the one before left
@@ -108,7 +108,7 @@ def test_the_hook_on_a_gpt_works_with_the_cache_and_last_only(gpt):
     for p in (5, 6):
         step, w = hooked(gpt, [0], idx[:, p:p + 1], cache=cache, last_only=True)
         torch.testing.assert_close(step, full[:, p:p + 1], atol=1e-5, rtol=1e-5)
-    assert w[0].shape == (1, 2, 1, 16) and (w[0][..., 7:] == 0).all() and int(cache.position) == 7
+    assert w[0].shape == (1, 2, 1, 7) and (w[0] > 0).all() and int(cache.position) == 7
 
 
 def test_vit_forward_hands_return_attention_on_and_names_its_settings_bounds(vit):

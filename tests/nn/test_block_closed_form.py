@@ -263,8 +263,8 @@ def test_the_backbone_with_attention_continues_a_kv_cache(norm):
     trunk(x[:, :4], causal=True, cache=cache)
     y, w = trunk(x[:, 4:], return_attention=[0], causal=True, cache=cache)
     torch.testing.assert_close(y, full[:, 4:], atol=1e-5, rtol=1e-5)
-    assert w[0].shape == (1, 4, 2, 16)  # over the whole buffer: the positions not yet written weigh 0
-    assert (w[0][..., 6:] == 0).all() and (w[0][:, :, 0, 5] == 0).all() and (w[0][:, :, 1, :6] > 0).all()
+    assert w[0].shape == (1, 4, 2, 6)  # eager on the CPU: over the 6 positions written
+    assert (w[0][:, :, 0, 5] == 0).all() and (w[0][:, :, 1, :6] > 0).all()
     cache = KVCache(2, 1, 4, 4, 16, torch.float32, "cpu")
     trunk(x[:, :4], causal=True, cache=cache)
     for p in (4, 4, 5):  # the same position twice (moved back): written again, the same outputs

@@ -12,7 +12,9 @@ from anyformer.plan.layers import rowwise_linear
 from anyformer.nn.positions import RotaryEmbedding
 
 
-def test_update_stores_each_layer_at_the_position_and_masks_what_comes_after():
+def test_update_stores_each_layer_at_the_position_and_masks_what_comes_after(monkeypatch):
+    """Under torch.compile (stood in for) each update gives the layer's whole buffer and a mask over it."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     cache = KVCache(2, 2, 3, 4, 8, torch.float32, "cpu")  # 2 layers
     k, v = torch.randn(2, 3, 2, 4), torch.randn(2, 3, 2, 4)
     keys, values, visible = cache.update(0, k, v)
@@ -30,6 +32,21 @@ def test_update_stores_each_layer_at_the_position_and_masks_what_comes_after():
     assert not any(t[:, :, 3:].any() for t in cache.k + cache.v)
     cache.reset()
     assert int(cache.position) == 0 and not any(t.any() for t in cache.k + cache.v)
+
+
+def test_eager_on_the_cpu_an_update_gives_the_positions_written_so_far():
+    """The same writes, eager: views of the buffers cut after the last position written, and the mask
+    cut with them (what attention reads: as many keys as tokens came); one new token sees them all."""
+    cache = KVCache(2, 2, 3, 4, 8, torch.float32, "cpu")
+    k = torch.randn(2, 3, 2, 4)
+    keys, values, visible = cache.update(0, k, 2 * k)
+    assert keys.shape == values.shape == (2, 3, 2, 4) and keys.data_ptr() == cache.k[0].data_ptr()
+    assert torch.equal(keys, k) and torch.equal(values, 2 * k) and visible.tolist() == [[True, False], [True, True]]
+    cache.update(1, k, k)
+    k2 = torch.randn(2, 3, 1, 4)
+    keys, _, visible = cache.update(0, k2, k2)
+    assert keys.shape == (2, 3, 3, 4) and torch.equal(keys[:, :, 2:], k2) and visible is None  # one token: sees all
+    assert int(cache.position) == 2  # layer 1, the last, has not written yet
 
 
 def test_update_casts_to_the_caches_precision():

@@ -76,14 +76,14 @@ class KVCache:
         requests before the plan compiled one, reads as many keys as tokens came, and one new token
         sees them all."""
         T, keys, values = k.shape[2], self.k[layer], self.v[layer]
-        if k.dtype != keys.dtype:  # under autocast the projections are in a lower precision: cast as copy_ does
-            k, v = k.to(keys.dtype), v.to(values.dtype)
         if keys.device.type == "cpu" and not torch.compiler.is_compiling():
             p = int(self.position)
-            keys[:, :, p:p + T], values[:, :, p:p + T] = k, v
+            keys[:, :, p:p + T], values[:, :, p:p + T] = k, v  # copied into the cache's precision
             keys, values = keys[:, :, :p + T], values[:, :, :p + T]
             visible = None if T == 1 else self.slots[:p + T] <= (p + self.slots[:T])[:, None]
         else:
+            if k.dtype != keys.dtype:  # under autocast the projections are in a lower precision
+                k, v = k.to(keys.dtype), v.to(values.dtype)
             at = self.position + self.slots[:T]
             keys.index_copy_(2, at, k)
             values.index_copy_(2, at, v)

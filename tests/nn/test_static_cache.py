@@ -49,12 +49,17 @@ def test_eager_on_the_cpu_an_update_gives_the_positions_written_so_far():
     assert int(cache.position) == 2  # layer 1, the last, has not written yet
 
 
-def test_update_casts_to_the_caches_precision():
+@pytest.mark.parametrize("compiling", [False, True])
+def test_update_casts_to_the_caches_precision(monkeypatch, compiling):
+    """Keys and values in a lower precision (autocast's projections) are written in the cache's, eager
+    and under torch.compile (stood in for), where index_copy_ would refuse another dtype."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     cache = KVCache(1, 1, 1, 2, 4, torch.float32, "cpu")
     cache.position.fill_(1)
     ones = torch.ones(1, 1, 1, 2, dtype=torch.bfloat16)
-    cache.update(0, ones, ones)
-    assert cache.k[0].dtype == torch.float32 and cache.k[0][0, 0, 1].tolist() == [1.0, 1.0]
+    cache.update(0, ones, 2 * ones)
+    assert cache.k[0].dtype == cache.v[0].dtype == torch.float32
+    assert cache.k[0][0, 0, 1].tolist() == [1.0, 1.0] and cache.v[0][0, 0, 1].tolist() == [2.0, 2.0]
 
 
 @pytest.mark.parametrize("table", [LearnedPosition(16, 8), SinusoidalPosition(16, 8)])

@@ -27,6 +27,16 @@ def test_the_native_answer_hands_the_packed_projection_over_and_keeps_sdpa_for_t
                                                                                  (True, False): sdpa}
 
 
+@pytest.mark.parametrize("native_for", ["training", "evaluation"])
+def test_the_packed_projection_goes_native_for_the_kinds_of_call_chosen_so(asked, native_for):
+    """Native for training calls alone, or for calls without gradients alone: `attend_packed` takes
+    that kind only, and the other kind keeps its attention function."""
+    asked.attention_answer = lambda q_len, training: "native" if training == (native_for == "training") else "fused"
+    layer = plan.prepare(MultiHeadAttention(16, 2), torch.randn(3, 5, 16))  # training mode: both kinds asked
+    chosen = (layer.attend_packed.native, layer.attend_packed.training)
+    assert chosen == ((False, True) if native_for == "training" else (True, False))
+
+
 def test_a_named_function_is_taken_per_kind_of_call(asked):
     asked.attention_answer = lambda q_len, training: "explicit" if q_len == 1 else "fused"
     layer = plan.prepare(MultiHeadAttention(16, 2).eval(),

@@ -321,3 +321,12 @@ def test_a_sequence_past_the_position_table_is_refused_with_its_length():
     table = LearnedPosition(6, 8)
     refused(ValueError, "sequence of 7 positions is longer than the position table (6); use a shorter input "
             "or a model with a longer context", lambda: table(torch.randn(1, 3, 8), 4))
+
+
+def test_a_block_alone_writes_layer_0_of_a_cache_by_default():
+    """A block called with a cache and no `layer=` (a one-block model) writes the cache's layer 0."""
+    torch.manual_seed(0)
+    block, x = TransformerBlock(8, 2).eval(), torch.randn(1, 3, 8)
+    cache = KVCache(1, 1, 2, 4, 6, torch.float32, "cpu")
+    torch.testing.assert_close(block(x, causal=True, cache=cache), block(x, causal=True))
+    assert int(cache.position) == 3 and cache.k[0][:, :, :3].abs().sum() > 0

@@ -132,6 +132,18 @@ def test_the_hook_can_hand_each_layer_over_instead_of_keeping_it():
     torch.testing.assert_close(handed[1][1], kept[0])
 
 
+@pytest.mark.parametrize("layers", [False, None])
+def test_asking_for_no_layers_hooks_none(layers):
+    """`attention_weights(model, False)` (or None) is a context that asks nothing: no hook on any
+    layer, the weights list empty, the forward as without it."""
+    trunk = Transformer(width=16, depth=2, heads=2).eval()
+    x = torch.randn(1, 4, 16)
+    with attention_weights(trunk, layers) as weights:
+        assert all(not block.attn.hooks_here() for block in trunk.blocks)
+        y = trunk(x)
+    assert weights == [] and torch.equal(y, trunk(x))
+
+
 def test_only_the_asked_layer_takes_the_explicit_path(monkeypatch):
     import anyformer.nn.attention as att
     calls = []

@@ -242,14 +242,11 @@ def long_test_files(limit: int = 400) -> list[str] | None:
 def nn_forward_overrides(mods: dict[str, ast.Module]) -> list[str]:
     """'path:Class' of each class in plan/ that subclasses an attention layer of nn/ and writes its own
     forward: what runs there is not what nn/ shows."""
-    found = []
-    for p, t in mods.items():
-        if p.startswith("anyformer/plan/"):
-            for c in ast.walk(t):
-                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in getattr(c, "bases", [])}
-                if isinstance(c, ast.ClassDef) and "MultiHeadAttention" in bases and "forward" in methods(c):
-                    found.append(f"{p}:{c.name}")
-    return found
+    def base_names(c: ast.ClassDef) -> set[str]:  # `MultiHeadAttention` or `nn.MultiHeadAttention`
+        return {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in c.bases}
+
+    return [f"{p}:{c.name}" for p, t in mods.items() if p.startswith("anyformer/plan/") for c in ast.walk(t)
+            if isinstance(c, ast.ClassDef) and "MultiHeadAttention" in base_names(c) and "forward" in methods(c)]
 
 
 def is_width_mod_heads(node: ast.AST) -> bool:

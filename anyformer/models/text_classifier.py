@@ -12,6 +12,11 @@ blurs. Its weights start at zero and learn `lexical_lr_scale` times the encoder'
 zero, at a fine-tuning rate, they would barely move in a run's few hundred steps. `lexical_pairs` buckets
 add the same on adjacent pairs of pieces (hashed, as Vowpal Wabbit and fastText hash their n-grams): the
 word bigrams a TF-IDF model reads ("new york", "not good"), without a vocabulary of pairs to build.
+
+`prior` adds a fitted TF-IDF + logistic regression on the token 1-2 grams (nn/tfidf.py, fitted by
+train/text_prior.py; `prior_features` of them), times a learned factor `prior_scale` (from 1, at
+`prior_lr_scale` times the encoder's rate): the network learns what the linear model misses, and how far
+to trust it. In training the task gives `prior=`, each text's logits from a fit that never saw it.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.dropout import Dropout
+from ..nn.tfidf import TfidfLinear
 from .base import Model, check_sizes
 from .text_encoder import TextEncoder, TextEncoderConfig
 
@@ -35,6 +41,9 @@ class TextClassifierConfig(TextEncoderConfig):
     # 1000x: chosen over 30x, 100x and 300x (benchmarks/text_select.py rounds 4 and 5, on CHOOSE sets only)
     lexical_lr_scale: float = 1000.0
     lexical_pairs: int = 0          # hash buckets for adjacent pairs of pieces in the lexical term (0: none)
+    prior: bool = False             # a fitted TF-IDF + logistic regression's logits, scaled, added to the logits
+    prior_features: int = 0         # its 1-2 grams (set from the training texts by the task)
+    prior_lr_scale: float = 100.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,8 +51,11 @@ class TextClassifierConfig(TextEncoderConfig):
         if self.lexical_pairs < 0 or (self.lexical_pairs and not self.lexical):
             raise ValueError(f"lexical_pairs must be 0, or a number of buckets with lexical on; got "
                              f"{self.lexical_pairs} with lexical={self.lexical}")
-        if not self.lexical_lr_scale > 0:
-            raise ValueError(f"lexical_lr_scale must be positive, got {self.lexical_lr_scale}")
+        for name in ("lexical_lr_scale", "prior_lr_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.prior_features < 0:
+            raise ValueError(f"prior_features must be 0 or more, got {self.prior_features}")
         if not 0 <= self.frozen_layers <= self.depth:
             raise ValueError(f"frozen_layers must lie in [0, depth={self.depth}], got {self.frozen_layers}")
 
@@ -72,14 +84,18 @@ class TextClassifier(Model):
         for table in (self.lexical, self.lexical_pairs):
             if table is not None:
                 nn.init.zeros_(table.weight)
+        self.prior = TfidfLinear(c.prior_features, c.num_classes, c.vocab_size) if c.prior else None
+        self.prior_scale = nn.Parameter(torch.ones(())) if c.prior else None
         self.freeze(c.frozen_layers)
 
     @property
     def lr_scales(self) -> dict[str, float]:
         """Parameters (by name prefix) that learn at a multiple of the run's learning rate (train/optim.py)."""
-        scale = self.config.lexical_lr_scale
-        return {name: scale for name, table in (("lexical.", self.lexical), ("lexical_pairs.", self.lexical_pairs))
-                if table is not None}
+        c = self.config
+        return {name: scale for name, scale, part in (("lexical.", c.lexical_lr_scale, self.lexical),
+                                                      ("lexical_pairs.", c.lexical_lr_scale, self.lexical_pairs),
+                                                      ("prior_scale", c.prior_lr_scale, self.prior))
+                if part is not None}
 
     @property
     def backbone(self) -> nn.Module:
@@ -114,19 +130,25 @@ class TextClassifier(Model):
         return out
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, *,
-                tokens: tuple[Tensor, Tensor] | None = None) -> Tensor:
+                tokens: tuple[Tensor, Tensor] | None = None, prior: Tensor | None = None) -> Tensor:
         """input_ids (B, N) int64 token ids -> (B, classes) logits. A float (B, N, D) in their place is the
         tokens' states after the frozen blocks (`frozen_states`): training computes those once, since
-        they never change, and runs the trained blocks alone on them; the lexical term then reads
-        `tokens`, the texts' (token ids, attention mask). Attention weights (token 0 is [CLS]):
+        they never change, and runs the trained blocks alone on them; the lexical term and the prior then
+        read `tokens`, the texts' (token ids, attention mask). `prior` (B, classes) stands for the prior's
+        logits (training's out-of-fold ones). Attention weights (token 0 is [CLS]):
         `nn.attention_weights(model, layers)` around the call."""
         logits = self._deep(input_ids, attention_mask)
-        if self.lexical is None:
+        if self.lexical is None and self.prior is None:
             return logits
         ids, mask = (input_ids, attention_mask) if tokens is None else tokens
-        if ids.is_floating_point():
-            raise ValueError("a lexical model given states needs tokens=(token ids, attention mask)")
-        return logits + self.bag(ids, mask).to(logits.dtype)
+        if ids.is_floating_point() and (self.lexical is not None or prior is None):
+            raise ValueError("a lexical or prior model given states needs tokens=(token ids, attention mask)")
+        if self.lexical is not None:
+            logits = logits + self.bag(ids, mask).to(logits.dtype)
+        if self.prior is not None:
+            prior = self.prior(ids, mask) if prior is None else prior
+            logits = logits + self.prior_scale * prior.to(logits.dtype)
+        return logits
 
     def _deep(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         if input_ids.is_floating_point():

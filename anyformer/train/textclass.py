@@ -28,6 +28,7 @@ from .batches import epoch_order, rank_share
 from .config import TrainConfig
 from .protocol import scores_other_data
 from .scoring import ClassifierReport, score_classifier
+from .text_prior import fit_prior
 
 HELD_OUT_FILE = "heldout.txt"
 BPE_PIECES = 8000     # the learned BPE's vocabulary at most (a small corpus learns fewer)
@@ -225,9 +226,13 @@ class TextClassification(ClassifierReport):
         self.test_ids = [test_ids[i] for i in order]
         self.test_labels = torch.tensor([index[test.labels[i]] for i in order], dtype=torch.long)
         self.n_train, self.n_test = len(train), len(test)
+        # The prior (train/text_prior.py): fitted here, on the training texts alone, where the model asks for one.
+        self.prior = (fit_prior(self.train_ids, self.train_labels, len(self.classes), self.tokenizer.get_vocab_size(),
+                                cfg.seed) if info is None and overrides.get("prior") else None)
+        self.oof: Tensor | None = None  # the training texts' out-of-fold prior logits, where the model reads them
         self.train_states: list[Tensor] | None = None  # the states after frozen blocks (fit_model)
         self.test_states: list[Tensor] | None = None
-        self.lexical = False  # whether the model reads the token ids beside the states (fit_model)
+        self.reads_tokens = False  # whether the model reads the token ids beside the states (fit_model)
         self._batches: tuple[int, list[Tensor]] = (-1, [])
         self.steps_per_epoch = max(1, math.ceil(len(train) / cfg.batch_size))
 
@@ -235,6 +240,8 @@ class TextClassification(ClassifierReport):
         fixed: dict[str, Any] = {"num_classes": len(self.classes)}
         if not self.pretrained and self.tokenizer is not None:
             fixed["vocab_size"] = self.tokenizer.get_vocab_size()
+        if self.prior is not None:
+            fixed["prior_features"] = self.prior.features
         return fixed
 
     def fit_model(self, model: nn.Module) -> None:
@@ -244,7 +251,11 @@ class TextClassification(ClassifierReport):
         if self.pretrained:
             self._load_minilm(model)
         c = model.config
-        self.lexical = bool(getattr(c, "lexical", False))
+        if getattr(model, "prior", None) is not None and self.prior is not None:
+            p = self.prior
+            model.prior.load(p.keys, p.idf, p.weight, p.bias)
+            self.oof = p.oof
+        self.reads_tokens = bool(getattr(c, "lexical", False) or getattr(c, "prior", False))
         every = c.frozen_layers == c.depth
         tokens = sum(map(len, self.train_ids)) + sum(map(len, self.test_ids))
         if c.frozen_layers and (every or states_bytes(tokens, c.width) <= STATES_BYTES):
@@ -267,19 +278,22 @@ class TextClassification(ClassifierReport):
 
     # ---------------------------------------------------------------- training
     def batch(self, step: int, rank: int = 0, world: int = 1) -> tuple[tuple[Tensor, ...], int]:
-        """(inputs, attention mask, [token ids, their mask,] labels): the token ids travel beside the
-        frozen blocks' states only where a lexical term reads them."""
+        """(inputs, attention mask, [token ids, their mask,] [prior logits,] labels): the token ids travel
+        beside the frozen blocks' states only where a lexical term or the prior reads them; the prior's
+        out-of-fold logits where the model has a prior."""
         epoch, i = divmod(step, self.steps_per_epoch)
         idx = self._epoch_batches(epoch)[i]
         mine = idx[rank_share(len(idx), rank, world)].tolist()
         inputs = self._inputs([self.train_ids[j] for j in mine],
                               None if self.train_states is None else [self.train_states[j] for j in mine])
+        if self.oof is not None:
+            inputs = (*inputs, self.oof[mine])
         return (*(t.to(self.device) for t in inputs), self.train_labels[mine].to(self.device)), len(idx)
 
     def _inputs(self, ids: list[list[int]], states: list[Tensor] | None) -> tuple[Tensor, ...]:
         if states is None:
             return pad(ids)
-        return (*pad_states(states), *pad(ids)) if self.lexical else pad_states(states)
+        return (*pad_states(states), *pad(ids)) if self.reads_tokens else pad_states(states)
 
     def _epoch_batches(self, epoch: int) -> list[Tensor]:
         """The epoch's batches: the seeded order cut into pools of BUCKET batches, each pool sorted by length
@@ -300,7 +314,8 @@ class TextClassification(ClassifierReport):
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Any]]:
         *inputs, y = batch
-        out = _logits(model, inputs).float()
+        prior = inputs.pop() if self.oof is not None else None
+        out = _logits(model, inputs, prior).float()
         loss = F.cross_entropy(out, y, label_smoothing=self.cfg.label_smoothing)
         return loss, {"correct": (out.argmax(-1) == y).sum(), "count": y.numel()}
 
@@ -363,10 +378,12 @@ class TextClassification(ClassifierReport):
         return {HELD_OUT_FILE: held.encode(), TOKENIZER_FILE: self.tokenizer.to_str().encode()}
 
 
-def _logits(model: nn.Module, inputs: list[Tensor] | tuple[Tensor, ...]) -> Tensor:
-    """The model on a batch's inputs: (ids or states, mask), or (states, mask, token ids, their mask)."""
+def _logits(model: nn.Module, inputs: list[Tensor] | tuple[Tensor, ...], prior: Tensor | None = None) -> Tensor:
+    """The model on a batch's inputs: (ids or states, mask), or (states, mask, token ids, their mask); with
+    `prior`, the prior's logits given, not computed."""
     x, mask, *tokens = inputs
-    return model(x, mask, tokens=tuple(tokens)) if tokens else model(x, mask)
+    extra: dict[str, Any] = {} if prior is None else {"prior": prior}
+    return model(x, mask, tokens=tuple(tokens), **extra) if tokens else model(x, mask, **extra)
 
 
 def macro_f1(confusion: Tensor) -> float:

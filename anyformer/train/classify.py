@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data import DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip
+from ..data.images.mix import mix_batch
 from ..data.images.preprocess import ImagePreprocess
 from ..data.images.vision import source_splits, warn_skipped
 from ..data.split import check_classes, holdout_fraction, stratified_holdout
@@ -79,14 +80,20 @@ class ImageClassification(ClassifierReport):
             x = random_affine(x, generator=g, fill=self._black)
         elif self.cfg.augment == "crop_flip":
             x = random_crop_flip(x, generator=g)
+        y = self.labels[idx]
+        if self.cfg.mixup or self.cfg.cutmix:  # the whole batch mixed, then shared out: alike on any world size
+            x, y = mix_batch(x, y, len(self.train.classes), self.cfg.mixup, self.cfg.cutmix, g)
         share = rank_share(len(idx), rank, world)
-        return (x[share], self.labels[idx][share]), len(idx)
+        return (x[share], y[share]), len(idx)
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, dict[str, Any]]:
+        """Cross-entropy on class indices, or on target distributions (mixed images); an answer is correct
+        where it names the target's largest class."""
         x, y = batch
         logits = model(x)
         loss = F.cross_entropy(logits.float(), y, label_smoothing=self.cfg.label_smoothing)
-        return loss, {"correct": (logits.argmax(-1) == y).sum(), "count": y.numel()}
+        truth = y.argmax(-1) if y.is_floating_point() else y
+        return loss, {"correct": (logits.argmax(-1) == truth).sum(), "count": truth.numel()}
 
     def flops_per_item(self, model: nn.Module) -> float:
         return 3.0 * model.forward_flops()  # forward + backward = 3 x forward (per image)

@@ -35,6 +35,8 @@ class TrainConfig:
     label_smoothing: float = 0.0
     grad_clip: float | None = None
     augment: str = "none"
+    mixup: float = 0.0                       # images: mixup's Beta alpha (0: off; data/images/mix.py)
+    cutmix: float = 0.0                      # images: CutMix's Beta alpha (0: off; with mixup, even odds a batch)
     normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1];
                                              # series (time series only): then each series by its own
     eval_every: int = 0                      # steps between evaluations; 0 = each epoch
@@ -89,6 +91,8 @@ class TrainConfig:
                             ("device", ("auto", "cpu", "cuda")), ("log", LOGS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {valid}")
+        if self.mixup < 0 or self.cutmix < 0:
+            raise ValueError(f"mixup and cutmix take a Beta alpha >= 0 (0: off), got {self.mixup} and {self.cutmix}")
         if self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError(f"batch_size and grad_accum must be >= 1, got {self.batch_size}, {self.grad_accum}")
         if self.batch_size % self.grad_accum:

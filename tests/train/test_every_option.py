@@ -48,6 +48,8 @@ OPTION_PINS: dict[str, list[str]] = {
     "warmup_steps": ["tests/train/test_options.py::test_the_warm_up_climbs_linearly_to_the_rate"],
     "label_smoothing": ["tests/train/test_every_option_step.py::test_label_smoothing_reaches_the_loss"],
     "grad_clip": ["tests/train/test_every_option_step.py::test_grad_clip_caps_the_gradient_norm_the_step_used"],
+    "mixup": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
+    "cutmix": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
     "augment": ["tests/train/test_every_option_step.py::test_augment_transforms_the_batch_as_named"],
     "normalize": ["tests/train/test_preprocess.py::test_the_classification_task_feeds_the_model_through_it",
                   "tests/train/test_series_train.py::"

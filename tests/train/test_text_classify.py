@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 import anyformer as af
 from anyformer.cli import main
 from anyformer.data.detect import detect_kind
 from anyformer.data.text.labelled import find_text_column
 from anyformer.data.tables.read import read_table
+from anyformer.data.text.inputs import encode_texts
 from anyformer.train import textclass
+from anyformer.train.text_prior import fit_prior
 
 FAST = ["--plan", "stock", "--no-progress", "--no-plots"]
 
@@ -223,3 +226,32 @@ def test_the_pretrained_minilm_is_fine_tuned_with_its_lower_blocks_frozen(tmp_pa
     for k, v in encoder.backbone.blocks[0].state_dict().items():  # a frozen block kept MiniLM's weights exactly
         assert frozen[k].equal(v), k
     assert len(run.classify(["rain"])) == 1
+
+
+@pytest.mark.slow
+def test_the_stacked_prior_is_fitted_on_the_training_texts_and_travels_with_the_run(tmp_path, capsys, monkeypatch,
+                                                                                   scratch):
+    data = tmp_path / "texts.csv"
+    texts().to_csv(data, index=False)
+    assert train(data, tmp_path / "a", "--set", "prior=true", "--seed", "2") == 0
+    assert train(data, tmp_path / "b", "--set", "prior=true", "--seed", "2") == 0
+    run = tmp_path / "a"
+    assert (run / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    summary = json.loads((run / "summary.json").read_text())
+    opened = af.open_run(run)
+    # the carried prior is the fit on the run's training texts alone, read with the run's tokenizer
+    held = {int(r) for r in (run / "heldout.txt").read_text().splitlines() if not r.startswith("#")}
+    frame = pd.read_csv(data)
+    kept = frame[[i + 1 not in held for i in range(len(frame))]]
+    classes = textclass.class_names(list(frame.label))
+    want = fit_prior(encode_texts(opened.text_tokenizer(), list(kept.text)),
+                     torch.tensor([classes.index(c) for c in kept.label]), 3, opened.model.config.vocab_size, 2)
+    order = want.keys.argsort()
+    assert torch.equal(opened.model.prior.keys, want.keys[order])
+    assert torch.allclose(opened.model.prior.weight, want.weight[order])
+    assert opened.model.prior_scale.item() != 1.0  # learned
+    monkeypatch.chdir(tmp_path.parent)
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 0
+    assert json.loads(capsys.readouterr().out)["eval_accuracy"] == pytest.approx(summary["val_accuracy"], abs=1e-6)
+    assert opened.classify(["A storm, then rain all day"])[0][0][0] in TOPICS

@@ -257,6 +257,13 @@ def is_width_mod_heads(node: ast.AST) -> bool:
             and name(node.left) == "width" and name(node.right) == "heads")
 
 
+def writes_training_kernel(node: ast.AST) -> bool:
+    """An assignment to some object's `training_kernel` or `planned_training` (a class body's default is a
+    plain name, not counted)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+    return any(isinstance(t, ast.Attribute) and t.attr in ("training_kernel", "planned_training") for t in targets)
+
+
 def where(mods: dict[str, ast.Module], test: Callable[[ast.AST], bool]) -> list[str]:
     """'path:line' of each node in `mods` that passes `test`."""
     return [f"{p}:{n.lineno}" for p, t in mods.items() for n in ast.walk(t) if test(n)]
@@ -274,6 +281,8 @@ def issue57_counts(mods: dict[str, ast.Module], sources: dict[str, list[str]]) -
            and "forward_with_attention" in methods(c)]
     long_tests = long_test_files()
     overrides, heads_checks = nn_forward_overrides(mods), where(mods, is_width_mod_heads)
+    kernel_files = sorted({w.split(":")[0] for w in where({p: t for p, t in mods.items() if p.startswith("anyformer/")},
+                                                           writes_training_kernel)})
     return {
         "Trainer._run code lines": None if run is None else code_lines(run, source),
         "Trainer._run loop body code lines": run_loop_lines(trainer, source) if trainer else None,
@@ -287,10 +296,12 @@ def issue57_counts(mods: dict[str, ast.Module], sources: dict[str, list[str]]) -
         "test files over 400 lines": None if long_tests is None else len(long_tests),
         "attention layers in plan/ with a forward of their own": len(overrides),
         "width % heads checks": len(heads_checks),
+        "files writing a linear layer's training kernel": len(kernel_files),
         "_Trainer attributes": attrs or [], "_Trainer attributes read by checkpoint save": reads or [],
         "_cache[0]": cache0, "_last_only=True)[:, -1]": last_only, "_return_attention uses": ret_attn,
         "_forward_with_attention methods": fwa, "_test files over 400 lines": long_tests or [],
         "_attention layers in plan/ with a forward of their own": overrides, "_width % heads checks": heads_checks,
+        "_files writing a linear layer's training kernel": kernel_files,
     }
 
 

@@ -101,20 +101,29 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, layer: "PlannedLinear
     return onednn_linear(x, weight, bias, blas_dw=chosen == "mixed")
 
 
-class PlannedLinear(nn.Linear):
-    """nn.Linear on the kernels `prepare` chose for it (see `linear`); `planned_training` is prepare's
-    own answer for training calls, which a model-wide choice (`set_training_kernel`) may override."""
+class _LinearKernels:
+    """A planned linear layer's kernels (see `linear`), "stock" until `prepare` chooses. The training
+    kernel is written here alone: `planned_training` is prepare's own answer for the layer, and
+    `training_kernel` what its training calls run, that answer or a model-wide one (`set_training_kernel`)."""
 
     kernel = few_rows_kernel = training_kernel = planned_training = "stock"
+
+    def train_with(self, kernel: str | None, *, planned: bool = False) -> None:
+        """Training calls run `kernel` (None: the planned one); with `planned`, it becomes the planned one."""
+        if planned:
+            self.planned_training = kernel
+        self.training_kernel = self.planned_training if kernel is None else kernel
+
+
+class PlannedLinear(_LinearKernels, nn.Linear):
+    """nn.Linear on the kernels `prepare` chose for it (see `linear`)."""
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias, self)
 
 
-class PlannedLMHead(LMHead):
-    """LMHead on the kernels `prepare` chose for it (see PlannedLinear)."""
-
-    kernel = few_rows_kernel = training_kernel = planned_training = "stock"
+class PlannedLMHead(_LinearKernels, LMHead):
+    """LMHead on the kernels `prepare` chose for it (see `linear`)."""
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias, self)
@@ -198,5 +207,5 @@ def set_training_kernel(module: nn.Module, kernel: str | None) -> None:
         raise ValueError(f"training kernel must be one of None, {', '.join(map(repr, TRAINING_KERNELS))}; "
                          f"got {kernel!r}")
     for m in module.modules():
-        if isinstance(m, (PlannedLinear, PlannedLMHead)):
-            m.training_kernel = m.planned_training if kernel is None else kernel
+        if isinstance(m, _LinearKernels):
+            m.train_with(kernel)

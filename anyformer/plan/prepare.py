@@ -237,7 +237,7 @@ def _choose(m: nn.Module, seen: list[tuple[Any, bool]]) -> None:
             continue
         kernel = linear_kernel(rows, w.shape[1], w.shape[0], w.dtype, grads)
         if grads:
-            m.training_kernel = m.planned_training = kernel
+            m.train_with(kernel, planned=True)
         else:
             setattr(m, "few_rows_kernel" if few else "kernel", kernel)
     # A kind of call never seen without gradients runs as the kind that was (each is right for any shape).

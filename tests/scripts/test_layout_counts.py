@@ -234,6 +234,26 @@ def test_width_mod_heads_checks(root):
     assert c["_width % heads checks"] == ["anyformer/nn/a.py:3", "anyformer/nn/a.py:4"]
 
 
+def test_files_writing_a_linear_layer_s_training_kernel(root):
+    write(root, "anyformer/plan/layers.py", '''
+        class Kernels:
+            training_kernel = planned_training = "stock"   # class defaults: not counted
+
+            def train_with(self, kernel):
+                self.training_kernel = kernel
+    ''')
+    write(root, "anyformer/plan/prepare.py", '''
+        def choose(m, kernel):
+            m.planned_training = kernel
+            other = m.training_kernel                      # a read: not counted
+    ''')
+    write(root, "anyformer/plan/reads.py", "def f(m):\n    return m.training_kernel\n")
+    c = lc.counts()
+    assert c["files writing a linear layer's training kernel"] == 2
+    assert c["_files writing a linear layer's training kernel"] == ["anyformer/plan/layers.py",
+                                                                    "anyformer/plan/prepare.py"]
+
+
 def test_test_files_over_400_lines(root):
     assert count("test files over 400 lines") is None  # no tests/ folder
     write(root, "tests/test_long.py", "x = 1\n" * 401)

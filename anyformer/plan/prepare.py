@@ -120,7 +120,9 @@ def _reset(model: nn.Module) -> None:
     a model prepared again is observed, and chosen for, as if it were new."""
     for m in model.modules():
         if type(m) in STOCK:
-            for name in vars(type(m)).keys() & m.__dict__.keys():  # a choice set on the layer hides its class's
+            # A choice set on the layer hides its class's default (the class's own or a planned base's).
+            defaults = {k for c in type(m).__mro__ if c.__module__ == type(m).__module__ for k in vars(c)}
+            for name in defaults & m.__dict__.keys():
                 del m.__dict__[name]
     for m in _attention_layers(model):
         _default_attention(m)

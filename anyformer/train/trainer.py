@@ -16,6 +16,7 @@ import gc
 import math
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,16 @@ __all__ = ["Trainer", "TrainingError", "Interrupted", "build_model", "pick_devic
 
 SYNC_SECONDS = progress.SYNC_SECONDS
 MAX_SYNC_STEPS = 1000   # however fast the steps, the steps awaiting a read stay few
+
+
+@dataclass(frozen=True)
+class SyncClock:
+    """The last sync (its step and time), the step at which the next is due, and whether the ranks agreed
+    there to stop."""
+    step: int = 0
+    time: float = 0.0
+    next: int = 0
+    stop: bool = False
 
 
 class Trainer:
@@ -90,9 +101,7 @@ class Trainer:
         self.last_loss: float | None = None
         self.signals = StopSignals(escalate=not self.dist.enabled)  # torchrun's agent escalates
         self.pending: list[tuple[int, int, list[str], Tensor]] = []  # (step, global batch, stat names, sums)
-        self._stop_agreed = False
-        self._next_sync = 0
-        self._synced = (0, 0.0)  # (step, time) of the last sync
+        self.clock = SyncClock()
         self.saved_step: int | None = None
         self.cpu_copy: Model | None = None  # under FSDP, the model's one CPU copy (outputs.py)
         self.peak = Peak(self.device, cfg)  # the FLOP/s the MFU divides by, measured when first asked
@@ -206,7 +215,7 @@ class Trainer:
         """Read the pending steps' sums into `self.sums` in step order (one copy to the host; under
         torchrun one all-reduce, which also carries the stop flags and rank 0's next sync step)."""
         now = time.perf_counter()
-        steps, seconds = self.step - self._synced[0], now - self._synced[1]
+        steps, seconds = self.step - self.clock.step, now - self.clock.time
         wait = min(MAX_SYNC_STEPS, max(1, int(SYNC_SECONDS * steps / max(seconds, 1e-9))))
         flags = torch.tensor([float(self.signals.received is not None), wait if self.dist.is_main else 0],
                              dtype=torch.float64, device=self.device)
@@ -222,12 +231,11 @@ class Trainer:
             self.sums["loss"] = self.sums.get("loss", 0.0) + loss
             self.last_loss, at = loss, at + 1 + len(keys)
         self.pending.clear()
-        self._stop_agreed, self._next_sync = values[at] > 0, self.step + int(values[at + 1])
-        self._synced = (self.step, now)
+        self.clock = SyncClock(self.step, now, self.step + int(values[at + 1]), values[at] > 0)
 
     def _should_stop(self) -> bool:
         # Ranks may see a signal at different moments; they stop together after the sync that tells them all.
-        return self._stop_agreed if self.dist.enabled else self.signals.received is not None
+        return self.clock.stop if self.dist.enabled else self.signals.received is not None
 
     def _evaluate_task(self) -> dict[str, Any]:
         with self.dist.gathered(self.model):
@@ -289,7 +297,7 @@ class Trainer:
         resumed = self._open()
         fpi = own_model.flops_per_item(self.task, self.model)
         bar = progress.progress_bar(self.total_steps, self.step, self.cfg.progress and self.dist.is_main)
-        self._synced, self._next_sync = (self.step, time.perf_counter()), self.step + 1
+        self.clock = SyncClock(self.step, time.perf_counter(), self.step + 1)
         try:
             with self.signals:
                 while self.step < self.total_steps:
@@ -338,7 +346,7 @@ class Trainer:
         self.train_step()
         evaluating = self.step % self.eval_every == 0 or self.step == self.total_steps
         saving = not evaluating and bool(every) and self.step % every == 0
-        reading = evaluating or saving or self.step >= self._next_sync or (
+        reading = evaluating or saving or self.step >= self.clock.next or (
             not self.dist.enabled and self.signals.received is not None)
         if reading:
             self.sync()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import anyformer.train.trainer as trainer_module
+from anyformer.train.trainer import SyncClock
 
 from .conftest import StandInRank, make_trainer, tiny_config
 from .trainer_doubles import Clock, record_syncs
@@ -67,45 +68,45 @@ def test_one_process_reads_the_steps_at_once_when_a_signal_came(tmp_path, mnist_
 
 
 def test_a_stop_is_the_signal_alone_but_under_torchrun_the_agreed_one(trainer) -> None:
-    trainer.signals.received, trainer._stop_agreed = signal.SIGTERM, False
+    trainer.signals.received, trainer.clock = signal.SIGTERM, SyncClock(stop=False)
     assert trainer._should_stop()  # one process: its own signal
     trainer.dist = StandInRank(rank=0, world=2, others=0.0)
     assert not trainer._should_stop()  # seen here, not yet agreed at a sync
-    trainer.signals.received, trainer._stop_agreed = None, True
+    trainer.signals.received, trainer.clock = None, SyncClock(stop=True)
     assert trainer._should_stop()  # another rank's signal, agreed
 
 
 def test_a_sync_reads_the_pending_steps_in_order_and_times_the_next(trainer, monkeypatch) -> None:
     from anyformer.train.progress import SYNC_SECONDS
     monkeypatch.setattr(trainer_module, "time", Clock(105.0))
-    trainer.step, trainer._synced = 12, (2, 104.5)  # 10 steps in 0.5 s since the last sync
+    trainer.step, trainer.clock = 12, SyncClock(2, 104.5)  # 10 steps in 0.5 s since the last sync
     trainer.sums = {"correct": 1.0}
     trainer.pending = [(10, 32, ["correct", "count"], torch.tensor([16.0, 20.0, 32.0], dtype=torch.float64)),
                        (11, 32, ["correct", "count"], torch.tensor([8.0, 25.0, 32.0], dtype=torch.float64))]
     trainer.sync()
     assert trainer.sums == {"correct": 46.0, "count": 64.0, "loss": 0.75}
-    assert trainer.last_loss == 0.25 and trainer.pending == [] and trainer._synced == (12, 105.0)
-    assert trainer._next_sync == 12 + int(SYNC_SECONDS * 10 / 0.5) and not trainer._stop_agreed
+    assert trainer.last_loss == 0.25 and trainer.pending == []
+    assert trainer.clock == SyncClock(12, 105.0, 12 + int(SYNC_SECONDS * 10 / 0.5), False)
     trainer.step, trainer.signals.received = 13, 15  # a signal, and a step of a microsecond: as many as allowed
     monkeypatch.setattr(trainer_module, "time", Clock(105.000001))
     trainer.sync()
-    assert trainer._stop_agreed and trainer._next_sync == 13 + trainer_module.MAX_SYNC_STEPS
+    assert trainer.clock.stop and trainer.clock.next == 13 + trainer_module.MAX_SYNC_STEPS
     monkeypatch.setattr(trainer_module, "time", Clock(1105.001))  # a step of 1000 s: the next sync comes next
     trainer.step = 14
     trainer.sync()
-    assert trainer._next_sync == 15
+    assert trainer.clock.next == 15
 
 
 def test_under_torchrun_a_sync_adds_every_ranks_sums_and_takes_rank_zeros_timing(trainer, monkeypatch) -> None:
     monkeypatch.setattr(trainer_module, "time", Clock(105.0))
-    trainer.step, trainer._synced = 12, (2, 100.0)
+    trainer.step, trainer.clock = 12, SyncClock(2, 100.0)
     trainer.pending = [(11, 64, ["count"], torch.tensor([16.0, 32.0], dtype=torch.float64))]
     # rank 0 sent its loss sum and count, no signal, and its wait of 7 steps
     trainer.dist = StandInRank(rank=1, world=2, others=torch.tensor([24.0, 32.0, 0.0, 7.0], dtype=torch.float64))
     trainer.sync()
     (sent,) = trainer.dist.summed
     assert sent.tolist() == [16.0, 32.0, 0.0, 0.0]  # this rank's sums, no signal, no wait of its own
-    assert trainer.sums == {"count": 64.0, "loss": 40.0 / 64} and trainer._next_sync == 19
+    assert trainer.sums == {"count": 64.0, "loss": 40.0 / 64} and trainer.clock.next == 19
 
 
 def test_a_non_finite_loss_is_named_by_its_step(trainer) -> None:

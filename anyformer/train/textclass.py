@@ -253,6 +253,9 @@ class TextClassification(ClassifierReport):
         c = model.config
         if getattr(model, "prior", None) is not None and self.prior is not None:
             p = self.prior
+            if model.prior.vocab != self.tokenizer.get_vocab_size():  # the 1-2 gram keys are numbered by it
+                raise ValueError(f"the prior was fitted over a vocabulary of {self.tokenizer.get_vocab_size()} "
+                                 f"tokens; the model's is {model.prior.vocab}")
             model.prior.load(p.keys, p.idf, p.weight, p.bias)
             self.oof = p.oof
         self.reads_tokens = bool(getattr(c, "lexical", False) or getattr(c, "prior", False))

@@ -39,6 +39,7 @@ class TimeBudget:
         self._eval_s: float | None = None
         self._first_fit: int | None = FIRST_FIT_STEPS
         self._last = (0, 0.0)  # (step, elapsed) at the latest fit
+        self.said: int | None = None  # the steps the last notice named (`fit_run`)
 
     def start(self, step: int, elapsed: float) -> None:
         """The run starts (or resumes) at `step`, with `elapsed` seconds of training already on
@@ -111,9 +112,9 @@ def fit_run(t: Trainer, bar) -> None:
     # Said once, at the first fit that moves the end by more than 1%; later fits follow the measured
     # speed by a few steps at a time and are said only where they move the end by more than a tenth
     # of what was said (a refit at every evaluation once filled the log with near-equal lines).
-    said = t.budget_said
+    said = t.budget.said
     if t.dist.is_main and abs(fitted - (said or before)) > (0.1 * said if said else 0.01 * before):
         msg = (f"time budget {t.budget.seconds:.0f} s: {fitted} steps ({fitted / t.task.steps_per_epoch:.2f} "
                f"epochs) instead of {said or before}")
         (bar.write if bar is not None else print)(msg)
-        t.budget_said = fitted
+        t.budget.said = fitted

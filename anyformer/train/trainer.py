@@ -90,7 +90,6 @@ class Trainer:
         spe = self.task.steps_per_epoch
         self.total_steps = self.steps_asked()  # a --time-budget may fit it lower as the run goes
         self.budget = TimeBudget(cfg.time_budget) if cfg.time_budget else None
-        self.budget_said: int | None = None  # the steps the last time-budget notice named
         self.eval_every = cfg.eval_every or spe
         self.step = 0
         self.sums: dict[str, float] = {}  # since the last evaluation, as read at the last sync

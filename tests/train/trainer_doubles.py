@@ -10,6 +10,7 @@ class Budget:
     """A budget whose fit is `fitted`, recording what it was asked."""
 
     seconds = 3600.0
+    said: int | None = None  # as TimeBudget's: the steps the last notice named
 
     def __init__(self, fitted: int) -> None:
         self.fitted, self.asked = fitted, []

@@ -64,7 +64,7 @@ class TfidfLinear(nn.Module):
         known = real & (self.keys[row] == keys)
         same = (keys[:, :, None] == keys[:, None, :]) & known[:, None, :]
         count = same.sum(-1).clamp_min(1).to(self.idf.dtype)
-        value = (1 + count.log()) * torch.where(known, self.idf[row], torch.zeros_like(self.idf[row]))
+        value = (1 + count.log()) * self.idf[row] * known   # a feature never fitted counts nothing
         share = value / count                                   # each occurrence's part of its feature's value
         norm = (share * value).sum(1, keepdim=True).sqrt()     # the sum over distinct features of value^2
         x = share / norm.clamp_min(torch.finfo(share.dtype).tiny)

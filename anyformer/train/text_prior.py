@@ -35,7 +35,7 @@ class Prior:
 
 
 def _fit(docs: list[list[int]], labels: np.ndarray, classes: int) -> tuple:
-    """(vectorizer, logistic regression, weight (F, classes), bias (classes,)) fitted on `docs`; a part
+    """(vectorizer, weight (F, classes), bias (classes,)) fitted on `docs`; a part
     holding one class alone gets zero weights and that class's bias."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
@@ -47,7 +47,7 @@ def _fit(docs: list[list[int]], labels: np.ndarray, classes: int) -> tuple:
     if len(present) == 1:  # nothing to tell apart: every text is that class
         bias[:] = -30.0
         bias[present[0]] = 0.0
-        return vectorizer, None, weight, bias
+        return vectorizer, weight, bias
     lr = LogisticRegression(max_iter=2000, C=C).fit(x, labels)
     if len(present) == 2:  # one column of coefficients: the second class's logit against the first's 0
         weight[:, present[1]], bias[present[1]] = lr.coef_[0], lr.intercept_[0]
@@ -55,7 +55,7 @@ def _fit(docs: list[list[int]], labels: np.ndarray, classes: int) -> tuple:
         weight[:, present], bias[present] = lr.coef_.T, lr.intercept_
     absent = np.setdiff1d(np.arange(classes), present)
     bias[absent] = -30.0  # a class the part never saw: as unlikely as the fit can say
-    return vectorizer, lr, weight, bias
+    return vectorizer, weight, bias
 
 
 def _logits(vectorizer, weight: np.ndarray, bias: np.ndarray, docs: list[list[int]]) -> np.ndarray:
@@ -67,7 +67,7 @@ def fit_prior(ids: list[list[int]], labels: Tensor, classes: int, vocab: int, se
     from sklearn.model_selection import KFold, StratifiedKFold
     docs = [ngram_key_list(x, vocab) for x in ids]
     y = labels.numpy()
-    vectorizer, _, weight, bias = _fit(docs, y, classes)
+    vectorizer, weight, bias = _fit(docs, y, classes)
     oof = np.zeros((len(docs), classes))
     counts = np.bincount(y)
     smallest = int(counts[counts > 0].min())
@@ -79,7 +79,7 @@ def fit_prior(ids: list[list[int]], labels: Tensor, classes: int, vocab: int, se
                  else KFold(k, shuffle=True, random_state=seed))
         for fit_rows, held in split.split(np.zeros(len(docs)), y):
             part = [docs[i] for i in fit_rows]
-            v, _, w, b = _fit(part, y[fit_rows], classes)
+            v, w, b = _fit(part, y[fit_rows], classes)
             oof[held] = _logits(v, w, b, [docs[i] for i in held])
     features = np.asarray(vectorizer.get_feature_names_out(), dtype=np.int64)
     return Prior(keys=torch.as_tensor(features), idf=torch.as_tensor(vectorizer.idf_, dtype=torch.float32),

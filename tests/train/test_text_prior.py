@@ -51,7 +51,7 @@ def test_a_fold_without_a_class_says_it_is_unlikely_and_one_class_alone_is_every
     prior = text_prior.fit_prior(ids, labels, 3, VOCAB, seed=0)
     assert prior.oof[0].argmax() != 2 and prior.oof[0, 2] < -20
     assert prior.weight.shape == (prior.features, 3)
-    weight, bias = text_prior._fit([[1, 2], [3]], np.array([1, 1]), 3)[2:]
+    weight, bias = text_prior._fit([[1, 2], [3]], np.array([1, 1]), 3)[1:]
     assert not weight.any() and bias.argmax() == 1 and bias[0] < -20
 
 

@@ -34,6 +34,7 @@ class ViTConfig:
     mlp_layers: int = 1
     activation: str = "gelu"
     stem: str = "patch"              # patch: one strided conv (ViT); conv: 3x3 stride-2 convs (hybrid ViT)
+    stem_channels: int = 0           # the conv stem's last-stage channels (0: width / 2)
     position: str = "learned"        # learned | concat | sinusoidal (2-D) | none
     pos_width: int = 0               # channels of concatenated positions (position="concat")
     class_token: bool = True
@@ -58,6 +59,8 @@ class ViTConfig:
         if self.position == "concat" and not 0 < self.pos_width < self.width:
             raise ValueError(f"position='concat' needs 0 < pos_width < width, got pos_width={self.pos_width}")
         check_sizes(self, ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden"))
+        if isinstance(self.stem_channels, bool) or not isinstance(self.stem_channels, int) or self.stem_channels < 0:
+            raise ValueError(f"stem_channels must be 0 (half the width) or a positive integer, got {self.stem_channels!r}")
         patch_grid(self.image_size, self.patch_size)  # refuses a patch that does not tile the image
 
     @property
@@ -76,7 +79,7 @@ class ViT(Model):
         self.config = c = config
         token_width = c.width - (c.pos_width if c.position == "concat" else 0)
         self.patch_embed = (PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias) if c.stem == "patch"
-                            else ConvStem(c.patch_size, c.in_chans, token_width))
+                            else ConvStem(c.patch_size, c.in_chans, token_width, c.stem_channels or None))
         self.prefix = ClassToken(token_width, c.num_registers, c.class_token)
         n = c.grid[0] * c.grid[1] + self.prefix.num_prefix
         self.pos = {"learned": lambda: LearnedPosition(n, c.width),

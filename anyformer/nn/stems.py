@@ -18,13 +18,15 @@ from .embeddings import PatchEmbedding
 
 class ConvStem(PatchEmbedding):
     """Images (B, C, H, W) -> tokens (B, H/p * W/p, D) for a power-of-two patch p, by log2(p)
-    stride-2 3x3 convolutions (channels doubling up to D/2) and a final 1x1 projection to D.
+    stride-2 3x3 convolutions (channels doubling up to `channels`, D/2 where not given; never fewer
+    than 8) and a final 1x1 projection to D.
 
     Everything but the projection (shape checks, the token grid, the flattening) is the patch
     embedding's: the stem is a deeper `proj`.
     """
 
-    def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int) -> None:
+    def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int,
+                 channels: int | None = None) -> None:
         ph, pw = pair(patch_size)
         if ph != pw or ph < 2 or ph & (ph - 1):
             raise ValueError(f"a conv stem needs a square power-of-two patch size, got {ph}x{pw}")
@@ -33,9 +35,10 @@ class ConvStem(PatchEmbedding):
         self.patch_size, self.in_chans = (ph, pw), in_chans
         layers: list[nn.Module] = []
         steps = int(math.log2(ph))
-        channels = in_chans
+        last = channels or width // 2
+        have = in_chans
         for i in range(steps):
-            out = max(8, width // 2 ** (steps - i))
-            layers += [nn.Conv2d(channels, out, 3, stride=2, padding=1), nn.GELU()]
-            channels = out
-        self.proj = nn.Sequential(*layers, nn.Conv2d(channels, width, 1))
+            out = max(8, last // 2 ** (steps - 1 - i))
+            layers += [nn.Conv2d(have, out, 3, stride=2, padding=1), nn.GELU()]
+            have = out
+        self.proj = nn.Sequential(*layers, nn.Conv2d(have, width, 1))

@@ -102,6 +102,11 @@ def test_the_conv_stem_halves_the_grid_log2_p_times_doubling_channels_up_to_half
     narrow = ConvStem(4, 1, 16)  # never fewer than 8 channels
     assert [c.out_channels for c in narrow.proj if isinstance(c, nn.Conv2d)] == [8, 8, 16]
     assert ConvStem(2, 1, 16)(torch.randn(1, 1, 6, 4)).shape == (1, 6, 16)  # the smallest patch, 2
+    wider = ConvStem(8, 3, 64, channels=64)  # the last stage's channels asked: halving back from them
+    assert [(c.in_channels, c.out_channels) for c in wider.proj if isinstance(c, nn.Conv2d)] == \
+        [(3, 16), (16, 32), (32, 64), (64, 64)]
+    odd = ConvStem(4, 1, 32, channels=24)
+    assert [c.out_channels for c in odd.proj if isinstance(c, nn.Conv2d)] == [12, 24, 32]
     for bad in (1, 6, (4, 2)):
         with pytest.raises(ValueError, match="a conv stem needs a square power-of-two patch size"):
             ConvStem(bad, 1, 16)

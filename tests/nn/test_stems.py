@@ -27,6 +27,21 @@ def test_conv_stem_vit_trains_and_saves(tmp_path):
     assert torch.equal(af.load(tmp_path)(x), vit(x))
 
 
+def test_the_stem_channels_reach_the_vit_and_the_default_is_half_the_width():
+    c = dict(stem="conv", depth=1, image_size=32, in_chans=3)
+    convs = lambda vit: [m.out_channels for m in vit.patch_embed.proj if isinstance(m, torch.nn.Conv2d)]
+    assert convs(af.ViT.preset("vit-mnist-fast", **c, patch_size=4)) == [16, 32, 64]
+    assert convs(af.ViT.preset("vit-mnist-fast", **c, patch_size=4, stem_channels=64)) == [32, 64, 64]
+    torch.manual_seed(0)
+    a = af.ViT.preset("vit-mnist-fast", **c, patch_size=4)
+    torch.manual_seed(0)
+    b = af.ViT.preset("vit-mnist-fast", **c, patch_size=4, stem_channels=32)  # width / 2 asked: the same model
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="stem_channels must be 0"):
+            af.ViT.preset("vit-mnist-fast", **c, patch_size=4, stem_channels=bad)
+
+
 def test_conv_stem_rejects_what_it_cannot_build():
     with pytest.raises(ValueError, match="square power-of-two patch size, got 7x7"):
         ConvStem(7, 1, 32)

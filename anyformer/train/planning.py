@@ -112,6 +112,11 @@ class StepPlan:
             replayed = " (replayed from the recorded plan)" if cfg.compile is None and self.plan["compile"] else ""
             self._say(f"compile: {chosen.choice} ({chosen.why}){replayed}")
 
+    def say_source(self) -> None:
+        """Name the recorded plan the run replays (a plan made now is said as it is made, by `settle`)."""
+        if self.replaying:
+            self._say(f"plan: replaying {len(self.plan['answers'])} recorded choices from {self.source}")
+
     def _say(self, line: str) -> None:
         if self.announce:  # under torchrun, rank 0 speaks for the run
             print(line)

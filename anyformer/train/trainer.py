@@ -326,9 +326,7 @@ class Trainer:
         if self.dist.is_main:
             print(progress.intro(self))
         outputs.save_model(self)
-        if self.step_plan.replaying and self.dist.is_main:
-            answers = len(self.step_plan.plan["answers"])
-            print(f"plan: replaying {answers} recorded choices from {self.step_plan.source}")
+        self.step_plan.say_source()
         self._settle_step_plan()
         self.write_plan()
         if estimate.wanted(self):  # a few steps timed and undone: the weights are as if it had said nothing

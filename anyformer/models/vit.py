@@ -79,7 +79,7 @@ class ViT(Model):
         self.config = c = config
         token_width = c.width - (c.pos_width if c.position == "concat" else 0)
         self.patch_embed = (PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias) if c.stem == "patch"
-                            else ConvStem(c.patch_size, c.in_chans, token_width, c.stem_channels or None))
+                            else ConvStem(c.patch_size, c.in_chans, token_width, c.stem_channels))
         self.prefix = ClassToken(token_width, c.num_registers, c.class_token)
         n = c.grid[0] * c.grid[1] + self.prefix.num_prefix
         self.pos = {"learned": lambda: LearnedPosition(n, c.width),

@@ -18,15 +18,14 @@ from .embeddings import PatchEmbedding
 
 class ConvStem(PatchEmbedding):
     """Images (B, C, H, W) -> tokens (B, H/p * W/p, D) for a power-of-two patch p, by log2(p)
-    stride-2 3x3 convolutions (channels doubling up to `channels`, D/2 where not given; never fewer
-    than 8) and a final 1x1 projection to D.
+    stride-2 3x3 convolutions (channels doubling up to `channels`, D/2 where 0; never fewer than 8) and a final 1x1 projection to D.
 
     Everything but the projection (shape checks, the token grid, the flattening) is the patch
     embedding's: the stem is a deeper `proj`.
     """
 
     def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int,
-                 channels: int | None = None) -> None:
+                 channels: int = 0) -> None:
         ph, pw = pair(patch_size)
         if ph != pw or ph < 2 or ph & (ph - 1):
             raise ValueError(f"a conv stem needs a square power-of-two patch size, got {ph}x{pw}")

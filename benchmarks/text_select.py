@@ -94,6 +94,18 @@ factor (from 1, at 100x the encoder's rate), and at prediction the fit on every 
   C150S 84.20% (debian-sections 85.3 against 85.5, fortunes-people 83.1 against 83.3), C150LS 82.70%: the
   default is kept; `prior` stays off (an option, `--set prior=true`).
 
+Round 9 (`--round 9`), its rule written after round 8 and before round 9's first run. Every candidate so far
+was one network; on small sets the run trains for a fraction of its time budget (tate's MEASURE run 17 s of
+240). The candidate spends it on a deep ensemble (models/text_classifier.py `members`): copies of the
+trained blocks and head on the shared frozen blocks and lexical term, each from the pretrained weights with
+its own head, dropout and loss, their logits averaged; as many as fit the time budget by the same fixed
+rate as the frozen blocks (train/text_settings.py `members_for`), at most 4.
+- Sets and folds: as rounds 4 to 8.
+- Candidates: C150L1000E1 (the default, one member) and C150L1000 (members as derived, at most 4).
+- Chosen: the ensemble (MEMBERS = 4) replaces the default only if its mean over the 6 folds is more than
+  0.5 points above C150L1000E1's and not more than 0.5 points below it on either set; else MEMBERS = 1.
+- Results: benchmarks/results/amd-epyc/text_select_round9.md.
+
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """
 from __future__ import annotations
@@ -128,6 +140,8 @@ CANDIDATES = {
                   "--set", "lexical_lr_scale=1000"],
     "C300L1000": ["--set", "frozen_layers=2", "--max-steps", "300", "--lr", "1e-4", "--set", "lexical=true",
                   "--set", "lexical_lr_scale=1000"],
+    "C150L1000E1": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
+                    "--set", "lexical_lr_scale=1000", "--set", "members=1"],
     "C150L1000P": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
                    "--set", "lexical_lr_scale=1000", "--set", "lexical_pairs=262144"],
     "C150S": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=false",
@@ -141,7 +155,8 @@ ROUNDS = {1: ([("fortunes8", 250)], ["A", "B", "C"]), 2: ([("fortunes-people", 1
           5: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150", "C150L300", "C150L1000"]),
           6: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C150L1000P"]),
           7: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C300L1000"]),
-          8: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C150S", "C150LS"])}
+          8: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C150S", "C150LS"]),
+          9: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000E1", "C150L1000"])}
 
 
 def choose_frame(set_name: str, cap: int):
@@ -206,7 +221,7 @@ def chosen_by_rule(round_: int, rows: list[dict], candidates: list[str]) -> str:
         s = [r["seconds"] for r in rows if r["candidate"] == n]
         return sum(s) / len(s)
 
-    if round_ in (6, 7):  # the default first, the one candidate second
+    if round_ in (6, 7, 9):  # the default first, the one candidate second
         default, other = candidates
         sets = sorted({r["set"] for r in rows})
         ahead = (mean(other) - mean(default) > 0.005

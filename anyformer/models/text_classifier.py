@@ -17,9 +17,16 @@ word bigrams a TF-IDF model reads ("new york", "not good"), without a vocabulary
 train/text_prior.py; `prior_features` of them), times a learned factor `prior_scale` (from 1, at
 `prior_lr_scale` times the encoder's rate): the network learns what the linear model misses, and how far
 to trust it. In training the task gives `prior=`, each text's logits from a fit that never saw it.
+
+`members` makes the trained part a deep ensemble (Lakshminarayanan et al. 2017): beside the encoder's own
+trained blocks and head, members - 1 copies of them (each from the same weights, `sync_members`, with its
+own head and dropout), on the shared frozen blocks and the shared lexical term. Each member learns from its
+own loss (`forward(..., each=True)` gives every member's logits); the model's answer is their mean logits.
+Attention maps show the first member (the encoder's own blocks).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -44,10 +51,11 @@ class TextClassifierConfig(TextEncoderConfig):
     prior: bool = False             # a fitted TF-IDF + logistic regression's logits, scaled, added to the logits
     prior_features: int = 0         # its 1-2 grams (set from the training texts by the task)
     prior_lr_scale: float = 100.0
+    members: int = 1                # an ensemble of this many trained tops (blocks after the frozen ones, and head)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_sizes(self, ("num_classes",))
+        check_sizes(self, ("num_classes", "members"))
         if self.lexical_pairs < 0 or (self.lexical_pairs and not self.lexical):
             raise ValueError(f"lexical_pairs must be 0, or a number of buckets with lexical on; got "
                              f"{self.lexical_pairs} with lexical={self.lexical}")
@@ -86,6 +94,8 @@ class TextClassifier(Model):
                 nn.init.zeros_(table.weight)
         self.prior = TfidfLinear(c.prior_features, c.num_classes, c.vocab_size) if c.prior else None
         self.prior_scale = nn.Parameter(torch.ones(())) if c.prior else None
+        self.members = (nn.ModuleList(Member(self.encoder.backbone.blocks[c.frozen_layers:], c.width, c.num_classes)
+                                      for _ in range(c.members - 1)) if c.members > 1 else None)
         self.freeze(c.frozen_layers)
 
     @property
@@ -112,6 +122,13 @@ class TextClassifier(Model):
         if e.pooler is not None:
             e.pooler.requires_grad_(False)  # unused by this model
 
+    @torch.no_grad()
+    def sync_members(self) -> None:
+        """Every member's blocks set to the encoder's trained blocks (after pretrained weights are loaded)."""
+        for member in self.members or ():
+            for mine, theirs in zip(member.blocks, self.encoder.backbone.blocks[self.config.frozen_layers:]):
+                mine.load_state_dict(theirs.state_dict())
+
     def pooled(self, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
         if attention_mask is None:
             return hidden.mean(1)
@@ -130,36 +147,51 @@ class TextClassifier(Model):
         return out
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, *,
-                tokens: tuple[Tensor, Tensor] | None = None, prior: Tensor | None = None) -> Tensor:
-        """input_ids (B, N) int64 token ids -> (B, classes) logits. A float (B, N, D) in their place is the
-        tokens' states after the frozen blocks (`frozen_states`): training computes those once, since
-        they never change, and runs the trained blocks alone on them; the lexical term and the prior then
-        read `tokens`, the texts' (token ids, attention mask). `prior` (B, classes) stands for the prior's
-        logits (training's out-of-fold ones). Attention weights (token 0 is [CLS]):
-        `nn.attention_weights(model, layers)` around the call."""
-        logits = self._deep(input_ids, attention_mask)
-        if self.lexical is None and self.prior is None:
-            return logits
-        ids, mask = (input_ids, attention_mask) if tokens is None else tokens
-        if ids.is_floating_point() and (self.lexical is not None or prior is None):
-            raise ValueError("a lexical or prior model given states needs tokens=(token ids, attention mask)")
-        if self.lexical is not None:
-            logits = logits + self.bag(ids, mask).to(logits.dtype)
-        if self.prior is not None:
-            prior = self.prior(ids, mask) if prior is None else prior
-            logits = logits + self.prior_scale * prior.to(logits.dtype)
-        return logits
+                tokens: tuple[Tensor, Tensor] | None = None, prior: Tensor | None = None,
+                each: bool = False) -> Tensor:
+        """input_ids (B, N) int64 token ids -> (B, classes) logits (with `each`, (members, B, classes): every
+        member's). A float (B, N, D) in their place is the tokens' states after the frozen blocks
+        (`frozen_states`): training computes those once, since they never change, and runs the trained
+        blocks alone on them; the lexical term and the prior then read `tokens`, the texts' (token ids,
+        attention mask). `prior` (B, classes) stands for the prior's logits (training's out-of-fold ones).
+        Attention weights (token 0 is [CLS]): `nn.attention_weights(model, layers)` around the call."""
+        logits = self._members(input_ids, attention_mask)
+        if self.lexical is not None or self.prior is not None:
+            ids, mask = (input_ids, attention_mask) if tokens is None else tokens
+            if ids.is_floating_point() and (self.lexical is not None or prior is None):
+                raise ValueError("a lexical or prior model given states needs tokens=(token ids, attention mask)")
+            if self.lexical is not None:
+                logits = logits + self.bag(ids, mask).to(logits.dtype)
+            if self.prior is not None:
+                prior = self.prior(ids, mask) if prior is None else prior
+                logits = logits + self.prior_scale * prior.to(logits.dtype)
+        return logits if each else _mean_of_members(logits)
 
     def _deep(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """(B, classes): the network's logits alone (no lexical term, no prior), the members' mean."""
+        return _mean_of_members(self._members(input_ids, attention_mask))
+
+    def _members(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """(members, B, classes): each member's network logits."""
+        f = self.config.frozen_layers
         if input_ids.is_floating_point():
-            mask = None if attention_mask is None else attention_mask.bool()
-            hidden = input_ids
-            for block in self.encoder.backbone.blocks[self.config.frozen_layers:]:
-                hidden = block(hidden, mask=mask)
-        else:
-            hidden = self.encoder(input_ids, attention_mask)
+            hidden, mask = input_ids, None if attention_mask is None else attention_mask.bool()
+            first = _top(self.encoder.backbone.blocks[f:], hidden, mask)
+        elif self.members is None:
+            first = self.encoder(input_ids, attention_mask)
+        else:  # the frozen blocks once, shared by every member
+            e = self.encoder
+            hidden, mask = e._embed(input_ids, attention_mask, None)
+            hidden = _top(e.backbone.blocks[:f], hidden, mask)
+            first = _top(e.backbone.blocks[f:], hidden, mask)
+        out = [self._head(self.head, first, attention_mask)]
+        for member in self.members or ():
+            out.append(self._head(member.head, _top(member.blocks, hidden, mask), attention_mask))
+        return torch.stack(out)
+
+    def _head(self, head: nn.Linear, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
         x = self.pooled(hidden, attention_mask)
-        return self.head(x if self.head_drop is None else self.head_drop(x))
+        return head(x if self.head_drop is None else self.head_drop(x))
 
     @torch.no_grad()
     def frozen_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -171,7 +203,34 @@ class TextClassifier(Model):
         return x
 
     def forward_flops(self, seq_len: int | None = None) -> float:
-        return self.encoder.forward_flops(seq_len) + 2.0 * self.config.width * self.config.num_classes
+        """The encoder's, each further member's share of it (its blocks after the frozen ones), and the heads."""
+        c = self.config
+        encoder = self.encoder.forward_flops(seq_len)
+        members = (c.members - 1) * encoder * (c.depth - c.frozen_layers) / c.depth
+        return encoder + members + 2.0 * c.width * c.num_classes * c.members
+
+
+class Member(nn.Module):
+    """One more member of an ensemble: its own copy of the trained blocks, and its own head."""
+
+    def __init__(self, blocks: nn.ModuleList, width: int, classes: int) -> None:
+        super().__init__()
+        self.blocks = copy.deepcopy(blocks)
+        self.head = nn.Linear(width, classes)
+        with torch.no_grad():
+            self.head.weight.normal_(0, 0.02)
+            self.head.bias.zero_()
+
+
+def _top(blocks: nn.ModuleList, hidden: Tensor, mask: Tensor | None) -> Tensor:
+    for block in blocks:
+        hidden = block(hidden, mask=mask)
+    return hidden
+
+
+def _mean_of_members(logits: Tensor) -> Tensor:
+    """(B, classes) from (members, B, classes): the mean, and one member's logits as they are."""
+    return logits[0] if len(logits) == 1 else logits.mean(0)
 
 
 def pair_buckets(token_ids: Tensor, buckets: int) -> Tensor:

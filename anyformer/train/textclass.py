@@ -250,6 +250,7 @@ class TextClassification(ClassifierReport):
         within STATES_BYTES."""
         if self.pretrained:
             self._load_minilm(model)
+            model.sync_members()  # every member of an ensemble starts from the pretrained blocks
         c = model.config
         if getattr(model, "prior", None) is not None and self.prior is not None:
             p = self.prior
@@ -318,8 +319,11 @@ class TextClassification(ClassifierReport):
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Any]]:
         *inputs, y = batch
         prior = inputs.pop() if self.oof is not None else None
-        out = _logits(model, inputs, prior).float()
-        loss = F.cross_entropy(out, y, label_smoothing=self.cfg.label_smoothing)
+        each = _logits(model, inputs, prior, each=True).float()  # (members, B, classes)
+        # An ensemble's members each learn from their own loss (their mean), not from the mean logits: a
+        # loss on the mean would train one wide model whose parts lean on each other.
+        loss = F.cross_entropy(each.flatten(0, 1), y.repeat(len(each)), label_smoothing=self.cfg.label_smoothing)
+        out = each[0] if len(each) == 1 else each.mean(0)
         return loss, {"correct": (out.argmax(-1) == y).sum(), "count": y.numel()}
 
     def flops_per_item(self, model: nn.Module) -> float:
@@ -381,11 +385,14 @@ class TextClassification(ClassifierReport):
         return {HELD_OUT_FILE: held.encode(), TOKENIZER_FILE: self.tokenizer.to_str().encode()}
 
 
-def _logits(model: nn.Module, inputs: list[Tensor] | tuple[Tensor, ...], prior: Tensor | None = None) -> Tensor:
+def _logits(model: nn.Module, inputs: list[Tensor] | tuple[Tensor, ...], prior: Tensor | None = None,
+            each: bool = False) -> Tensor:
     """The model on a batch's inputs: (ids or states, mask), or (states, mask, token ids, their mask); with
-    `prior`, the prior's logits given, not computed."""
+    `prior`, the prior's logits given, not computed; with `each`, every member's logits (members, B, classes)."""
     x, mask, *tokens = inputs
     extra: dict[str, Any] = {} if prior is None else {"prior": prior}
+    if each:
+        extra["each"] = True
     return model(x, mask, tokens=tuple(tokens), **extra) if tokens else model(x, mask, **extra)
 
 

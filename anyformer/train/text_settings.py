@@ -50,21 +50,6 @@ def frozen_for(tokens: int, epochs: float, depth: int = 6, trained: int = TRAINE
     return depth
 
 
-# An ensemble of up to MEMBERS copies of the trained blocks and head (models/text_classifier.py `members`),
-# as many as fit TIME_BUDGET_S beside the frozen blocks' one pass: text_select.py round 9 is choosing it.
-MEMBERS = 4
-
-
-def members_for(tokens: int, epochs: float, frozen: int, depth: int = 6, most: int = MEMBERS) -> int:
-    """Members of the ensemble: the most, up to `most`, whose trained blocks' `epochs` passes over `tokens`
-    training tokens fit TIME_BUDGET_S beside the frozen blocks' one pass; at least 1."""
-    trained = depth - frozen
-    if not trained:
-        return 1
-    fit = (TIME_BUDGET_S * BLOCK_TOKENS_PER_S / max(1, tokens) - frozen / 3) / (epochs * trained)
-    return max(1, min(most, math.floor(fit)))
-
-
 def _kept(frozen: int, lengths: list[int], length: int, depth: int = 6, width: int = 384) -> str:
     """How the frozen blocks' states are kept (textclass.STATES_BYTES), said for the file's texts."""
     if frozen == depth:
@@ -117,21 +102,15 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
     why["eval_every"] = f"{eval_every}: 3 evaluations (none of them chooses anything)"
     overrides: dict[str, Any]
     if pretrained:
-        passes = total / max(1, per_epoch)
-        frozen = frozen_for(tokens, passes)
-        members = members_for(tokens, passes, frozen)
-        overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False, lexical=LEXICAL,
-                         members=members)
+        frozen = frozen_for(tokens, total / max(1, per_epoch))
+        overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False, lexical=LEXICAL)
         why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
                         f"mean of its tokens into a linear head"
                         + (", plus a linear term on the bag of word pieces" if LEXICAL else "") + "; "
                         + (f"the embeddings and the first {frozen} of 6 blocks frozen "
                            f"({_kept(frozen, lengths, length)}), "
                            f"so that {total / max(1, per_epoch):.3g} passes over ~{tokens:,} training tokens fit about "
-                           f"{TIME_BUDGET_S:.0f} s on 2 cores" if frozen else "every layer trained")
-                        + (f"; an ensemble of {members} copies of the trained blocks and head, each from the "
-                           f"pretrained weights with its own loss, their logits averaged (as many as fit that "
-                           f"time, at most {MEMBERS})" if members > 1 else ""))
+                           f"{TIME_BUDGET_S:.0f} s on 2 cores" if frozen else "every layer trained"))
         model, lr = "minilm-classifier", LR_PRETRAINED
     else:
         overrides = dict(init="random", max_positions=max(length, 128), pooler=False)

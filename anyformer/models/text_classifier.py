@@ -19,10 +19,10 @@ train/text_prior.py; `prior_features` of them), times a learned factor `prior_sc
 to trust it. In training the task gives `prior=`, each text's logits from a fit that never saw it.
 
 `members` makes the trained part a deep ensemble (Lakshminarayanan et al. 2017): beside the encoder's own
-trained blocks and head, members - 1 copies of them (each from the same weights, `sync_members`, with its
-own head and dropout), on the shared frozen blocks and the shared lexical term. Each member learns from its
-own loss (`forward(..., each=True)` gives every member's logits); the model's answer is their mean logits.
-Attention maps show the first member (the encoder's own blocks).
+trained blocks and head, `extra_members` holds members - 1 copies of them (each from the same weights,
+`sync_members`, with its own head and dropout), on the shared frozen blocks and the shared lexical term.
+Each member learns from its own loss (`forward(..., each=True)` gives every member's logits); the model's
+answer is their mean logits. Attention maps show the first member (the encoder's own blocks).
 """
 from __future__ import annotations
 
@@ -94,8 +94,9 @@ class TextClassifier(Model):
                 nn.init.zeros_(table.weight)
         self.prior = TfidfLinear(c.prior_features, c.num_classes, c.vocab_size) if c.prior else None
         self.prior_scale = nn.Parameter(torch.ones(())) if c.prior else None
-        self.members = (nn.ModuleList(Member(self.encoder.backbone.blocks[c.frozen_layers:], c.width, c.num_classes)
-                                      for _ in range(c.members - 1)) if c.members > 1 else None)
+        self.extra_members = (nn.ModuleList(Member(self.encoder.backbone.blocks[c.frozen_layers:], c.width,
+                                                   c.num_classes) for _ in range(c.members - 1))
+                              if c.members > 1 else None)
         self.freeze(c.frozen_layers)
 
     @property
@@ -125,7 +126,7 @@ class TextClassifier(Model):
     @torch.no_grad()
     def sync_members(self) -> None:
         """Every member's blocks set to the encoder's trained blocks (after pretrained weights are loaded)."""
-        for member in self.members or ():
+        for member in self.extra_members or ():
             for mine, theirs in zip(member.blocks, self.encoder.backbone.blocks[self.config.frozen_layers:]):
                 mine.load_state_dict(theirs.state_dict())
 
@@ -177,7 +178,7 @@ class TextClassifier(Model):
         if input_ids.is_floating_point():
             hidden, mask = input_ids, None if attention_mask is None else attention_mask.bool()
             first = _top(self.encoder.backbone.blocks[f:], hidden, mask)
-        elif self.members is None:
+        elif self.extra_members is None:
             first = self.encoder(input_ids, attention_mask)
         else:  # the frozen blocks once, shared by every member
             e = self.encoder
@@ -185,7 +186,7 @@ class TextClassifier(Model):
             hidden = _top(e.backbone.blocks[:f], hidden, mask)
             first = _top(e.backbone.blocks[f:], hidden, mask)
         out = [self._head(self.head, first, attention_mask)]
-        for member in self.members or ():
+        for member in self.extra_members or ():
             out.append(self._head(member.head, _top(member.blocks, hidden, mask), attention_mask))
         return torch.stack(out)
 

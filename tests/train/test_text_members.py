@@ -38,7 +38,7 @@ def test_the_answer_is_the_mean_of_the_members_logits_from_ids_or_from_kept_stat
 
 def test_sync_members_copies_the_trained_blocks_and_keeps_each_head():
     model = tiny(1, members=2)
-    member = model.members[0]
+    member = model.extra_members[0]
     trained = model.encoder.backbone.blocks[1:]
     with torch.no_grad():
         for p in trained.parameters():
@@ -55,7 +55,7 @@ def test_sync_members_copies_the_trained_blocks_and_keeps_each_head():
 
 def test_one_member_is_the_plain_model_and_the_count_is_checked():
     one = tiny(1, lexical=True)
-    assert one.members is None
+    assert one.extra_members is None
     ids, mask = pad(IDS)
     with torch.no_grad():
         assert one(ids, mask, each=True).shape == (1, len(IDS), 3)
@@ -80,7 +80,8 @@ def test_a_run_with_members_trains_each_and_answers_with_their_mean(tmp_path, ca
     model = opened.model
     assert model.config.members == 2
     # both members were trained: the copy's blocks left the encoder's
-    assert not torch.equal(model.members[0].blocks[0].mlp.fc1.weight, model.encoder.backbone.blocks[0].mlp.fc1.weight)
+    copy, own = model.extra_members[0].blocks[0], model.encoder.backbone.blocks[0]
+    assert not torch.equal(copy.mlp.fc1.weight, own.mlp.fc1.weight)
     summary = json.loads((run / "summary.json").read_text())
     capsys.readouterr()
     assert main(["eval", str(run)]) == 0

@@ -8,6 +8,7 @@ the globs given, one a line, for `scripts/mutation_recheck.py`:
 mutmut 3.8.1 (the version scripts/mutation.sh pins); its internals, not a public API, hence the pin."""
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -23,11 +24,12 @@ def main() -> int:
 
     mm.set_mutant_under_test("mutant_generation")
     Path("mutants").mkdir(exist_ok=True)
-    mm.copy_src_dir()
-    mm.copy_also_copy_files()
-    mm.setup_source_paths()
-    mm.store_lines_covered_by_tests()
-    mm.create_mutants(1)
+    with contextlib.redirect_stdout(sys.stderr):  # mutmut prints each file it mutates: not a name
+        mm.copy_src_dir()
+        mm.copy_also_copy_files()
+        mm.setup_source_paths()
+        mm.store_lines_covered_by_tests()
+        mm.create_mutants(1)
     stats = Path("mutants/mutmut-stats.json")
     if not stats.exists():  # mutation_recheck.py's sign that it stands in mutants/
         stats.write_text(json.dumps({"tests_by_mangled_function_name": {}, "duration_by_test": {}}))

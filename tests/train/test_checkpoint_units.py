@@ -181,6 +181,25 @@ def test_a_checkpoint_of_another_model_names_both_configs(saved, tmp_path, mnist
         checkpoint.restore(other)
 
 
+def test_a_resumed_run_keeps_the_evaluation_it_had_kept(tmp_path, mnist_slice) -> None:
+    """--select-fraction's kept weights travel in the checkpoint: a resumed run that forgot them would let a
+    later, worse evaluation replace the best one."""
+    t = _trainer(tmp_path, mnist_slice)
+    _steps(t, 2)
+    line = {"step": 2, "select_accuracy": 0.75}
+    t.kept.offer({"select": (0.75,)}, t.model, 2, line)
+    kept = {k: v.clone() for k, v in t.kept.best["weights"].items()}
+    _steps(t, 1)  # the weights move on; the kept ones stay those of step 2
+    checkpoint.save(t)
+    fresh = _trainer(tmp_path, mnist_slice, resume=True)
+    assert checkpoint.restore(fresh)
+    assert (fresh.kept.step, fresh.kept.best["key"], fresh.kept.best["line"]) == (2, [0.75], line)
+    for k, v in kept.items():
+        assert torch.equal(fresh.kept.best["weights"][k], v), k
+    fresh.kept.offer({"select": (0.5,)}, fresh.model, 3, {"step": 3})  # worse: the kept evaluation stays
+    assert fresh.kept.step == 2
+
+
 def test_an_ema_run_restores_its_average_and_refuses_a_checkpoint_without_one(tmp_path, mnist_slice) -> None:
     t = _trainer(tmp_path, mnist_slice, ema=0.5)
     _steps(t, 2)

@@ -166,11 +166,11 @@ class TextClassifier(Model):
             if self.prior is not None:
                 prior = self.prior(ids, mask) if prior is None else prior
                 logits = logits + self.prior_scale * prior.to(logits.dtype)
-        return logits if each else _mean_of_members(logits)
+        return logits if each else mean_of_members(logits)
 
     def _deep(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """(B, classes): the network's logits alone (no lexical term, no prior), the members' mean."""
-        return _mean_of_members(self._members(input_ids, attention_mask))
+        return mean_of_members(self._members(input_ids, attention_mask))
 
     def _members(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """(members, B, classes): each member's network logits."""
@@ -229,7 +229,7 @@ def _top(blocks: nn.ModuleList, hidden: Tensor, mask: Tensor | None) -> Tensor:
     return hidden
 
 
-def _mean_of_members(logits: Tensor) -> Tensor:
+def mean_of_members(logits: Tensor) -> Tensor:
     """(B, classes) from (members, B, classes): the mean, and one member's logits as they are."""
     return logits[0] if len(logits) == 1 else logits.mean(0)
 

@@ -24,6 +24,7 @@ from ..data.errors import DataError
 from ..data.split import holdout_fraction, stratified_holdout
 from ..data.text.inputs import TOKENIZER_FILE, encode_texts, pad, saved_tokenizer
 from ..data.text.labelled import LabelledTexts, TextSource, describe_text_source, read_labelled_text, read_texts_file
+from ..models.text_classifier import mean_of_members
 from .batches import epoch_order, rank_share
 from .config import TrainConfig
 from .protocol import scores_other_data
@@ -323,7 +324,7 @@ class TextClassification(ClassifierReport):
         # An ensemble's members each learn from their own loss (their mean), not from the mean logits: a
         # loss on the mean would train one wide model whose parts lean on each other.
         loss = F.cross_entropy(each.flatten(0, 1), y.repeat(len(each)), label_smoothing=self.cfg.label_smoothing)
-        out = each[0] if len(each) == 1 else each.mean(0)
+        out = mean_of_members(each)
         return loss, {"correct": (out.argmax(-1) == y).sum(), "count": y.numel()}
 
     def flops_per_item(self, model: nn.Module) -> float:

@@ -58,6 +58,18 @@ def train(data: Path, out: Path, *extra: str, steps: int = 12) -> int:
     return main(["train", "--data", str(data), "--out", str(out), "--max-steps", str(steps), *FAST, *extra])
 
 
+def trained_twice(tmp_path: Path, *extra: str) -> tuple[Path, Path]:
+    """texts() as a CSV, trained twice with the same flags into a/ and b/: (the data, run a) once both runs
+    are checked to hold the same bits."""
+    data = tmp_path / "texts.csv"
+    texts().to_csv(data, index=False)
+    assert train(data, tmp_path / "a", *extra) == 0
+    assert train(data, tmp_path / "b", *extra) == 0
+    run = tmp_path / "a"
+    assert (run / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    return data, run
+
+
 # ------------------------------------------------------------------------------------------ telling text apart
 
 def test_the_text_column_is_told_from_category_columns_by_its_values(tmp_path):
@@ -231,12 +243,7 @@ def test_the_pretrained_minilm_is_fine_tuned_with_its_lower_blocks_frozen(tmp_pa
 @pytest.mark.slow
 def test_the_stacked_prior_is_fitted_on_the_training_texts_and_travels_with_the_run(tmp_path, capsys, monkeypatch,
                                                                                    scratch):
-    data = tmp_path / "texts.csv"
-    texts().to_csv(data, index=False)
-    assert train(data, tmp_path / "a", "--set", "prior=true", "--seed", "2") == 0
-    assert train(data, tmp_path / "b", "--set", "prior=true", "--seed", "2") == 0
-    run = tmp_path / "a"
-    assert (run / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    data, run = trained_twice(tmp_path, "--set", "prior=true", "--seed", "2")
     summary = json.loads((run / "summary.json").read_text())
     opened = af.open_run(run)
     # the carried prior is the fit on the run's training texts alone, read with the run's tokenizer

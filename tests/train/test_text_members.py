@@ -14,7 +14,7 @@ from anyformer.models.text_classifier import TextClassifierConfig
 from anyformer.train import textclass
 from anyformer.train.textclass import _states, pad_states
 
-from .test_text_classify import TOPICS, texts, train
+from .test_text_classify import TOPICS, trained_twice
 from .test_text_states import IDS, tiny
 
 
@@ -70,12 +70,7 @@ def test_one_member_is_the_plain_model_and_the_count_is_checked():
 
 def test_a_run_with_members_trains_each_and_answers_with_their_mean(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(textclass, "minilm_available", lambda: False)  # the from-scratch path: seconds
-    data = tmp_path / "texts.csv"
-    texts().to_csv(data, index=False)
-    assert train(data, tmp_path / "a", "--set", "members=2", "--seed", "5") == 0
-    assert train(data, tmp_path / "b", "--set", "members=2", "--seed", "5") == 0
-    run = tmp_path / "a"
-    assert (run / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    _, run = trained_twice(tmp_path, "--set", "members=2", "--seed", "5")
     opened = af.open_run(run)
     model = opened.model
     assert model.config.members == 2

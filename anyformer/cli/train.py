@@ -45,7 +45,7 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--cutmix", type=float, help="images: CutMix's Beta alpha (DeiT: 1.0; 0: off); with --mixup, "
                                                   "each batch takes one of the two")
     t.add_argument("--grad-clip", type=float)
-    t.add_argument("--augment", choices=["none", "digits", "crop_flip", "series"])
+    t.add_argument("--augment", choices=["none", "digits", "crop_flip", "resized_crop", "series"])
     t.add_argument("--eval-every", type=int, help="steps between evaluations (default: each epoch)")
     t.add_argument("--limit-train", type=int, help="train on the first N examples only")
     t.add_argument("--limit-eval", type=int, help="evaluate on the first N examples only")

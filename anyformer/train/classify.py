@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip
+from ..data import (DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip,
+                    random_resized_crop_flip)
 from ..data.images.mix import mix_batch
 from ..data.images.preprocess import ImagePreprocess
 from ..data.images.vision import source_splits, warn_skipped
@@ -80,6 +81,8 @@ class ImageClassification(ClassifierReport):
             x = random_affine(x, generator=g, fill=self._black)
         elif self.cfg.augment == "crop_flip":
             x = random_crop_flip(x, generator=g)
+        elif self.cfg.augment == "resized_crop":
+            x = random_resized_crop_flip(x, generator=g)
         y = self.labels[idx]
         if self.cfg.mixup or self.cfg.cutmix:  # the whole batch mixed, then shared out: alike on any world size
             x, y = mix_batch(x, y, len(self.train.classes), self.cfg.mixup, self.cfg.cutmix, g)

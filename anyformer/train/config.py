@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEDULES = ("cosine", "constant")
-AUGMENTS = ("none", "digits", "crop_flip", "series")
+AUGMENTS = ("none", "digits", "crop_flip", "resized_crop", "series")
 NORMALIZE = ("dataset", "symmetric", "series")
 AMP = ("none", "bf16", "fp16", "auto")
 LOGS = ("jsonl", "tensorboard")

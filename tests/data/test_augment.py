@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anyformer.data import random_affine, random_crop_flip, read_idx
+from anyformer.data import random_affine, random_crop_flip, random_resized_crop_flip, read_idx
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
 
@@ -142,6 +143,51 @@ def test_crop_flip_rejects_bad_input() -> None:
         random_crop_flip(torch.zeros(1, 1, 4, 4), pad=4)
     with pytest.raises(ValueError, match="padding_mode"):
         random_crop_flip(torch.zeros(1, 1, 8, 8), padding_mode="wrap")
+
+
+def test_resized_crop_whole_image_is_the_identity_or_its_mirror() -> None:
+    x = torch.rand(64, 3, 8, 8, generator=_gen(0))
+    y = random_resized_crop_flip(x, scale=(1, 1), ratio=(1, 1), generator=_gen(3))
+    same = torch.isclose(y, x, atol=1e-6).flatten(1).all(1)
+    mirrored = torch.isclose(y, x.flip(-1), atol=1e-6).flatten(1).all(1)
+    assert (same | mirrored).all()
+    assert same.sum() > 10 and mirrored.sum() > 10
+    plain = random_resized_crop_flip(x, scale=(1, 1), ratio=(1, 1), flip=False, generator=_gen(3))
+    torch.testing.assert_close(plain, x, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(("area", "aspect"), [(0.25, 1.0), (0.36, 4 / 3), (0.5, 3 / 4)])
+def test_resized_crop_stretches_by_the_crop_sides(area: float, aspect: float) -> None:
+    # A ramp across the columns (and one down the rows): a crop of width sw (a fraction of the image)
+    # scaled back to the full width steps sw times as fast, mirrored or not; the rows by sh.
+    h = w = 32
+    cols = torch.arange(w, dtype=torch.float32).expand(h, w)
+    x = torch.stack([cols, cols.t().contiguous()])[None].repeat(16, 1, 1, 1)
+    y = random_resized_crop_flip(x, scale=(area, area), ratio=(aspect, aspect), generator=_gen(5))
+    sw, sh = math.sqrt(area * aspect), math.sqrt(area / aspect)
+    step_x = (y[:, 0, :, 1:] - y[:, 0, :, :-1]).abs().mean((1, 2))
+    step_y = (y[:, 1, 1:, :] - y[:, 1, :-1, :]).abs().mean((1, 2))
+    torch.testing.assert_close(step_x, torch.full_like(step_x, sw), rtol=0, atol=1e-4)
+    torch.testing.assert_close(step_y, torch.full_like(step_y, sh), rtol=0, atol=1e-4)
+    # The crop lies inside the image: no value beyond the ramp's ends.
+    assert y.min() >= 0 and y.max() <= w - 1
+
+
+def test_resized_crop_shape_dtype_determinism() -> None:
+    x = torch.rand(32, 3, 16, 16, generator=_gen(0))
+    a = random_resized_crop_flip(x, generator=_gen(1))
+    assert a.shape == x.shape and a.dtype == x.dtype
+    assert torch.equal(a, random_resized_crop_flip(x, generator=_gen(1)))
+    assert not torch.equal(a, random_resized_crop_flip(x, generator=_gen(2)))
+
+
+def test_resized_crop_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="scale must be"):
+        random_resized_crop_flip(torch.zeros(1, 1, 8, 8), scale=(0.5, 1.5))
+    with pytest.raises(ValueError, match="ratio must be"):
+        random_resized_crop_flip(torch.zeros(1, 1, 8, 8), ratio=(0.0, 1.0))
+    with pytest.raises(ValueError, match="floating point"):
+        random_resized_crop_flip(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
 
 
 # --------------------------------------------------------------------------- speed

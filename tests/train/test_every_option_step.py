@@ -14,7 +14,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from torch import nn
 
-from anyformer.data import random_affine, random_crop_flip
+from anyformer.data import random_affine, random_crop_flip, random_resized_crop_flip
 from anyformer.train import Trainer
 from anyformer.train.batches import epoch_order, step_generator
 from anyformer.train.build import TRUNK, build_model
@@ -99,7 +99,9 @@ def test_augment_transforms_the_batch_as_named(tmp_path, mnist_slice):
     assert torch.equal(digits, random_affine(plain, generator=step_generator(0, 3), fill=task._black))
     _, crop_flip = batch("crop_flip")
     assert torch.equal(crop_flip, random_crop_flip(plain, generator=step_generator(0, 3)))
-    assert not torch.equal(digits, plain) and not torch.equal(crop_flip, plain)
+    _, resized = batch("resized_crop")
+    assert torch.equal(resized, random_resized_crop_flip(plain, generator=step_generator(0, 3)))
+    assert not torch.equal(digits, plain) and not torch.equal(crop_flip, plain) and not torch.equal(resized, plain)
 
 
 def test_grad_accum_splits_the_step_into_that_many_chunks(tmp_path, mnist_slice):

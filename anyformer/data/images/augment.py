@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..transfer import to_device
 
-__all__ = ["random_affine", "random_crop_flip"]
+__all__ = ["random_affine", "random_crop_flip", "random_resized_crop_flip"]
 
 
 def _draw(fn, *args, generator: torch.Generator | None, device: torch.device, **kwargs) -> torch.Tensor:
@@ -123,3 +123,44 @@ def random_crop_flip(
         cols = torch.where(flipped, cols.flip(1), cols)  # mirror = read the crop's columns backwards
     idx = (rows[:, :, None] * wp + cols[:, None, :]).reshape(b, 1, h * w).expand(b, c, h * w)
     return xp.reshape(b, c, -1).gather(2, idx).reshape(b, c, h, w)
+
+
+def random_resized_crop_flip(
+    x: torch.Tensor,
+    scale: tuple[float, float] = (0.35, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    flip: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """A random crop of each sample, scaled back to the full size, mirrored left-right for half the samples
+    (Inception's and DeiT's random-resized crop, batched).
+
+    scale: the crop's area as a fraction of the image's, uniform in [scale[0], scale[1]].
+    ratio: the crop's width / height, log-uniform in [ratio[0], ratio[1]]; a crop that would not fit is
+      shrunk to fit (torchvision retries instead; a batched draw cannot).
+    The crop's place is uniform where it fits. Bilinear resampling (one affine_grid + grid_sample for the
+    batch, so every sample is resampled even at scale 1); returns a new tensor of the same shape and dtype.
+    """
+    _check_batch(x, "random_resized_crop_flip", need_float=True)
+    lo, hi = scale
+    if not 0 < lo <= hi <= 1:
+        raise ValueError(f"random_resized_crop_flip: scale must be (lo, hi) with 0 < lo <= hi <= 1, got {scale}")
+    r_lo, r_hi = ratio
+    if not 0 < r_lo <= r_hi:
+        raise ValueError(f"random_resized_crop_flip: ratio must be (lo, hi) with 0 < lo <= hi, got {ratio}")
+    b = x.shape[0]
+    u = _draw(torch.rand, b, 5, generator=generator, device=x.device, dtype=x.dtype)
+    area = lo + u[:, 0] * (hi - lo)
+    aspect = torch.exp(math.log(r_lo) + u[:, 1] * (math.log(r_hi) - math.log(r_lo)))
+    # The crop's sides as fractions of the image's (its area = sw * sh): capped at the whole side.
+    sw = torch.sqrt(area * aspect).clamp(max=1.0)
+    sh = torch.sqrt(area / aspect).clamp(max=1.0)
+    # Its centre in affine_grid's [-1, 1] units, uniform where the crop fits: at most 1 - side away from 0.
+    cx = (u[:, 2] * 2 - 1) * (1 - sw)
+    cy = (u[:, 3] * 2 - 1) * (1 - sh)
+    mirror = torch.where(u[:, 4] < 0.5, -1.0, 1.0).to(x.dtype) if flip else torch.ones_like(sw)
+    zero = torch.zeros_like(sw)
+    theta = torch.stack([torch.stack([sw * mirror, zero, cx], dim=1),
+                         torch.stack([zero, sh, cy], dim=1)], dim=1)  # (B, 2, 3): output coords -> input coords
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)

@@ -13,12 +13,10 @@ training images' statistics are saved with the run, so a run written before eith
 """
 from __future__ import annotations
 
-import os
-from typing import IO, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor
 
 from ...shapes import pair

@@ -36,10 +36,13 @@ def fortunes_frame(name: str, cap: int = 450, seed: int = 0) -> pd.DataFrame:
     return pd.concat(parts).sample(frac=1, random_state=seed).reset_index(drop=True)
 
 
-def debian_frame(cap: int = 150, seed: int = 0) -> pd.DataFrame:
+def debian_frame(cap: int = 150, seed: int = 0, names: bool = False) -> pd.DataFrame:
     """At most `cap` packages of each of DEBIAN_SECTIONS: `text` the package's synopsis (the Description
-    field's first line), `label` its section; drawn by the seed from `apt-cache dumpavail` (the release
-    the machine's apt lists hold: run `apt-get update` first on a fresh machine)."""
+    field's first line), or with `names` the package's name with its '-', '.' and '+' read as spaces (a
+    title's kind of text: a few made-up words, a weak hint of the class, as movie titles are of their
+    genre); `label` its section; drawn by the seed from `apt-cache dumpavail` (the release the machine's
+    apt lists hold: run `apt-get update` first on a fresh machine)."""
+    import re
     import subprocess
 
     out = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True, check=True).stdout
@@ -47,7 +50,8 @@ def debian_frame(cap: int = 150, seed: int = 0) -> pd.DataFrame:
     for record in out.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in record.splitlines() if ": " in line and not line[0].isspace())
         if fields.get("Section") in DEBIAN_SECTIONS and fields.get("Description"):
-            rows.append((fields["Description"].strip(), fields["Section"]))
+            text = re.sub(r"[-.+]+", " ", fields["Package"]).strip() if names else fields["Description"].strip()
+            rows.append((text, fields["Section"]))
     frame = pd.DataFrame(rows, columns=["text", "label"]).drop_duplicates("text")
     if frame.empty:
         raise SystemExit("apt-cache dumpavail lists no packages of the chosen sections: run `apt-get update` first")

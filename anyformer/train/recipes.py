@@ -178,7 +178,9 @@ def _auto_config(data: str, overrides: dict[str, Any]) -> TrainConfig:
         values.pop("epochs", None), why.pop("epochs", None)
     if overrides.get("epochs") is not None:
         values.pop("max_steps", None), why.pop("max_steps", None)
-    model_overrides = {**values.pop("model_overrides", {}), **(overrides.pop("model_overrides", None) or {})}
+    # A model setting asked as "choose" (`--set lexical=choose`) was decided by the derivation: its answer stands.
+    asked_model = {k: v for k, v in (overrides.pop("model_overrides", None) or {}).items() if v != "choose"}
+    model_overrides = {**values.pop("model_overrides", {}), **asked_model}
     values.update({k: v for k, v in overrides.items() if v is not None and k != "data"})
     values.setdefault("out", default_out(data))
     why = {"task": f"{values['task']}: {what}", **why}

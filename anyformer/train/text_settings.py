@@ -11,7 +11,7 @@ import torch
 
 from ..data.split import holdout_fraction
 from ..data.text.inputs import encode_texts
-from ..data.text.labelled import describe_text_source, read_labelled_text
+from ..data.text.labelled import LabelledTexts, describe_text_source, read_labelled_text
 from . import textclass
 from .textclass import BPE_PIECES, HELD_OUT_FILE, INSTALL_HINT, MINILM, class_names, minilm_tokenizer
 
@@ -31,7 +31,9 @@ BATCH = 16
 # models/text_classifier.py), learning at 1000x the encoder's rate: chosen by 3-fold scores on
 # debian-sections and fortunes-people (text_select.py round 5), 84.4% mean accuracy against 83.1% without
 # it (debian-sections +2.0 points, fortunes-people +0.5), where 30x and 100x had moved nothing (round 4).
-LEXICAL = True
+# "choose": decided per run on its own training texts (text_choice.py), measured in round 10.
+LEXICAL: bool | str = True
+CHOOSE = "choose"
 # Seconds a run may spend training, and the token-blocks a second a trained MiniLM block goes through
 # forward and backward on 2 CPU cores (measured in text_select.py's runs: 3,600 to 3,800 with a load average
 # of 3-4 from other jobs on the machine, 2,400 at 6-7; the machine was never idle). Where the chosen blocks
@@ -59,6 +61,21 @@ def _kept(frozen: int, lengths: list[int], length: int, depth: int = 6, width: i
         return "their states computed once"
     return (f"their states computed again at every step: keeping them would take about {size / 1024 ** 3:.1f} GiB, "
             f"over {textclass.STATES_BYTES / 1024 ** 3:.0f}")
+
+
+def _lexical(train: LabelledTexts, test: LabelledTexts | None, classes: list[str], fraction: float | None,
+             asked: dict[str, Any], why: dict[str, str]) -> bool:
+    """Whether the pretrained path adds the lexical term: as asked (`--set lexical=true|false`), else LEXICAL,
+    where "choose" (`--set lexical=choose`) decides on the run's own training texts, saying why."""
+    wanted = (asked.get("model_overrides") or {}).get("lexical", LEXICAL)
+    if wanted != CHOOSE:
+        return bool(wanted)
+    from .text_choice import choose_lexical
+    seed = int(asked.get("seed") or 0)
+    # Only the texts the run trains on: where it holds a share out to score, that share is not seen here.
+    kept = train if test is not None else textclass.hold_out(train, classes, float(fraction or 0), seed)[0]
+    lexical, why["lexical"] = choose_lexical(kept, classes, asked, seed)
+    return lexical
 
 
 def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
@@ -103,10 +120,11 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
     overrides: dict[str, Any]
     if pretrained:
         frozen = frozen_for(tokens, total / max(1, per_epoch))
-        overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False, lexical=LEXICAL)
+        lexical = _lexical(train, test, classes, fraction, asked, why)
+        overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False, lexical=lexical)
         why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
                         f"mean of its tokens into a linear head"
-                        + (", plus a linear term on the bag of word pieces" if LEXICAL else "") + "; "
+                        + (", plus a linear term on the bag of word pieces" if lexical else "") + "; "
                         + (f"the embeddings and the first {frozen} of 6 blocks frozen "
                            f"({_kept(frozen, lengths, length)}), "
                            f"so that {total / max(1, per_epoch):.3g} passes over ~{tokens:,} training tokens fit about "

@@ -159,15 +159,24 @@ def load_text_splits(cfg: TrainConfig, info: dict[str, Any] | None = None) -> Te
     classes = list(info["classes"]) if info is not None else class_names(train.labels)
     if test is not None:
         return TextSplits(train, test, classes, source, "test", str(source.test))
-    index = {c: i for i, c in enumerate(classes)}
-    labels = torch.tensor([index[c] for c in train.labels], dtype=torch.long)
     recorded = (info or {}).get("val_fraction")
-    fraction = float(recorded) if recorded else holdout_fraction(labels, cfg.val_fraction)
-    keep, held = stratified_holdout(labels, fraction, cfg.seed, classes,
-                                    hint="or give a NAME_TRAIN/NAME_TEST pair or train/ and test/ folders")
-    scored = _take(train, held.tolist())
-    return TextSplits(_take(train, keep.tolist()), scored, classes, source, "validation", str(source.train),
-                      scored.rows, fraction)
+    fraction = float(recorded) if recorded else holdout_fraction(label_ids(train, classes), cfg.val_fraction)
+    kept, scored = hold_out(train, classes, fraction, cfg.seed)
+    return TextSplits(kept, scored, classes, source, "validation", str(source.train), scored.rows, fraction)
+
+
+def label_ids(texts: LabelledTexts, classes: list[str]) -> Tensor:
+    index = {c: i for i, c in enumerate(classes)}
+    return torch.tensor([index[c] for c in texts.labels], dtype=torch.long)
+
+
+def hold_out(texts: LabelledTexts, classes: list[str], fraction: float, seed: int,
+             hint: str = "or give a NAME_TRAIN/NAME_TEST pair or train/ and test/ folders"
+             ) -> tuple[LabelledTexts, LabelledTexts]:
+    """(the texts kept for training, the seeded, stratified share held out): the run's split where the data
+    has no test part, and the same draw wherever a split of the run's texts must match it."""
+    keep, held = stratified_holdout(label_ids(texts, classes), fraction, seed, classes, hint=hint)
+    return _take(texts, keep.tolist()), _take(texts, held.tolist())
 
 
 def _other_data(cfg: TrainConfig, info: dict[str, Any]) -> TextSplits:

@@ -129,8 +129,8 @@ term and without, the better score on the fifth chosen, a tie keeping the term; 
   package names average about two words, the edge at which a table's only text column is read as text
   (data/text/labelled.py `find_text_column`), and that fold's training file was read as a table whose one
   column is an id, and refused. Every run of every round now passes `--task text`, which changes nothing where
-  the file was read as text already. Seen before the fix: the first 7 folds' rows (debian-sections and
-  fortunes-people: the candidate chose the term on each and matched the default to the digit), and
+  the file was read as text already. Seen before the fix: the rows of debian-sections and fortunes-people (the
+  candidate chose the term on each fold read and matched the default to the digit), and
   debian-names' first fold (both 0.606, the term chosen). The round is run again whole, under the same rule.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]

@@ -130,7 +130,8 @@ def describe_columns(frame: pd.DataFrame, target: str, where: str) -> list[Colum
     if not any(c.kind != "skipped" for c in columns):
         skipped = "; ".join(f"{c.name!r}: {c.why}" for c in columns[:4]) or "none"
         raise DataError(f"{where}: no column to learn from besides the target {target!r} (skipped: {skipped}); "
-                        f"expected number, category or date columns")
+                        f"expected number, category or date columns, or, for a column of short texts such "
+                        f"as titles, --task text")
     return columns
 
 

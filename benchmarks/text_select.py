@@ -128,8 +128,10 @@ term and without, the better score on the fifth chosen, a tie keeping the term; 
 - Added after the round's first attempt (06:31-06:43 UTC), which stopped on `debian-names`' second fold: its
   package names average about two words, the edge at which a table's only text column is read as text
   (data/text/labelled.py `find_text_column`), and that fold's training file was read as a table whose one
-  column is an id, and refused. Every run of every round now passes `--task text`, which changes nothing where
-  the file was read as text already. Seen before the fix: the rows of debian-sections and fortunes-people (the
+  column is an id, and refused. Every run of every round now passes `--task text` (and, after a second attempt,
+  06:43-06:54 UTC, stopped at the same fold: `--task text` alone still looked for a text column by its length,
+  `--text-column text` too), which changes nothing where the file was read as text already; the second
+  attempt's rows matched the first's to the digit. Seen before the fix: the rows of debian-sections and fortunes-people (the
   candidate chose the term on each fold read and matched the default to the digit), and
   debian-names' first fold (both 0.606, the term chosen). The round is run again whole, under the same rule.
 
@@ -211,10 +213,11 @@ def tfidf_lr(train, test) -> float:
 
 def train_run(folder: Path, out: Path, flags: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # --task text: every set here is labelled text; the package names (two words a name on average) sit at
-    # the edge of what a table's text column is told by, and one of their folds was read as a table of ids.
+    # --task text --text-column text: every set here is labelled text in its `text` column; the package names
+    # (two words a name on average) sit at the edge of what tells a table's text column, and one of their
+    # folds was read as a table of ids.
     cmd = [sys.executable, "-m", "anyformer", "train", "--data", str(folder), "--out", str(out), "--no-progress",
-           "--no-plots", "--overwrite", "--task", "text", *flags]
+           "--no-plots", "--overwrite", "--task", "text", "--text-column", "text", *flags]
     started = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     summary = json.loads((out / "summary.json").read_text())

@@ -249,7 +249,8 @@ def describe_text_source(data: str | Path, label_column: str | None = None,
     if text is None:
         shown = "; ".join(f"{k!r} ({v})" for k, v in list(others.items())[:4])
         raise DataError(f"{files.train}: no free-text column besides the label {target!r} ({shown}); expected a "
-                        f"column of texts at least {TEXT_CHARS} characters long on average, mostly distinct")
+                        f"column of texts at least {TEXT_CHARS} characters long on average, mostly distinct, or "
+                        f"one named by --text-column")
     return TextSource("table", files.train, files.test, text, target, others, why)
 
 

@@ -56,6 +56,9 @@ class TextClassifierConfig(TextEncoderConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_sizes(self, ("num_classes", "members"))
+        if not isinstance(self.lexical, bool):  # "choose" is the derivation's to answer (train/text_choice.py)
+            raise ValueError(f"lexical must be true or false (or, for a run derived from its data, choose), "
+                             f"got {self.lexical!r}")
         if self.lexical_pairs < 0 or (self.lexical_pairs and not self.lexical):
             raise ValueError(f"lexical_pairs must be 0, or a number of buckets with lexical on; got "
                              f"{self.lexical_pairs} with lexical={self.lexical}")

@@ -132,6 +132,8 @@ def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any]
         model, lr = "minilm-classifier", LR_PRETRAINED
     else:
         overrides = dict(init="random", max_positions=max(length, 128), pooler=False)
+        if (asked.get("model_overrides") or {}).get("lexical") == CHOOSE:  # off by default here; on where asked
+            overrides["lexical"] = _lexical(train, test, classes, fraction, asked, why)
         why["model"] = (f"text-classifier-small: anyformer's own TextEncoder (4 blocks, width 256) from scratch with "
                         f"a BPE of up to {BPE_PIECES:,} pieces learned from the training texts; {INSTALL_HINT}")
         model, lr = "text-classifier-small", LR_SCRATCH

@@ -71,3 +71,21 @@ def test_a_run_chooses_on_its_training_texts_alone_and_records_the_answer(tmp_pa
     held_rows = [int(r) for r in (tmp_path / "a" / "heldout.txt").read_text().split() if r.isdigit()]
     held = {frame.text[r - 1] for r in held_rows}
     assert len(held) == 12 and trial_texts[0] == set(frame.text) - held
+
+
+def test_the_from_scratch_path_chooses_too_where_asked(tmp_path, capsys, monkeypatch):
+    from anyformer.train import textclass
+    monkeypatch.setattr(textclass, "minilm_available", lambda: False)  # as where the weights package is missing
+    texts(20).to_csv(tmp_path / "texts.csv", index=False)
+    assert main(["train", "--data", str(tmp_path / "texts.csv"), "--out", str(tmp_path / "run"), "--max-steps", "3",
+                 "--set", "lexical=choose", *FAST]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("derived: lexical = "))
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["data"]["init"] == "random"
+    assert line.startswith(f"derived: lexical = {str(config['config']['lexical']).lower()}: ")
+
+
+def test_choose_is_an_answer_only_the_derivation_gives():
+    from anyformer.models.text_classifier import TextClassifierConfig
+    with pytest.raises(ValueError, match="lexical must be true or false"):
+        TextClassifierConfig(lexical="choose", num_classes=2)

@@ -69,7 +69,7 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
         asked = {**asked, "objective": None}
     if kind.kind == "labelled-text":
         from .text_settings import text_settings
-        what, values, why = text_settings(data, asked)
+        what, values, why = text_settings(data, asked, forced=forced == "text")
         return what, values, {k: v for k, v in why.items() if asked.get(k) is None}
     if kind.kind == "series":
         values, why = _series(data, asked, series_recipe)

@@ -78,9 +78,10 @@ def _lexical(train: LabelledTexts, test: LabelledTexts | None, classes: list[str
     return lexical
 
 
-def text_settings(data: str, asked: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
-    """(what the labelled text is, in one line; its run's settings; why each was derived)."""
-    source = describe_text_source(data, asked.get("label_column"), asked.get("text_column"))
+def text_settings(data: str, asked: dict[str, Any], forced: bool = False) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(what the labelled text is, in one line; its run's settings; why each was derived). `forced`: the
+    user said the data is labelled text (--task text), so a table's one column beside the label is its text."""
+    source = describe_text_source(data, asked.get("label_column"), asked.get("text_column"), lone=forced)
     train, test = read_labelled_text(source)
     classes = class_names(train.labels)
     n = len(train)

@@ -70,3 +70,22 @@ def test_a_run_trained_on_named_columns_predicts_other_files_by_them(tmp_path, c
     rows = capsys.readouterr().out.strip().splitlines()
     assert rows[0] == "source,row,class,probability" and len(rows) == 1 + 6
     assert main(["eval", str(tmp_path / "run"), "--data", str(tmp_path / "t.csv")]) == 0
+
+
+def test_task_text_reads_a_lone_column_of_one_word_titles_as_the_texts(tmp_path, capsys, monkeypatch):
+    # Names of one word each, all distinct: by their values an id column, and the table is refused, saying
+    # --task text; with --task text the one column beside the label is the text, however short.
+    from anyformer.train import textclass
+    monkeypatch.setattr(textclass, "minilm_available", lambda: False)
+    words = {"weather": "rain storm snow wind fog hail sleet drizzle gust frost thunder mist",
+             "sport": "goal match referee league penalty striker keeper tackle corner offside derby final"}
+    frame = pd.DataFrame([(f"{w}{i}", label) for label, ws in words.items() for i in range(2)
+                          for w in ws.split()], columns=["name", "label"])
+    frame.to_csv(tmp_path / "names.csv", index=False)
+    assert main(["train", "--data", str(tmp_path / "names.csv"), "--out", str(tmp_path / "refused"), *FAST]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("--task text")
+    assert main(["train", "--data", str(tmp_path / "names.csv"), "--out", str(tmp_path / "run"), "--task", "text",
+                 "--max-steps", "2", *FAST]) == 0
+    assert "a text column 'name'" in capsys.readouterr().out
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["text_column"] == "name"

@@ -63,9 +63,11 @@ class TextSource:
 
 # ---------------------------------------------------------------------------------------------- tables
 
-def find_text_column(frame: pd.DataFrame, target: str) -> tuple[str | None, str, dict[str, str]]:
+def find_text_column(frame: pd.DataFrame, target: str, lone: bool = False) -> tuple[str | None, str, dict[str, str]]:
     """(the free-text column, why, the other columns skipped with why): the column whose present cells are
-    longest on average among those at least TEXT_CHARS long and mostly distinct; None where there is none."""
+    longest on average among those at least TEXT_CHARS long and mostly distinct; None where there is none.
+    With `lone` (--task text: the user says the table holds texts), a table of one column beside the label
+    has that column read as its texts, however short."""
     candidates: list[tuple[float, str, str]] = []
     others: dict[str, str] = {}
     for name in frame.columns:
@@ -86,7 +88,7 @@ def find_text_column(frame: pd.DataFrame, target: str) -> tuple[str | None, str,
         name = next(iter(others))
         present = frame[name][~is_missing(frame[name])]
         words = float(present.str.split().str.len().mean()) if len(present) else 0.0
-        if words >= 2 and present.nunique() >= SHORT_TEXT_SHARE * len(present):
+        if lone or words >= 2 and present.nunique() >= SHORT_TEXT_SHARE * len(present):
             return name, f"{present.str.len().mean():.0f} characters on average, {words:.1f} words, the only column", {}
     if not candidates:
         return None, "", others
@@ -223,10 +225,10 @@ def _folder_texts(folder: Path) -> LabelledTexts:
 # ---------------------------------------------------------------------------------------------- both
 
 def describe_text_source(data: str | Path, label_column: str | None = None,
-                         text_column: str | None = None) -> TextSource:
+                         text_column: str | None = None, lone: bool = False) -> TextSource:
     """How the labelled text at `data` is laid out (no texts kept): a table's columns, or class folders.
     `text_column` (--text-column) names a table's text column, or several joined by commas, over the
-    column its values would pick."""
+    column its values would pick; `lone` (--task text): a table's one column beside the label is its text."""
     path = Path(data).expanduser()
     if path.is_dir() and has_class_folders(path):
         split = _split_folders(path)
@@ -245,7 +247,7 @@ def describe_text_source(data: str | Path, label_column: str | None = None,
         others = {c: "not named by --text-column" for c in frame.columns if c != target and c not in named}
         return TextSource("table", files.train, files.test, ",".join(named), target, others,
                           "named by --text-column")
-    text, why, others = find_text_column(frame, target)
+    text, why, others = find_text_column(frame, target, lone)
     if text is None:
         shown = "; ".join(f"{k!r} ({v})" for k, v in list(others.items())[:4])
         raise DataError(f"{files.train}: no free-text column besides the label {target!r} ({shown}); expected a "

@@ -78,7 +78,7 @@ class ImageClassification(ClassifierReport):
         x = self.normalise(self.images[idx])
         g = step_generator(self.cfg.seed, step)
         if self.cfg.augment == "digits":
-            x = random_affine(x, generator=g, fill=self._black)
+            x = digits_affine(x, self.cfg.augment_strength, g, self._black)
         elif self.cfg.augment == "crop_flip":
             x = random_crop_flip(x, generator=g)
         elif self.cfg.augment == "resized_crop":
@@ -326,3 +326,11 @@ def balanced_subset(ds: ImageDataset, fraction: float, seed: int) -> ImageDatase
         picked.append(members[torch.randperm(len(members), generator=g)[:per_class]])
     idx = torch.cat(picked).sort().values  # in the split's order; each epoch shuffles anyway
     return ImageDataset(ds.images[idx], ds.labels[idx], ds.classes, ds.name)
+
+
+def digits_affine(x: Tensor, strength: float, generator: torch.Generator, fill: float) -> Tensor:
+    """The grey pictures' augmentation (`--augment digits`): random_affine's shifts of up to 2/28 of the side,
+    rotations of up to 10 degrees and scalings of 0.9 to 1.1, each range times `strength` (1: as measured in
+    the image rounds; 0: none)."""
+    return random_affine(x, max_shift=2 / 28 * strength, max_rotate_deg=10.0 * strength,
+                         scale=(1 - 0.1 * strength, 1 + 0.1 * strength), generator=generator, fill=fill)

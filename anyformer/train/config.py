@@ -35,6 +35,7 @@ class TrainConfig:
     label_smoothing: float = 0.0
     grad_clip: float | None = None
     augment: str = "none"
+    augment_strength: float = 1.0            # images, augment=digits: the shifts, rotations and scalings times this
     mixup: float = 0.0                       # images: mixup's Beta alpha (0: off; data/images/mix.py)
     cutmix: float = 0.0                      # images: CutMix's Beta alpha (0: off; with mixup, even odds a batch)
     normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1];
@@ -91,6 +92,9 @@ class TrainConfig:
                             ("device", ("auto", "cpu", "cuda")), ("log", LOGS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {valid}")
+        if not 0 <= self.augment_strength < 7:  # 7 x the shift of 2/28 would move a digit off its image
+            raise ValueError(f"augment_strength scales the shifts, rotations and scalings: expected 0 to 7, got "
+                             f"{self.augment_strength}")
         if self.mixup < 0 or self.cutmix < 0:
             raise ValueError(f"mixup and cutmix take a Beta alpha >= 0 (0: off), got {self.mixup} and {self.cutmix}")
         if self.batch_size < 1 or self.grad_accum < 1:

@@ -99,6 +99,13 @@ def test_augment_transforms_the_batch_as_named(tmp_path, mnist_slice):
     assert torch.equal(digits, random_affine(plain, generator=step_generator(0, 3), fill=task._black))
     _, crop_flip = batch("crop_flip")
     assert torch.equal(crop_flip, random_crop_flip(plain, generator=step_generator(0, 3)))
+    strong = ImageClassification(short(tmp_path, augment="digits", augment_strength=2.0), torch.device("cpu"),
+                                 *mnist_slice).batch(3)[0][0]
+    assert torch.equal(strong, random_affine(plain, max_shift=4 / 28, max_rotate_deg=20.0, scale=(0.8, 1.2),
+                                             generator=step_generator(0, 3), fill=task._black))
+    none = ImageClassification(short(tmp_path, augment="digits", augment_strength=0.0), torch.device("cpu"),
+                               *mnist_slice).batch(3)[0][0]
+    torch.testing.assert_close(none, plain, rtol=0, atol=1e-4)  # strength 0: the identity (resampled in float32)
     _, resized = batch("resized_crop")
     assert torch.equal(resized, random_resized_crop_flip(plain, generator=step_generator(0, 3)))
     assert not torch.equal(digits, plain) and not torch.equal(crop_flip, plain) and not torch.equal(resized, plain)
@@ -215,3 +222,10 @@ def test_fsdp_shards_the_weights_under_torchrun(tmp_path, mnist_slice, monkeypat
         assert all(isinstance(p, DTensor) for p in trainer.model.parameters())
     finally:
         trainer.dist.close()
+
+
+def test_an_augment_strength_out_of_range_is_refused():
+    from anyformer.train.config import TrainConfig
+    for bad in (-0.5, 7.0):
+        with pytest.raises(ValueError, match="augment_strength scales the shifts"):
+            TrainConfig(augment_strength=bad)

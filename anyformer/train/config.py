@@ -92,7 +92,7 @@ class TrainConfig:
                             ("device", ("auto", "cpu", "cuda")), ("log", LOGS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {valid}")
-        if not 0 <= self.augment_strength < 7:  # 7 x the shift of 2/28 would move a digit off its image
+        if not 0 <= self.augment_strength < 7:  # at 7 a shift reaches half the side and a scaling 0.3
             raise ValueError(f"augment_strength scales the shifts, rotations and scalings: expected 0 to 7, got "
                              f"{self.augment_strength}")
         if self.mixup < 0 or self.cutmix < 0:

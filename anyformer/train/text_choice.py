@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.errors import DataError
+from ..data.split import MIN_HELD_OUT_PER_CLASS
 from ..data.text.labelled import LabelledTexts
 
 CHOICE_FRACTION = 0.2
@@ -28,9 +29,10 @@ def choose_lexical(train: LabelledTexts, classes: list[str], asked: dict[str, An
     """(whether to add the lexical term, why in one line), from two runs on the training texts alone."""
     from .textclass import hold_out
     try:
-        fit, held = hold_out(train, classes, CHOICE_FRACTION, seed + 1, hint="so the default is kept")
-    except DataError as e:
-        return True, f"true: too few training texts to choose on ({e})"
+        fit, held = hold_out(train, classes, CHOICE_FRACTION, seed + 1)
+    except DataError:  # a class too small for a fifth of it to score
+        return True, (f"true: too few training texts to choose on (a class's fifth held back must hold "
+                      f"{MIN_HELD_OUT_PER_CLASS} or more, and some class's does not): the default")
     scores = {}
     with tempfile.TemporaryDirectory(prefix="anyformer-choose-") as tmp:
         _write_pair(Path(tmp), fit, held)

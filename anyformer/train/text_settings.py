@@ -31,7 +31,8 @@ BATCH = 16
 # models/text_classifier.py), learning at 1000x the encoder's rate: chosen by 3-fold scores on
 # debian-sections and fortunes-people (text_select.py round 5), 84.4% mean accuracy against 83.1% without
 # it (debian-sections +2.0 points, fortunes-people +0.5), where 30x and 100x had moved nothing (round 4).
-# "choose": decided per run on its own training texts (text_choice.py), measured in round 10.
+# "choose" decides per run on its own training texts (text_choice.py): measured in round 10, not chosen
+# (its trials chose the term on all 9 folds at about 3x the time).
 LEXICAL: bool | str = True
 CHOOSE = "choose"
 # Seconds a run may spend training, and the token-blocks a second a trained MiniLM block goes through

@@ -145,7 +145,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 def train(args: argparse.Namespace) -> int:
     import os
 
-    from ..train import Trainer, TrainConfig, recipe_config
+    from ..train import Trainer, TrainConfig, recipe_config, resolve_choices
     from ..train.resume import settings_to_run
     values = settings(args)
     # --resume continues the run with the settings it recorded; a flag given may not contradict them.
@@ -155,7 +155,8 @@ def train(args: argparse.Namespace) -> int:
     main = os.environ.get("RANK", "0") == "0"  # under torchrun every rank decides, before any rank writes
     values["resume"], recorded = settings_to_run(run_dir_of(args), asked, args.resume, args.overwrite,
                                                  say=print if main else lambda line: None)
-    cfg = TrainConfig.from_dict(recorded) if recorded is not None else recipe_config(args.recipe, **values)
+    cfg = (TrainConfig.from_dict(recorded) if recorded is not None
+           else resolve_choices(recipe_config(args.recipe, **values)))
     if recorded is None:
         announce_derived(cfg)
     if cfg.baseline:  # its libraries asked for before the run, not after it
@@ -207,13 +208,13 @@ def announce_derived(cfg: Any) -> None:
 
 def tune(args: argparse.Namespace) -> int:
     """Plan a run before training it, like FFTW's wisdom: the choices, why, and a file to replay."""
-    from ..train import Trainer, recipe_config
+    from ..train import Trainer, recipe_config, resolve_choices
     from ..train.runplan import write_plan
     values = settings(args)
     values["resume"] = values["resume"] is True  # "auto" asks nothing of a scratch directory
     with tempfile.TemporaryDirectory(prefix="anyformer-tune-") as scratch:
         values["out"] = str(Path(scratch) / "run")  # a run directory is needed, and nothing is written there
-        plan = Trainer(recipe_config(args.recipe, **values)).tune()
+        plan = Trainer(resolve_choices(recipe_config(args.recipe, **values))).tune()
     print(f"plan: compile {plan['compile']}, linears {plan['linears'] or '-'}; {len(plan['answers'])} kernel choices:")
     for key, choice in sorted(plan["answers"].items()):
         print(f"  {choice:<9} {key}")

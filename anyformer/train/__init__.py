@@ -10,20 +10,34 @@ from .recipes import RECIPES, recipe_config
 from .rundir import TrainingError
 from .signals import Interrupted
 from .tasks import TASKS
+from .text_choice import resolve_lexical
 from .trainer import Trainer
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["CheckpointError", "load_checkpoint", "TrainConfig", "RECIPES", "recipe_config", "Interrupted",
-           "Trainer", "TrainingError", "Task", "TASKS", "fit", "train"]
+           "Trainer", "TrainingError", "Task", "TASKS", "fit", "resolve_choices", "train"]
 
 
 def train(recipe: str | None = None, *, model: "torch.nn.Module | None" = None, **overrides: Any) -> dict[str, Any]:
     """Train a recipe with overrides, e.g. `train("mnist", epochs=1, out="runs/m")`, or with no
     recipe and `data=` your own files (the task and settings derived from them); `model=` trains a
     module of your own instead of the recipe's preset. Returns the summary."""
-    return _run(recipe_config(recipe, **overrides), model)
+    return _run(resolve_choices(recipe_config(recipe, **overrides)), model)
+
+
+def resolve_choices(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with the settings asked as "choose" answered by trial runs on its own training data
+    (`--set lexical=choose`: train/text_choice.py): here, because trials are runs of the trainer."""
+    import contextlib
+    import io
+
+    def run(**settings: Any) -> dict[str, Any]:
+        with contextlib.redirect_stdout(io.StringIO()):  # a trial's lines would read as the run's own
+            return Trainer(recipe_config(None, **settings)).run()
+
+    return resolve_lexical(cfg, run)
 
 
 def _run(cfg: TrainConfig, model: "torch.nn.Module | None") -> dict[str, Any]:

@@ -178,12 +178,7 @@ def _auto_config(data: str, overrides: dict[str, Any]) -> TrainConfig:
         values.pop("epochs", None), why.pop("epochs", None)
     if overrides.get("epochs") is not None:
         values.pop("max_steps", None), why.pop("max_steps", None)
-    # A model setting asked as "choose" (`--set lexical=choose`) that the derivation decided: its answer stands
-    # (one it did not decide goes on as asked, and the model refuses it in one line).
-    derived_model = values.pop("model_overrides", {})
-    asked_model = {k: v for k, v in (overrides.pop("model_overrides", None) or {}).items()
-                   if not (v == "choose" and k in derived_model)}
-    model_overrides = {**derived_model, **asked_model}
+    model_overrides = {**values.pop("model_overrides", {}), **(overrides.pop("model_overrides", None) or {})}
     values.update({k: v for k, v in overrides.items() if v is not None and k != "data"})
     values.setdefault("out", default_out(data))
     why = {"task": f"{values['task']}: {what}", **why}

@@ -11,8 +11,9 @@ import torch
 
 from ..data.split import holdout_fraction
 from ..data.text.inputs import encode_texts
-from ..data.text.labelled import LabelledTexts, describe_text_source, read_labelled_text
+from ..data.text.labelled import describe_text_source, read_labelled_text
 from . import textclass
+from .text_choice import CHOOSE
 from .textclass import BPE_PIECES, HELD_OUT_FILE, INSTALL_HINT, MINILM, class_names, minilm_tokenizer
 
 MAX_TOKENS = 128       # the length texts are cut to: most reviews, tickets and messages fit; longer ones cost O(N^2)
@@ -34,7 +35,6 @@ BATCH = 16
 # "choose" decides per run on its own training texts (text_choice.py): measured in round 10, not chosen
 # (its trials chose the term on all 9 folds at about 3x the time).
 LEXICAL: bool | str = True
-CHOOSE = "choose"
 # Seconds a run may spend training, and the token-blocks a second a trained MiniLM block goes through
 # forward and backward on 2 CPU cores (measured in text_select.py's runs: 3,600 to 3,800 with a load average
 # of 3-4 from other jobs on the machine, 2,400 at 6-7; the machine was never idle). Where the chosen blocks
@@ -64,19 +64,12 @@ def _kept(frozen: int, lengths: list[int], length: int, depth: int = 6, width: i
             f"over {textclass.STATES_BYTES / 1024 ** 3:.0f}")
 
 
-def _lexical(train: LabelledTexts, test: LabelledTexts | None, classes: list[str], fraction: float | None,
-             asked: dict[str, Any], why: dict[str, str]) -> bool:
-    """Whether the pretrained path adds the lexical term: as asked (`--set lexical=true|false`), else LEXICAL,
-    where "choose" (`--set lexical=choose`) decides on the run's own training texts, saying why."""
-    wanted = (asked.get("model_overrides") or {}).get("lexical", LEXICAL)
-    if wanted != CHOOSE:
-        return bool(wanted)
-    from .text_choice import choose_lexical
-    seed = int(asked.get("seed") or 0)
-    # Only the texts the run trains on: where it holds a share out to score, that share is not seen here.
-    kept = train if test is not None else textclass.hold_out(train, classes, float(fraction or 0), seed)[0]
-    lexical, why["lexical"] = choose_lexical(kept, classes, asked, seed)
-    return lexical
+def _lexical(asked: dict[str, Any], default: bool | str) -> bool | str:
+    """Whether the model adds the lexical term: as asked (`--set lexical=true|false`), else `default`;
+    "choose" (`--set lexical=choose`) is answered before the run starts, on its training texts
+    (text_choice.resolve_lexical, which says why)."""
+    wanted = (asked.get("model_overrides") or {}).get("lexical", default)
+    return CHOOSE if wanted == CHOOSE else bool(wanted)
 
 
 def text_settings(data: str, asked: dict[str, Any], forced: bool = False) -> tuple[str, dict[str, Any], dict[str, str]]:
@@ -122,11 +115,13 @@ def text_settings(data: str, asked: dict[str, Any], forced: bool = False) -> tup
     overrides: dict[str, Any]
     if pretrained:
         frozen = frozen_for(tokens, total / max(1, per_epoch))
-        lexical = _lexical(train, test, classes, fraction, asked, why)
+        lexical = _lexical(asked, LEXICAL)
         overrides = dict(init=MINILM, frozen_layers=frozen, max_positions=512, pooler=False, lexical=lexical)
         why["model"] = (f"minilm-classifier: the pretrained {MINILM} encoder (6 blocks, width 384) fine-tuned, the "
                         f"mean of its tokens into a linear head"
-                        + (", plus a linear term on the bag of word pieces" if lexical else "") + "; "
+                        + ({True: ", plus a linear term on the bag of word pieces", False: "",
+                            CHOOSE: ", plus a linear term on the bag of word pieces where the lexical line "
+                                    "says so"}[lexical]) + "; "
                         + (f"the embeddings and the first {frozen} of 6 blocks frozen "
                            f"({_kept(frozen, lengths, length)}), "
                            f"so that {total / max(1, per_epoch):.3g} passes over ~{tokens:,} training tokens fit about "
@@ -134,8 +129,8 @@ def text_settings(data: str, asked: dict[str, Any], forced: bool = False) -> tup
         model, lr = "minilm-classifier", LR_PRETRAINED
     else:
         overrides = dict(init="random", max_positions=max(length, 128), pooler=False)
-        if (asked.get("model_overrides") or {}).get("lexical") == CHOOSE:  # off by default here; on where asked
-            overrides["lexical"] = _lexical(train, test, classes, fraction, asked, why)
+        if _lexical(asked, False) == CHOOSE:  # off by default here; chosen where asked
+            overrides["lexical"] = CHOOSE
         why["model"] = (f"text-classifier-small: anyformer's own TextEncoder (4 blocks, width 256) from scratch with "
                         f"a BPE of up to {BPE_PIECES:,} pieces learned from the training texts; {INSTALL_HINT}")
         model, lr = "text-classifier-small", LR_SCRATCH

@@ -51,6 +51,8 @@ OPTION_PINS: dict[str, list[str]] = {
     "mixup": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
     "cutmix": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
     "augment": ["tests/train/test_every_option_step.py::test_augment_transforms_the_batch_as_named"],
+    "augment_strength": ["tests/train/test_every_option_step.py::test_augment_transforms_the_batch_as_named",
+                         "tests/train/test_every_option_step.py::test_an_augment_strength_out_of_range_is_refused"],
     "normalize": ["tests/train/test_preprocess.py::test_the_classification_task_feeds_the_model_through_it",
                   "tests/train/test_series_train.py::"
                   "test_per_series_normalisation_is_chosen_by_the_config_and_saved_with_the_run"],

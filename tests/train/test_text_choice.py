@@ -20,28 +20,32 @@ def _texts(n_per_class: int) -> tuple[LabelledTexts, list[str]]:
 
 
 @pytest.mark.parametrize(("with_term", "without", "chosen"), [(0.8, 0.7, True), (0.7, 0.8, False), (0.75, 0.75, True)])
-def test_the_better_trial_wins_and_a_tie_keeps_the_term(monkeypatch, with_term, without, chosen):
+def test_the_better_trial_wins_and_a_tie_keeps_the_term(with_term, without, chosen):
     seen = []
 
-    def trial(folder, lexical, asked, seed):
+    def trial(folder, lexical):
         import pandas as pd
         seen.append((lexical, len(pd.read_csv(folder / "choose_TRAIN.csv")), len(pd.read_csv(folder / "choose_TEST.csv"))))
         return with_term if lexical else without
 
-    monkeypatch.setattr(text_choice, "_trial", trial)
     train, classes = _texts(20)
-    lexical, why = text_choice.choose_lexical(train, classes, {}, seed=0)
+    lexical, why = text_choice.choose_lexical(train, classes, 0, trial)
     assert lexical is chosen
     assert why.startswith(f"{str(chosen).lower()}: {with_term:.1%} with the term against {without:.1%} without")
     # Both trials train on the same four fifths (48 of 60) and are scored on the fifth held back (12).
     assert seen == [(True, 48, 12), (False, 48, 12)]
 
 
-def test_too_few_texts_to_hold_a_fifth_back_keep_the_term(monkeypatch):
-    monkeypatch.setattr(text_choice, "_trial", lambda *a: pytest.fail("no trial should run"))
+def test_too_few_texts_to_hold_a_fifth_back_keep_the_term():
     train, classes = _texts(4)  # a fifth of 4 a class holds back 1, under the 2 a class that scores need
-    lexical, why = text_choice.choose_lexical(train, classes, {}, seed=0)
+    lexical, why = text_choice.choose_lexical(train, classes, 0, lambda *a: pytest.fail("no trial should run"))
     assert lexical is True and why.startswith("true: too few training texts to choose on")
+
+
+def test_a_setting_not_asked_as_choose_runs_no_trial():
+    from anyformer.train import TrainConfig
+    cfg = TrainConfig(model_overrides={"lexical": True})
+    assert text_choice.resolve_lexical(cfg, lambda **s: pytest.fail("no trial should run")) is cfg
 
 
 @pytest.mark.slow

@@ -67,7 +67,7 @@ def find_text_column(frame: pd.DataFrame, target: str, lone: bool = False) -> tu
     """(the free-text column, why, the other columns skipped with why): the column whose present cells are
     longest on average among those at least TEXT_CHARS long and mostly distinct; None where there is none.
     With `lone` (--task text: the user says the table holds texts), a table of one column beside the label
-    has that column read as its texts, however short."""
+    has that column read as its texts, however short, unless its cells are all numbers."""
     candidates: list[tuple[float, str, str]] = []
     others: dict[str, str] = {}
     for name in frame.columns:
@@ -88,7 +88,8 @@ def find_text_column(frame: pd.DataFrame, target: str, lone: bool = False) -> tu
         name = next(iter(others))
         present = frame[name][~is_missing(frame[name])]
         words = float(present.str.split().str.len().mean()) if len(present) else 0.0
-        if lone or words >= 2 and present.nunique() >= SHORT_TEXT_SHARE * len(present):
+        numbers = len(present) > 0 and bool(pd.to_numeric(present, errors="coerce").notna().all())
+        if lone and not numbers or words >= 2 and present.nunique() >= SHORT_TEXT_SHARE * len(present):
             return name, f"{present.str.len().mean():.0f} characters on average, {words:.1f} words, the only column", {}
     if not candidates:
         return None, "", others

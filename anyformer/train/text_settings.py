@@ -83,8 +83,7 @@ def text_settings(data: str, asked: dict[str, Any], forced: bool = False) -> tup
     fraction = None
     n_train = n
     if test is None:
-        index = {c: i for i, c in enumerate(classes)}
-        labels = torch.tensor([index[c] for c in train.labels], dtype=torch.long)
+        labels = textclass.label_ids(train, classes)
         fraction = holdout_fraction(labels, asked.get("val_fraction"))
         held = sum(round(fraction * int(c)) for c in torch.bincount(labels) if c)
         why["val_fraction"] = (f"{fraction:.2f}: no test part, so a seeded share of each class is held out "

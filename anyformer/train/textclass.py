@@ -166,16 +166,17 @@ def load_text_splits(cfg: TrainConfig, info: dict[str, Any] | None = None) -> Te
 
 
 def label_ids(texts: LabelledTexts, classes: list[str]) -> Tensor:
+    """Each text's class as its index in `classes`."""
     index = {c: i for i, c in enumerate(classes)}
     return torch.tensor([index[c] for c in texts.labels], dtype=torch.long)
 
 
-def hold_out(texts: LabelledTexts, classes: list[str], fraction: float, seed: int,
-             hint: str = "or give a NAME_TRAIN/NAME_TEST pair or train/ and test/ folders"
+def hold_out(texts: LabelledTexts, classes: list[str], fraction: float, seed: int
              ) -> tuple[LabelledTexts, LabelledTexts]:
     """(the texts kept for training, the seeded, stratified share held out): the run's split where the data
     has no test part, and the same draw wherever a split of the run's texts must match it."""
-    keep, held = stratified_holdout(label_ids(texts, classes), fraction, seed, classes, hint=hint)
+    keep, held = stratified_holdout(label_ids(texts, classes), fraction, seed, classes,
+                                    hint="or give a NAME_TRAIN/NAME_TEST pair or train/ and test/ folders")
     return _take(texts, keep.tolist()), _take(texts, held.tolist())
 
 
@@ -229,7 +230,7 @@ class TextClassification(ClassifierReport):
             raise DataError(f"{cfg.data}: no texts in the training part or in the texts scored "
                             f"({len(train)} and {len(test)})")
         self.train_ids = encode_texts(self.tokenizer, train.texts) if self.tokenizer is not None else []
-        self.train_labels = torch.tensor([index[c] for c in train.labels], dtype=torch.long)
+        self.train_labels = label_ids(train, self.classes)
         # The scored texts in order of length: batches of alike lengths pad little; the scores do not care.
         test_ids = encode_texts(self.tokenizer, test.texts)
         order = sorted(range(len(test_ids)), key=lambda i: len(test_ids[i]))

@@ -118,12 +118,18 @@ def test_crop_flip_matches_loop_reference(mode: str) -> None:
     torch.testing.assert_close(y, _reference_crop_flip(x, 4, 7, mode), rtol=0, atol=0)
 
 
+def _same_seed_same_batch(augment, x: torch.Tensor) -> torch.Tensor:
+    """`augment(x)` by seed 1, checked: x's shape and dtype, the same again by seed 1, another by seed 2."""
+    a = augment(x, generator=_gen(1))
+    assert a.shape == x.shape and a.dtype == x.dtype
+    assert torch.equal(a, augment(x, generator=_gen(1)))
+    assert not torch.equal(a, augment(x, generator=_gen(2)))
+    return a
+
+
 def test_crop_flip_shape_dtype_determinism() -> None:
     x = torch.rand(64, 3, 32, 32, generator=_gen(0))
-    a = random_crop_flip(x, generator=_gen(1))
-    assert a.shape == x.shape and a.dtype == x.dtype
-    assert torch.equal(a, random_crop_flip(x, generator=_gen(1)))
-    assert not torch.equal(a, random_crop_flip(x, generator=_gen(2)))
+    a = _same_seed_same_batch(random_crop_flip, x)
     changed = (a != x).flatten(1).any(1)
     assert changed.float().mean() > 0.9  # 1/81 * 1/2 chance per sample to be the identity
 
@@ -174,11 +180,7 @@ def test_resized_crop_stretches_by_the_crop_sides(area: float, aspect: float) ->
 
 
 def test_resized_crop_shape_dtype_determinism() -> None:
-    x = torch.rand(32, 3, 16, 16, generator=_gen(0))
-    a = random_resized_crop_flip(x, generator=_gen(1))
-    assert a.shape == x.shape and a.dtype == x.dtype
-    assert torch.equal(a, random_resized_crop_flip(x, generator=_gen(1)))
-    assert not torch.equal(a, random_resized_crop_flip(x, generator=_gen(2)))
+    _same_seed_same_batch(random_resized_crop_flip, torch.rand(32, 3, 16, 16, generator=_gen(0)))
 
 
 def test_resized_crop_rejects_bad_input() -> None:

@@ -14,7 +14,7 @@ from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, P
                   SinusoidalPosition, Transformer, attention_weights, init_weights)
 from ..shapes import pair, patch_grid
 from ..nn.dropout import Dropout
-from ..nn.stems import ConvStem
+from ..nn.stems import STEM_NORMS, ConvStem
 from .base import Model, check_seq_len, check_sizes, matmul_weights
 
 VIT_POSITIONS = ("learned", "concat", "sinusoidal", "none")
@@ -35,6 +35,8 @@ class ViTConfig:
     activation: str = "gelu"
     stem: str = "patch"              # patch: one strided conv (ViT); conv: 3x3 stride-2 convs (hybrid ViT)
     stem_channels: int = 0           # the conv stem's last-stage channels (0: width / 2)
+    stem_convs: int = 1              # the conv stem's 3x3 convolutions a stage (the first stride 2, the rest 1)
+    stem_norm: str = "none"          # none | batch: BatchNorm after each of the conv stem's 3x3 convolutions
     position: str = "learned"        # learned | concat | sinusoidal (2-D) | none
     pos_width: int = 0               # channels of concatenated positions (position="concat")
     class_token: bool = True
@@ -61,6 +63,10 @@ class ViTConfig:
         check_sizes(self, ("in_chans", "num_classes", "width", "depth", "heads", "mlp_hidden"))
         if isinstance(self.stem_channels, bool) or not isinstance(self.stem_channels, int) or self.stem_channels < 0:
             raise ValueError(f"stem_channels must be 0 (half the width) or a positive integer, got {self.stem_channels!r}")
+        if isinstance(self.stem_convs, bool) or not isinstance(self.stem_convs, int) or self.stem_convs < 1:
+            raise ValueError(f"stem_convs must be a positive integer (3x3 convolutions a stage), got {self.stem_convs!r}")
+        if self.stem_norm not in STEM_NORMS:
+            raise ValueError(f"unknown stem_norm {self.stem_norm!r}; expected one of {STEM_NORMS}")
         patch_grid(self.image_size, self.patch_size)  # refuses a patch that does not tile the image
 
     @property
@@ -79,7 +85,8 @@ class ViT(Model):
         self.config = c = config
         token_width = c.width - (c.pos_width if c.position == "concat" else 0)
         self.patch_embed = (PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias) if c.stem == "patch"
-                            else ConvStem(c.patch_size, c.in_chans, token_width, c.stem_channels))
+                            else ConvStem(c.patch_size, c.in_chans, token_width, c.stem_channels, c.stem_convs,
+                                          c.stem_norm))
         self.prefix = ClassToken(token_width, c.num_registers, c.class_token)
         n = c.grid[0] * c.grid[1] + self.prefix.num_prefix
         self.pos = {"learned": lambda: LearnedPosition(n, c.width),

@@ -49,3 +49,23 @@ def test_conv_stem_rejects_what_it_cannot_build():
         af.ViT.preset("vit-mnist-fast", stem="resnet")
     with pytest.raises(ValueError, match="expected 1 image channels, got 3"):
         ConvStem(4, 1, 32)(torch.randn(1, 3, 8, 8))
+
+
+def test_a_deeper_normalised_stem_stacks_stride_1_convolutions_and_batch_norms(tmp_path):
+    stem = ConvStem(4, 3, 32, convs=2, norm="batch")
+    convs = [m for m in stem.proj if isinstance(m, torch.nn.Conv2d)]
+    assert [(m.out_channels, m.stride[0], m.bias is None) for m in convs] == [
+        (8, 2, True), (8, 1, True), (16, 2, True), (16, 1, True), (32, 1, False)]  # the last: the 1x1 projection
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in stem.proj) == 4
+    assert stem(torch.randn(2, 3, 16, 24)).shape == (2, 4 * 6, 32)  # the same token grid as one conv a stage
+    vit = af.ViT.preset("vit-mnist-fast", stem="conv", depth=1, stem_convs=2, stem_norm="batch")
+    vit(torch.randn(4, 1, 28, 28)).sum().backward()  # training mode: the batch's statistics, the running ones move
+    assert all(p.grad is not None for p in vit.parameters())
+    assert vit.patch_embed.proj[1].num_batches_tracked == 1
+    vit.eval().save(tmp_path)  # the running statistics are saved with the weights and used in eval
+    x = torch.randn(1, 1, 28, 28)
+    assert torch.equal(af.load(tmp_path)(x), vit(x))
+    for key, bad, match in (("stem_convs", 0, "stem_convs must be a positive"), ("stem_convs", True, "stem_convs"),
+                            ("stem_norm", "layer", "unknown stem_norm 'layer'")):
+        with pytest.raises(ValueError, match=match):
+            af.ViT.preset("vit-mnist-fast", stem="conv", **{key: bad})

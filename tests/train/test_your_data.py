@@ -132,7 +132,9 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert cfg.batch_size == n_train // 4 and cfg.warmup_steps <= cfg.epochs * per_epoch // 10
     assert cfg.model_overrides["patch_size"] == 8 and cfg.derived["image_size"].startswith("48x48")
     assert cfg.model_overrides["stem_channels"] == cfg.model_overrides["width"] == 64  # image round 4
-    assert "3 stride-2 3x3 stages up to 64 channels, patch 8 (36 tokens" in cfg.derived["model"]
+    assert (cfg.model_overrides["stem_convs"], cfg.model_overrides["stem_norm"]) == (2, "batch")  # image round 13
+    assert ("a conv stem of 3 stages up to 64 channels, each two 3x3 convolutions (stride 2, then 1) with "
+            "BatchNorm, patch 8 (36 tokens" in cfg.derived["model"])
     grey = recipe_config(None, data=str(photos(tmp_path / "grey", [(28, 28)], colour=False)))
     assert grey.image_size == [28, 28] and grey.augment == "digits" and grey.model_overrides["patch_size"] == 4
     flagged = recipe_config(None, data=str(folder), image_size=32, batch_size=5, val_fraction=0.25)

@@ -55,6 +55,7 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.position = torch.zeros((), dtype=torch.long, device=device)
         self.slots = torch.arange(max_len, device=device)  # 0 .. max_len - 1, made once, not per layer
+        self._written = 0  # eager on the CPU: the position as read by this forward's first layer
 
     @property
     def layers(self) -> int:
@@ -77,9 +78,15 @@ class KVCache:
         sees them all."""
         T, keys, values = k.shape[2], self.k[layer], self.v[layer]
         if keys.device.type == "cpu" and not torch.compiler.is_compiling():
-            p = int(self.position)
-            keys[:, :, p:p + T], values[:, :, p:p + T] = k, v  # copied into the cache's precision
-            keys, values = keys[:, :, :p + T], values[:, :, :p + T]
+            # The position is read once a forward, at its first layer (the layers write in order, and
+            # only the last moves it): a read is an op, and a one-token step is mostly ops' overhead.
+            if layer == 0:
+                self._written = int(self.position)
+            p = self._written
+            # narrow + copy_: two ops where slicing goes through Python indexing (several).
+            keys.narrow(2, p, T).copy_(k)  # copied into the cache's precision
+            values.narrow(2, p, T).copy_(v)
+            keys, values = keys.narrow(2, 0, p + T), values.narrow(2, 0, p + T)
             visible = None if T == 1 else self.slots[:p + T] <= (p + self.slots[:T])[:, None]
         else:
             if k.dtype != keys.dtype:  # under autocast the projections are in a lower precision

@@ -69,3 +69,15 @@ def test_a_deeper_normalised_stem_stacks_stride_1_convolutions_and_batch_norms(t
                             ("stem_norm", "layer", "unknown stem_norm 'layer'")):
         with pytest.raises(ValueError, match=match):
             af.ViT.preset("vit-mnist-fast", stem="conv", **{key: bad})
+
+
+def test_the_stem_itself_refuses_what_it_cannot_build_and_keeps_its_biases_without_a_norm():
+    # The stem checks its own arguments: it is built directly too, not only from a ViTConfig that checked them.
+    for convs in (0, True, 2.5):
+        with pytest.raises(ValueError, match=f"at least 1 convolution a stage, got {convs!r}"):
+            ConvStem(4, 1, 32, convs=convs)
+    with pytest.raises(ValueError, match=r"unknown conv stem norm 'layer'; expected one of \('none', 'batch'\)"):
+        ConvStem(4, 1, 32, norm="layer")
+    plain = ConvStem(4, 1, 32, convs=2)  # no norm: every convolution keeps its bias, and no BatchNorm comes in
+    assert all(m.bias is not None for m in plain.proj if isinstance(m, torch.nn.Conv2d))
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in plain.proj)

@@ -55,7 +55,6 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.position = torch.zeros((), dtype=torch.long, device=device)
         self.slots = torch.arange(max_len, device=device)  # 0 .. max_len - 1, made once, not per layer
-        self._written = 0  # eager on the CPU: the position as read by this forward's first layer
 
     @property
     def layers(self) -> int:
@@ -78,11 +77,7 @@ class KVCache:
         sees them all."""
         T, keys, values = k.shape[2], self.k[layer], self.v[layer]
         if keys.device.type == "cpu" and not torch.compiler.is_compiling():
-            # The position is read once a forward, at its first layer (the layers write in order, and
-            # only the last moves it): a read is an op, and a one-token step is mostly ops' overhead.
-            if layer == 0:
-                self._written = int(self.position)
-            p = self._written
+            p = int(self.position)
             # narrow + copy_: two ops where slicing goes through Python indexing (several).
             keys.narrow(2, p, T).copy_(k)  # copied into the cache's precision
             values.narrow(2, p, T).copy_(v)

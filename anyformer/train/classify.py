@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ..data import (DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip,
                     random_resized_crop_flip)
+from ..data.images.augment import AFFINE_ROTATE_DEG, AFFINE_SCALE, AFFINE_SHIFT
 from ..data.images.mix import mix_batch
 from ..data.images.preprocess import ImagePreprocess
 from ..data.images.vision import source_splits, warn_skipped
@@ -329,8 +330,8 @@ def balanced_subset(ds: ImageDataset, fraction: float, seed: int) -> ImageDatase
 
 
 def digits_affine(x: Tensor, strength: float, generator: torch.Generator, fill: float) -> Tensor:
-    """The grey pictures' augmentation (`--augment digits`): random_affine's shifts of up to 2/28 of the side,
-    rotations of up to 10 degrees and scalings of 0.9 to 1.1, each range times `strength` (1: as measured in
-    the image rounds; 0: none)."""
-    return random_affine(x, max_shift=2 / 28 * strength, max_rotate_deg=10.0 * strength,
-                         scale=(1 - 0.1 * strength, 1 + 0.1 * strength), generator=generator, fill=fill)
+    """The grey pictures' augmentation (`--augment digits`): random_affine's default shifts, rotations and
+    scalings, each range times `strength` (1: its defaults, as measured in the image rounds; 0: none)."""
+    return random_affine(x, max_shift=AFFINE_SHIFT * strength, max_rotate_deg=AFFINE_ROTATE_DEG * strength,
+                         scale=(1 - AFFINE_SCALE * strength, 1 + AFFINE_SCALE * strength), generator=generator,
+                         fill=fill)

@@ -220,7 +220,6 @@ class TextClassification(ClassifierReport):
             self.tokenizer = minilm_tokenizer(self.max_length)
         else:
             self.tokenizer = learn_tokenizer(s.train.texts, BPE_PIECES, self.max_length)
-        index = {c: i for i, c in enumerate(self.classes)}
         train, test = s.train, s.test
         if cfg.limit_train:
             train = _take(train, list(range(min(cfg.limit_train, len(train)))))
@@ -235,7 +234,7 @@ class TextClassification(ClassifierReport):
         test_ids = encode_texts(self.tokenizer, test.texts)
         order = sorted(range(len(test_ids)), key=lambda i: len(test_ids[i]))
         self.test_ids = [test_ids[i] for i in order]
-        self.test_labels = torch.tensor([index[test.labels[i]] for i in order], dtype=torch.long)
+        self.test_labels = label_ids(test, self.classes)[order]
         self.n_train, self.n_test = len(train), len(test)
         # The prior (train/text_prior.py): fitted here, on the training texts alone, where the model asks for one.
         self.prior = (fit_prior(self.train_ids, self.train_labels, len(self.classes), self.tokenizer.get_vocab_size(),

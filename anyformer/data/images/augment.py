@@ -19,7 +19,14 @@ import torch.nn.functional as F
 
 from ..transfer import to_device
 
-__all__ = ["random_affine", "random_crop_flip", "random_resized_crop_flip"]
+__all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "random_affine", "random_crop_flip",
+           "random_resized_crop_flip"]
+
+# random_affine's default ranges (grey digits and glyphs: +-2 px on 28x28, +-10 degrees, 0.9-1.1 zoom); the
+# trainer's `--augment-strength` scales these (train/classify.py digits_affine).
+AFFINE_SHIFT = 2 / 28
+AFFINE_ROTATE_DEG = 10.0
+AFFINE_SCALE = 0.1
 
 
 def _draw(fn, *args, generator: torch.Generator | None, device: torch.device, **kwargs) -> torch.Tensor:
@@ -38,9 +45,9 @@ def _check_batch(x: torch.Tensor, fn: str, need_float: bool) -> None:
 
 def random_affine(
     x: torch.Tensor,
-    max_shift: float = 2 / 28,
-    max_rotate_deg: float = 10.0,
-    scale: tuple[float, float] = (0.9, 1.1),
+    max_shift: float = AFFINE_SHIFT,
+    max_rotate_deg: float = AFFINE_ROTATE_DEG,
+    scale: tuple[float, float] = (1 - AFFINE_SCALE, 1 + AFFINE_SCALE),
     generator: torch.Generator | None = None,
     *,
     fill: float = 0.0,

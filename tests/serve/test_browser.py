@@ -136,12 +136,28 @@ def test_a_bad_upload_shows_an_error_and_the_page_keeps_working(vit_run, browser
 
 
 @pytest.mark.slow
-def test_generated_text_streams_into_the_page(lm_run, browser, tmp_path):
+def test_generated_text_streams_into_the_page(lm_run, browser, tmp_path, monkeypatch):
     from anyformer.data.text.tokenizers import tokenizer_from_info
-    from anyformer.models import read_config
+    from anyformer.models import GPT, read_config
     from anyformer.serve import create_app
     alphabet = set(tokenizer_from_info(read_config(lm_run)["data"]).chars)
-    with live_server(create_app(str(lm_run))) as url:
+    app = create_app(str(lm_run))  # measures its step times on the model as it is
+    # The tiny model samples 120 tokens in a few milliseconds; on a loaded host the browser can then
+    # read them in as few as 4 pieces (CI saw [39, 57, 89, 125]). Pacing each token at 20 ms makes
+    # the stream's pieces arrive apart on any host, so the page's rendering is what is tested.
+    unpaced = GPT.stream
+
+    def paced(self, *args, **kwargs):
+        tokens = unpaced(self, *args, **kwargs)
+        try:
+            for token in tokens:
+                time.sleep(0.02)
+                yield token
+        finally:
+            tokens.close()
+
+    monkeypatch.setattr(GPT, "stream", paced)
+    with live_server(app) as url:
         browser.get(url)
         prompt = by_testid(browser, "prompt")
         prompt.clear()

@@ -139,6 +139,20 @@ term and without, the better score on the fifth chosen, a tie keeping the term; 
   included, the kind the round added for a case where they might not. Its runs took up to 107 s of wall time
   against 31. The default is kept; `lexical=choose` stays an option.
 
+Round 11 (`--round 11`), its rule written after round 10 and before round 11's first run. The linear head
+starts from small random weights (std 0.02) and learns at the encoder's fine-tuning rate, 1e-4, for the
+150-update floor: AdamW moves each of its weights by at most about 1e-4 a step, so on small sets the head is
+still far from a fitted linear probe when the run ends and the trained blocks bend towards it instead.
+Fine-tuning recipes commonly give a new head a larger rate. The candidates give the head (each member's, in
+an ensemble) a multiple of the encoder's rate (models/text_classifier.py `head_lr_scale`; at 1 the optimiser
+is as before):
+- Sets and folds: as round 10 (`debian-sections`, `fortunes-people`, `debian-names`, 3 folds each).
+- Candidates: C150L1000 (the default), C150L1000H10 (the head at 10x) and C150L1000H100 (at 100x).
+- Chosen: a head candidate replaces the default only if its mean over the 9 folds is more than 0.5 points
+  above C150L1000's and not more than 0.5 points below it on any of the three sets; where both do, the
+  higher mean, and within 0.5 points of each other the lower scale (10x).
+- Results: benchmarks/results/amd-epyc/text_select_round11.md.
+
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """
 from __future__ import annotations
@@ -183,6 +197,10 @@ CANDIDATES = {
                "--set", "lexical_lr_scale=1000", "--set", "prior=true"],
     "C150LC": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=choose",
                "--set", "lexical_lr_scale=1000"],
+    "C150L1000H10": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
+                     "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=10"],
+    "C150L1000H100": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
+                      "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100"],
 }
 ROUNDS = {1: ([("fortunes8", 250)], ["A", "B", "C"]), 2: ([("fortunes-people", 100)], ["C", "C150", "C300"]),
           3: ([("debian-sections", 150)], ["C150", "F150", "F150hi"]),
@@ -192,7 +210,9 @@ ROUNDS = {1: ([("fortunes8", 250)], ["A", "B", "C"]), 2: ([("fortunes-people", 1
           7: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C300L1000"]),
           8: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C150S", "C150LS"]),
           9: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000E1", "C150L1000"]),
-          10: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)], ["C150L1000", "C150LC"])}
+          10: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)], ["C150L1000", "C150LC"]),
+          11: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
+               ["C150L1000", "C150L1000H10", "C150L1000H100"])}
 
 
 def choose_frame(set_name: str, cap: int):
@@ -270,7 +290,7 @@ def chosen_by_rule(round_: int, rows: list[dict], candidates: list[str]) -> str:
         if round_ == 10:  # every run of the candidate, its trials included, within 300 s
             ahead = ahead and all(r["wall"] <= 300 for r in rows if r["candidate"] == other)
         return other if ahead else default
-    if round_ == 8:  # the default first; C150S, then C150LS
+    if round_ in (8, 11):  # the default first; then the candidates, the one preferred within 0.5 points first
         default, *others = candidates
         sets = sorted({r["set"] for r in rows})
         fit = [n for n in others if mean(n) - mean(default) > 0.005

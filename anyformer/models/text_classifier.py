@@ -51,6 +51,7 @@ class TextClassifierConfig(TextEncoderConfig):
     prior: bool = False             # a fitted TF-IDF + logistic regression's logits, scaled, added to the logits
     prior_features: int = 0         # its 1-2 grams (set from the training texts by the task)
     prior_lr_scale: float = 100.0
+    head_lr_scale: float = 1.0      # the linear head's (each member's) multiple of the encoder's rate
     members: int = 1                # an ensemble of this many trained tops (blocks after the frozen ones, and head)
 
     def __post_init__(self) -> None:
@@ -62,7 +63,7 @@ class TextClassifierConfig(TextEncoderConfig):
         if self.lexical_pairs < 0 or (self.lexical_pairs and not self.lexical):
             raise ValueError(f"lexical_pairs must be 0, or a number of buckets with lexical on; got "
                              f"{self.lexical_pairs} with lexical={self.lexical}")
-        for name in ("lexical_lr_scale", "prior_lr_scale"):
+        for name in ("lexical_lr_scale", "prior_lr_scale", "head_lr_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.prior_features < 0:
@@ -106,10 +107,14 @@ class TextClassifier(Model):
     def lr_scales(self) -> dict[str, float]:
         """Parameters (by name prefix) that learn at a multiple of the run's learning rate (train/optim.py)."""
         c = self.config
-        return {name: scale for name, scale, part in (("lexical.", c.lexical_lr_scale, self.lexical),
-                                                      ("lexical_pairs.", c.lexical_lr_scale, self.lexical_pairs),
-                                                      ("prior_scale", c.prior_lr_scale, self.prior))
-                if part is not None}
+        scales = {name: scale for name, scale, part in (("lexical.", c.lexical_lr_scale, self.lexical),
+                                                        ("lexical_pairs.", c.lexical_lr_scale, self.lexical_pairs),
+                                                        ("prior_scale", c.prior_lr_scale, self.prior))
+                  if part is not None}
+        if c.head_lr_scale != 1.0:  # at 1 the head stays in the common groups: the optimiser as before
+            scales["head."] = c.head_lr_scale
+            scales.update({f"extra_members.{i}.head.": c.head_lr_scale for i in range(c.members - 1)})
+        return scales
 
     @property
     def backbone(self) -> nn.Module:

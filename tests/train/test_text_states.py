@@ -75,6 +75,24 @@ def test_the_lexical_term_starts_at_zero_and_learns_at_its_own_rate():
         TextClassifierConfig(lexical=True, lexical_lr_scale=0)
 
 
+def test_the_head_learns_at_its_own_rate_and_each_members_head_too():
+    from anyformer.train.optim import param_groups
+    plain = tiny(0, members=2)
+    assert plain.lr_scales == {}  # at 1x the head stays in the common groups: the optimiser as before
+    assert not any("lr_scale" in g for g in param_groups(plain, 0.01))
+    model = tiny(0, members=2, head_lr_scale=10)
+    groups = param_groups(model, 0.01)
+    scaled: dict[tuple, set] = {}
+    for g in groups:
+        if "lr_scale" in g:
+            scaled.setdefault((g["lr_scale"], g["weight_decay"]), set()).update(id(p) for p in g["params"])
+    heads = (model.head, model.extra_members[0].head)
+    assert scaled == {(10, 0.01): {id(h.weight) for h in heads}, (10, 0.0): {id(h.bias) for h in heads}}
+    assert sum(len(g["params"]) for g in groups) == sum(p.requires_grad for p in model.parameters())
+    with pytest.raises(ValueError, match="head_lr_scale must be positive, got -1"):
+        TextClassifierConfig(head_lr_scale=-1)
+
+
 def test_the_pair_term_adds_each_adjacent_pair_of_real_pieces_in_its_bucket():
     from anyformer.models.text_classifier import pair_buckets
     from anyformer.train.optim import param_groups

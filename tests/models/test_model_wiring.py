@@ -48,6 +48,11 @@ def test_every_vit_setting_reaches_its_module():
     assert vit.head.pre_logits[0].out_features == 12 and isinstance(vit.head.pre_logits[1], nn.GELU)
     assert vit.head.fc.out_features == 5
     assert vit(torch.randn(2, 2, 16, 24)).shape == (2, 5)
+    with pytest.raises(ValueError, match=r"expected images of size 16x24 \(the model's image_size\), got 24x16$"):
+        vit(torch.randn(2, 2, 24, 16))
+    images = torch.randn(2, 2, 16, 24)
+    zeros = [(vit.train(mode).tokens(images) == 0).float().mean().item() for mode in (True, False)]
+    assert zeros[0] > 0.1 and zeros[1] == 0  # the tokens' dropout (0.25) in training only
 
 
 def test_vit_prefix_tokens_start_tiny_and_random_and_the_head_truncated_normal():
@@ -118,3 +123,23 @@ def test_gpt2_scales_the_residual_projections_by_one_over_sqrt_twice_the_depth(d
     if depth == 1:  # near the cut on both sides: it is at +-0.04, not elsewhere
         w = torch.cat([b.attn.proj.weight.flatten() for b in gpt.backbone.blocks])
         assert w.max() > 0.039 and w.min() < -0.039
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_vit_pool_sets_what_the_last_block_computes(pool):
+    # A class-token head reads token 0 alone, so the last block computes that token only (forward and
+    # pre_logits alike); a mean-pooled head reads all 1 + 4 tokens. The logits are those of every token.
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=16, patch_size=8, width=32, depth=2, heads=4, mlp_hidden=64, num_classes=3,
+                        pool=pool)).eval()
+    images = torch.randn(2, 3, 16, 16)
+    seen = []
+    hook = vit.backbone.blocks[-1].register_forward_hook(lambda m, args, out: seen.append(out.shape[1]))
+    with torch.no_grad():
+        logits, features = vit(images), vit.pre_logits(images)
+    hook.remove()
+    assert seen == ([1, 1] if pool == "cls" else [5, 5])
+    with torch.no_grad():
+        every = vit.backbone(vit.tokens(images))
+        torch.testing.assert_close(logits, vit.head(every), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(features, vit.head.pooled(every), rtol=1e-5, atol=1e-5)

@@ -50,6 +50,13 @@ def test_a_layer_without_outputs_is_not_asked_about(asked):
     assert asked.linear == []
 
 
+def test_an_empty_call_is_not_asked_about(asked):
+    """A batch of no rows has no kernel to choose; the layer's other calls are still asked about."""
+    layer = nn.Linear(8, 3).eval()
+    plan.prepare(layer, lambda m: (m(torch.randn(0, 8)), m(torch.randn(4, 8))))
+    assert asked.linear == [(4, 8, 3, F32, False)]
+
+
 def test_without_onednn_only_gelus_are_asked(asked, monkeypatch):
     """Where torch has no oneDNN linear a linear layer has no other kernel; the native GELU still is."""
     monkeypatch.setattr(layers, "_ONEDNN", False)

@@ -230,6 +230,7 @@ def test_the_pretrained_minilm_is_fine_tuned_with_its_lower_blocks_frozen(tmp_pa
     meta = json.loads((tmp_path / "run" / "config.json").read_text())
     assert meta["data"]["init"] == "all-MiniLM-L6-v2" and meta["config"]["frozen_layers"] == 5
     assert meta["config"]["lexical"] and meta["config"]["lexical_lr_scale"] == 1000  # text_select.py round 5
+    assert meta["config"]["head_lr_scale"] == 100  # round 11
     run = af.open_run(tmp_path / "run")
     assert run.model.lexical.weight.abs().sum() > 0  # the bag's weights, from zero, were trained and saved
     from anyformer.interop.minilm import load_minilm

@@ -347,3 +347,15 @@ def test_commit_keeps_the_last_checkpoints_asked_for_and_two_by_default(tmp_path
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000002.pt", "step-000000003.pt"]
     checkpoint.commit_checkpoint(tmp_path, 4, stage_checkpoint(tmp_path, 4, {"model": {}, "step": 4})[0], keep=1)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000004.pt"]
+
+
+def test_a_checkpoints_dict_holds_every_required_field_and_only_the_optional_ones_kept() -> None:
+    """A run without a speed plan still writes `plan` (None; `from_state` needs it); the optional fields
+    (`total_steps`, `scaler`, `ema`, `best`) are written only where the run keeps them."""
+    required = dict(step=3, model={"w": torch.ones(1)}, optimizer={}, model_config={}, sums={}, rng=[],
+                    metrics_lines=3, elapsed=1.5, last_line={}, plan=None)
+    plain = checkpoint.Checkpoint(**required)
+    assert plain.state() == required
+    assert checkpoint.Checkpoint.from_state(plain.state()) == plain
+    kept = checkpoint.Checkpoint(**required, total_steps=9, ema={"w": torch.zeros(1)})
+    assert sorted(kept.state()) == sorted([*required, "total_steps", "ema"])

@@ -168,6 +168,8 @@ def _check_vit_exportable(vit: ViT, architecture: str) -> None:
         problems.append("mlp_layers > 1, layer scale, final_norm=False or bias=False")
     if c.activation not in _HF_ACTIVATIONS:
         problems.append(f"activation={c.activation!r}")
+    if c.attn_locality:
+        problems.append("attn_locality (HF ViT's attention has no learned temperature or masked diagonal)")
     if architecture == "ViTForImageClassification" and c.head_hidden:
         problems.append("head_hidden (ViTForImageClassification has a single linear classifier; "
                         "use architecture='ViTModel' to export the pre-logits layer as its pooler)")

@@ -152,6 +152,8 @@ def _check_exportable(vit: ViT) -> None:
         problems.append(f"activation={c.activation!r}")
     if not c.bias:
         problems.append("bias=False (timm's patch embedding always has a bias)")
+    if c.attn_locality:
+        problems.append("attn_locality (timm's attention has no learned temperature or masked diagonal)")
     if problems:
         raise ValueError(f"this ViT has no timm VisionTransformer equivalent: {'; '.join(problems)}")
 

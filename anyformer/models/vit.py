@@ -52,6 +52,7 @@ class ViTConfig:
     drop_path: float = 0.0
     layer_scale: float | None = None
     attn_impl: str = "auto"
+    attn_locality: bool = False      # locality self-attention (Lee et al. 2021): learned temperature, no self-key
 
     def __post_init__(self) -> None:
         if self.stem not in VIT_STEMS:
@@ -96,7 +97,8 @@ class ViT(Model):
         self.backbone = Transformer(c.width, c.depth, c.heads, mlp_hidden=c.mlp_hidden, mlp_layers=c.mlp_layers,
                                     final_norm=c.final_norm, norm_eps=c.norm_eps, activation=c.activation,
                                     bias=c.bias, dropout=c.dropout, attn_dropout=c.attn_dropout,
-                                    drop_path=c.drop_path, layer_scale=c.layer_scale, impl=c.attn_impl)
+                                    drop_path=c.drop_path, layer_scale=c.layer_scale, impl=c.attn_impl,
+                                    locality=c.attn_locality)
         self.pos_drop = Dropout(c.dropout) if c.dropout > 0 else None
         self.head = ClassifierHead(c.width, c.num_classes, pool=c.pool, hidden=c.head_hidden,
                                    activation=c.head_activation, num_prefix=self.prefix.num_prefix)

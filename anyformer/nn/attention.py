@@ -9,12 +9,18 @@ self-attention call (nothing between the projection and attention) may instead g
 default; the plan sets one where a kernel that needs no per-head views measured faster. Attention
 weights leave by a hook (`register_weights_hook`): a layer with one computes them written out.
 
+`locality=True` is Lee et al.'s (2021) locality self-attention for ViTs on small data: softmax(Q K^T / tau) V
+with a learned temperature tau (from sqrt(D_h), where plain attention stays), and each token kept from
+attending to itself (the diagonal masked), so that attention goes to the other tokens rather than
+mostly to its own, as a plain ViT trained on little data learns to.
+
 With a cache (`KVCache`: generation) the layer writes its keys and values at the cache's position
 and attends over the buffer, the positions not yet written masked: compiled, over the whole
 preallocated buffer (one graph for every step); eager on the CPU, over the positions written.
 """
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from typing import Callable, Literal
@@ -134,11 +140,13 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, width: int, heads: int, *, cross: bool = False, context_width: int | None = None,
                  bias: bool = True, attn_dropout: float = 0.0, proj_dropout: float = 0.0,
-                 rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto") -> None:
+                 rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto", locality: bool = False) -> None:
         super().__init__()
         check_heads(width, heads)
         if impl not in ATTENTION_IMPLS:
             raise ValueError(f"unknown attention impl {impl!r}; expected one of {ATTENTION_IMPLS}")
+        if locality and cross:
+            raise ValueError("locality self-attention masks each token's own key; cross-attention has none")
         self.width, self.heads, self.head_dim = width, heads, width // heads
         self.cross = cross
         if cross:
@@ -151,6 +159,9 @@ class MultiHeadAttention(nn.Module):
         self.proj_drop = Dropout(proj_dropout) if proj_dropout > 0 else None
         self.rotary = rotary
         self.impl = impl
+        self.locality = locality
+        # tau of softmax(Q K^T / tau), learned; None: the plain sqrt(D_h)
+        self.temperature = nn.Parameter(torch.tensor(math.sqrt(self.head_dim))) if locality else None
         # The attention function this layer calls (attend.py); `anyformer.plan.prepare` may set another.
         self.attend: Attend = explicit if impl == "explicit" else sdpa
         self.attend_packed: AttendPacked | None = None  # see the module's docstring; set by the plan only
@@ -206,6 +217,8 @@ class MultiHeadAttention(nn.Module):
         mask = _as_attn_mask(mask, B, N, k.shape[2])
         if visible is not None:
             mask = visible if mask is None else mask & visible
+        if self.locality:
+            q, mask = self._local(q, mask, k.shape[2])
         out = self._attend(q, k, v, mask, causal, self.attn_dropout if self.training else 0.0)
         # (B, H, N, D_h) -> (B, N, D); for one position the heads are already in that order.
         out = out.reshape(B, 1, self.width) if N == 1 else out.transpose(1, 2).reshape(B, N, self.width)
@@ -216,10 +229,19 @@ class MultiHeadAttention(nn.Module):
         y = self.proj(heads)
         return y if self.proj_drop is None else self.proj_drop(y)
 
+    def _local(self, q: Tensor, mask: Tensor | None, keys: int) -> tuple[Tensor, Tensor | None]:
+        """Locality self-attention's two changes: q scaled so that the attention function's Q K^T / sqrt(D_h)
+        is Q K^T / tau, and the diagonal (query i, key i) masked; a lone token keeps its only key."""
+        q = q * (math.sqrt(self.head_dim) / self.temperature)
+        if keys == 1:
+            return q, mask
+        others = ~torch.eye(q.shape[2], keys, dtype=torch.bool, device=q.device)
+        return q, others if mask is None else mask & others
+
     def _plain(self, mask: Tensor | None, cache: KVCache | None, queries: int | None) -> bool:
         """Nothing comes between the projection and attention: no rotary positions, cache, fewer
-        queries, mask, attention dropout in training or weights hook of this thread."""
-        return (self.rotary is None and cache is None and mask is None and queries is None
+        queries, mask, locality, attention dropout in training or weights hook of this thread."""
+        return (self.rotary is None and cache is None and mask is None and queries is None and not self.locality
                 and not (self.training and self.attn_dropout > 0) and not (self._weights_hooks and self.hooks_here()))
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float) -> Tensor:
@@ -253,6 +275,9 @@ class MultiHeadAttention(nn.Module):
                queries: int | None) -> None:
         if queries is not None and (causal or cache is not None or (mask is not None and mask.dim() != 2)):
             raise ValueError("queries=n takes no causal mask, cache or per-query mask (key padding only)")
+        if self.locality and (causal or cache is not None):
+            raise ValueError("locality self-attention masks each token's own key; a causal or cached call would "
+                             "leave the first token nothing to attend to")
         if self.cross and context is None:
             raise ValueError("cross-attention needs a context tensor (B, M, D_c)")
         if not self.cross and context is not None:

@@ -55,7 +55,8 @@ class TransformerBlock(nn.Module):
                  norm: NormPlacement = "pre", norm_eps: float = 1e-5, activation: str = "gelu",
                  bias: bool = True, dropout: float = 0.0, attn_dropout: float = 0.0,
                  drop_path: float = 0.0, layer_scale: float | None = None, cross: bool = False,
-                 rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto", adaln: bool = False) -> None:
+                 rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto", adaln: bool = False,
+                 locality: bool = False) -> None:
         super().__init__()
         if norm not in ("pre", "post"):
             raise ValueError(f"unknown norm placement {norm!r}; expected 'pre' or 'post'")
@@ -67,7 +68,7 @@ class TransformerBlock(nn.Module):
         self.modulation = AdaLNModulation(width, 6) if adaln else None
         self.norm1 = nn.LayerNorm(width, eps=norm_eps, elementwise_affine=not adaln)
         self.attn = MultiHeadAttention(width, heads, bias=bias, attn_dropout=attn_dropout,
-                                       proj_dropout=dropout, rotary=rotary, impl=impl)
+                                       proj_dropout=dropout, rotary=rotary, impl=impl, locality=locality)
         if cross:
             self.norm_cross = nn.LayerNorm(width, eps=norm_eps)
             self.cross_attn = MultiHeadAttention(width, heads, cross=True, bias=bias,
@@ -156,7 +157,8 @@ class Transformer(nn.Module):
                  norm_eps: float = 1e-5, activation: str = "gelu", bias: bool = True,
                  dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
                  layer_scale: float | None = None, cross: bool = False, rotary: bool = False,
-                 max_len: int = 4096, impl: AttentionImpl = "auto", adaln: bool = False) -> None:
+                 max_len: int = 4096, impl: AttentionImpl = "auto", adaln: bool = False,
+                 locality: bool = False) -> None:
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
@@ -166,7 +168,7 @@ class Transformer(nn.Module):
             TransformerBlock(width, heads, mlp_hidden=mlp_hidden, mlp_layers=mlp_layers, norm=norm,
                              norm_eps=norm_eps, activation=activation, bias=bias, dropout=dropout,
                              attn_dropout=attn_dropout, layer_scale=layer_scale, cross=cross,
-                             rotary=rope, impl=impl, adaln=adaln,
+                             rotary=rope, impl=impl, adaln=adaln, locality=locality,
                              drop_path=drop_path * i / max(depth - 1, 1))  # deeper blocks drop more
             for i in range(depth))
         # Pre-norm leaves the residual stream unnormalised, so a final norm precedes the heads.

@@ -203,10 +203,11 @@ def _attention_case(m: MultiHeadAttention, x: Tensor, context: Tensor | None = N
     device = x.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
     whole = (not m.cross and m.rotary is None and cache is None and queries is None and mask is None
-             and not dropout and plain_eager(x))
+             and not m.locality and not dropout and plain_eager(x))
     layout = "cache" if cache is not None else "packed" if whole else "views"
+    # A locality layer masks its own diagonal (nn/attention.py): a masked call whatever the caller gave.
     return AttentionCase(b, m.heads, nq, nk, m.head_dim, dtype, bool(causal) and cache is None,
-                         mask is not None or cache is not None, layout, device, dropout)
+                         mask is not None or cache is not None or m.locality, layout, device, dropout)
 
 
 def _sizes(shape: tuple[int, ...]) -> tuple[int, int]:

@@ -32,7 +32,7 @@ def test_every_vit_setting_reaches_its_module():
                   mlp_hidden=40, mlp_layers=2, activation="gelu_tanh", stem="conv", position="sinusoidal",
                   num_registers=2, pool="mean", head_hidden=12, head_activation="gelu", final_norm=False,
                   norm_eps=1e-3, bias=False, dropout=0.25, attn_dropout=0.125, drop_path=0.2, layer_scale=0.3,
-                  attn_impl="explicit")
+                  attn_impl="explicit", attn_locality=True)
     vit = ViT(c)
     assert isinstance(vit.patch_embed, ConvStem) and vit.patch_embed.proj[0].in_channels == 2
     assert vit.prefix.num_prefix == 3 and vit.prefix.reg_token.shape[1] == 2
@@ -42,7 +42,7 @@ def test_every_vit_setting_reaches_its_module():
                   attn_dropout=0.125)
     assert vit.backbone.norm is None
     assert [b.drop_path for b in vit.backbone.blocks] == pytest.approx([0.0, 0.1, 0.2])
-    assert all(b.ls1.gamma[0] == 0.3 and b.attn.impl == "explicit" for b in vit.backbone.blocks)
+    assert all(b.ls1.gamma[0] == 0.3 and b.attn.impl == "explicit" and b.attn.locality for b in vit.backbone.blocks)
     assert vit.pos_drop.p == 0.25
     assert vit.head.pool == "mean" and vit.head.num_prefix == 3
     assert vit.head.pre_logits[0].out_features == 12 and isinstance(vit.head.pre_logits[1], nn.GELU)

@@ -31,6 +31,13 @@ def test_a_rotary_or_cross_attention_layer_takes_the_views_layout():
     assert door._attention_case(cross, torch.randn(3, 5, 16), torch.randn(3, 7, 6)) == case(k_len=7, layout="views")
 
 
+def test_a_locality_layer_is_keyed_masked_in_the_views_layout():
+    """It masks its own diagonal and scales q between the projection and attention."""
+    attn, x = planned_attention(locality=True), torch.randn(3, 5, 16)
+    assert door._attention_case(attn, x) == case(masked=True, layout="views")
+    assert door._attention_case(attn, x, queries=1) == case(q_len=1, masked=True, layout="views")
+
+
 def test_a_cached_call_attends_over_the_whole_cache_masked():
     """Whatever the cache's position, a call reads every position of its buffer, with its own mask in
     place of the causal one."""

@@ -47,6 +47,22 @@ def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path,
     assert all(p.grad is None for p in t.model.parameters())  # zeroed for the next step
 
 
+def test_a_group_with_an_lr_scale_steps_at_that_multiple_of_the_schedules_rate(tmp_path, mnist_slice) -> None:
+    """A model's `lr_scales` (train/optim.py: the text classifier's lexical term at 1000x, its head at
+    100x) reach the optimiser as a group's `lr_scale`; each step sets that group's rate to the
+    scheduled one times it, and every other group's to the scheduled one."""
+    from anyformer.train.optim import lr_at
+    t = make_trainer(tiny_config(tmp_path, warmup_steps=3), mnist_slice)
+    scaled, *plain = t.optimizer.param_groups
+    scaled["lr_scale"] = 10.0
+    for step in (1, 5):
+        t.step = step
+        t.train_step()
+        assert scaled["lr"] == pytest.approx(10 * lr_at(step, t.total_steps, t.cfg))
+        assert all(g["lr"] == pytest.approx(lr_at(step, t.total_steps, t.cfg)) for g in plain)
+    assert lr_at(1, t.total_steps, t.cfg) != lr_at(5, t.total_steps, t.cfg)
+
+
 @pytest.mark.parametrize("rank, world, limit_train, grad_accum, source", [(2, 3, 1985, 1, 0), (1, 2, 1991, 4, 1)])
 def test_a_chunk_without_examples_runs_a_stand_in_weighted_zero(tmp_path, mnist_slice, rank, world, limit_train,
                                                                grad_accum, source) -> None:

@@ -143,6 +143,16 @@ def test_restore_takes_the_last_checkpoint_and_puts_the_run_back(saved, tmp_path
     assert capsys.readouterr().out.endswith(f"resumed from {list_checkpoints(saved.run_dir)[-1]} at step 3/6\n")
 
 
+def test_a_trainer_asked_to_resume_auto_resumes_a_run_and_starts_where_there_is_none(saved, tmp_path,
+                                                                                     mnist_slice) -> None:
+    """`Trainer(cfg)` with `resume="auto"` (the Python API; the command line decides before): True where
+    the run directory holds a run, False where it holds none."""
+    from anyformer.train import outputs
+    outputs.save_model(saved)  # its config.json: what a run directory holds after its first evaluation
+    assert _trainer(tmp_path, mnist_slice, resume="auto").cfg.resume is True
+    assert make_trainer(tiny_config(tmp_path / "other", resume="auto"), mnist_slice).cfg.resume is False
+
+
 def test_restore_without_a_checkpoint_says_so_and_starts_at_zero(tmp_path, mnist_slice, capsys) -> None:
     t = _trainer(tmp_path, mnist_slice)
     assert checkpoint.restore(t) is False and t.step == 0

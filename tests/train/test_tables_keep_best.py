@@ -64,6 +64,7 @@ def test_stopped_and_resumed_it_keeps_the_same_weights(tmp_path):
     ref = tmp_path / "ref"
     r = subprocess.run([sys.executable, "-m", "anyformer", *args, "--out", str(ref)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    said = r.stdout
     out = tmp_path / "out"
     r = interrupt(out, 70, signal.SIGTERM, resume=False, args=args)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr
@@ -78,3 +79,4 @@ def test_stopped_and_resumed_it_keeps_the_same_weights(tmp_path):
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     keep = lambda run: json.loads((run / "summary.json").read_text())["kept_step"]
     assert keep(ref) == keep(out) and strip(ref) == strip(out)
+    assert keep(ref) == 120 or f"kept the weights of step {keep(ref)} of 120: the best on the" in said

@@ -218,3 +218,20 @@ def test_a_module_of_your_own_is_not_sharded(tmp_path, mnist_slice, monkeypatch)
     own = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
     refused(ValueError, "--fsdp shards anyformer's presets; a module of your own trains under torchrun with DDP "
             "(leave --fsdp out)", lambda: Trainer(cfg, task=task, model=own))
+
+
+def test_keeping_the_best_weights_is_refused_under_fsdp(tmp_path, mnist_slice, monkeypatch):
+    _as_rank(monkeypatch, StandInRank(0, 2, fsdp=True))
+    refused(ValueError, "--select-fraction keeps a copy of the best weights on each rank; it does not combine "
+            "with --fsdp", lambda: make_trainer(tiny_config(tmp_path, fsdp=True, select_fraction=0.1), mnist_slice))
+
+
+def test_a_trainer_given_no_task_makes_the_one_its_config_names(tmp_path, monkeypatch) -> None:
+    """`Trainer(cfg)` alone (the Python API's way): the task built from the config, on the run's device."""
+    from anyformer.train import Trainer, trainer as trainer_module
+    from anyformer.train.tasks import ImageClassification
+    made, real = [], trainer_module.make_task
+    monkeypatch.setattr(trainer_module, "make_task", lambda cfg, device: made.append((cfg, device)) or real(cfg, device))
+    t = Trainer(tiny_config(tmp_path))
+    assert made == [(t.cfg, torch.device("cpu"))] and isinstance(t.task, ImageClassification)
+    assert t.task.batch(0)[1] == 32

@@ -47,6 +47,27 @@ def test_a_step_is_one_adamw_step_on_the_mean_loss_of_its_global_batch(tmp_path,
     assert all(p.grad is None for p in t.model.parameters())  # zeroed for the next step
 
 
+@pytest.mark.parametrize("rank, world", [(0, 1), (1, 2)])
+def test_the_first_moment_is_the_gradient_of_the_global_batchs_mean_loss(tmp_path, mnist_slice, rank, world) -> None:
+    """AdamW's update barely depends on the loss's scale (its first step is about lr * sign(g)); its
+    first moment does: (1 - beta1) g. Each rank's chunks are weighted by their share of the global
+    batch times the world, so that the ranks' mean gradient (what DDP all-reduces) is the gradient of
+    the global batch's mean loss: a lone stand-in rank's own is `world` times its examples' share."""
+    import copy
+    t = make_trainer(tiny_config(tmp_path, grad_accum=4, model_overrides={
+        **tiny_config(tmp_path).model_overrides, "dropout": 0.0}), mnist_slice)
+    t.dist = StandInRank(rank=rank, world=world)
+    reference = copy.deepcopy(t.model)
+    (x, y), n_global = t.task.batch(0, rank, world)
+    loss, _ = t.task.loss(reference, (x, y))
+    (loss * len(x) / n_global * world).backward()
+    t.train_step()
+    beta1 = t.cfg.betas[0]
+    for (name, p), r in zip(t.model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(t.optimizer.state[p]["exp_avg"], (1 - beta1) * r.grad, rtol=1e-4, atol=1e-8,
+                                   msg=name)
+
+
 def test_a_group_with_an_lr_scale_steps_at_that_multiple_of_the_schedules_rate(tmp_path, mnist_slice) -> None:
     """A model's `lr_scales` (train/optim.py: the text classifier's lexical term at 1000x, its head at
     100x) reach the optimiser as a group's `lr_scale`; each step sets that group's rate to the

@@ -180,7 +180,10 @@ candidate is the round-11 default without the term:
 - Candidates: C150L1000H100 (the default) and C150H100 (the same with `lexical=false`).
 - Chosen: C150H100 (one term fewer) replaces the default if its mean over the 9 folds is not more than 0.5 points
   below C150L1000H100's and it is not more than 0.5 points below it on any of the three sets.
-- Results: benchmarks/results/amd-epyc/text_select_round13.md.
+- Results: benchmarks/results/amd-epyc/text_select_round13.md (a Zen 5, 12:57-13:02 UTC): **stopped** after
+  debian-sections and fortunes-people's first fold, once the candidate could no longer be chosen: debian-sections
+  85.80 against 86.67 (lower on all 3 folds, more than 0.5 points below), fortunes-people's first fold 81.40 against
+  82.56. The lexical term stays.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

@@ -192,7 +192,10 @@ was measured at 30x, 100x, 300x and 1000x the encoder's (rounds 4 and 5: 83.2%, 
 - Candidates: C150L1000H100 (the default) and C150L3000H100 (the term at 3000x).
 - Chosen: C150L3000H100 replaces the default only if its mean over the 9 folds is more than 0.5 points above
   C150L1000H100's and not more than 0.5 points below it on any of the three sets.
-- Results: benchmarks/results/amd-epyc/text_select_round14.md.
+- Results: benchmarks/results/amd-epyc/text_select_round14.md (a Zen 5, 13:04-13:11 UTC): **stopped** during
+  fortunes-people, once the candidate could no longer be chosen: debian-sections 85.40 against 86.67 (lower on all
+  3 folds), fortunes-people's first two folds 81.40 and 83.72 against 82.56 and 86.43. The term stays at 1000x,
+  now measured on both sides.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

@@ -206,7 +206,9 @@ encoder's rate alone, the head's (1e-2) and the lexical term's (0.1) kept by sca
   term 500x).
 - Chosen: a candidate replaces the default only if its mean over the 9 folds is more than 0.5 points above
   C150L1000H100's and not more than 0.5 points below it on any of the three sets; where both do, the higher mean.
-- Results: benchmarks/results/amd-epyc/text_select_round15.md.
+- Results: benchmarks/results/amd-epyc/text_select_round15.md (a Zen 5, 13:09-13:20 UTC, nothing else running): the
+  default 77.66% (round 11's folds to the digit), E5 77.48%, E20 77.79% (+0.13: not more than 0.5 points above).
+  The encoder's rate stays 1e-4, now measured on both sides with the faster head.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

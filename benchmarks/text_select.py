@@ -357,45 +357,34 @@ def chosen_by_rule(round_: int, rows: list[dict], candidates: list[str]) -> str:
         s = [r["seconds"] for r in rows if r["candidate"] == n]
         return sum(s) / len(s)
 
+    sets = sorted({r["set"] for r in rows})
+
+    def not_below(n: str, default: str) -> bool:  # on no set more than 0.5 points below the default
+        return all(mean(n, x) >= mean(default, x) - 0.005 for x in sets)
+
+    def ahead(n: str, default: str) -> bool:  # more than 0.5 points above over every fold, and not_below
+        return mean(n) - mean(default) > 0.005 and not_below(n, default)
+
     if round_ in (6, 7, 9, 10, 12, 14):  # the default first, the one candidate second
         default, other = candidates
-        sets = sorted({r["set"] for r in rows})
-        ahead = (mean(other) - mean(default) > 0.005
-                 and all(mean(other, x) >= mean(default, x) - 0.005 for x in sets))
+        wins = ahead(other, default)
         if round_ == 10:  # every run of the candidate, its trials included, within 300 s
-            ahead = ahead and all(r["wall"] <= 300 for r in rows if r["candidate"] == other)
-        return other if ahead else default
+            wins = wins and all(r["wall"] <= 300 for r in rows if r["candidate"] == other)
+        return other if wins else default
     if round_ == 13:  # the default first; the simpler candidate wins unless more than 0.5 points below
         default, other = candidates
-        sets = sorted({r["set"] for r in rows})
-        near = (mean(default) - mean(other) <= 0.005
-                and all(mean(other, x) >= mean(default, x) - 0.005 for x in sets))
-        return other if near else default
-    if round_ == 15:  # the default first; the higher mean of the candidates that qualify
+        return other if mean(default) - mean(other) <= 0.005 and not_below(other, default) else default
+    if round_ in (4, 5, 8, 11, 15):  # the default first (C150 in rounds 4 and 5), then the candidates
         default, *others = candidates
-        sets = sorted({r["set"] for r in rows})
-        fit = [n for n in others if mean(n) - mean(default) > 0.005
-               and all(mean(n, x) >= mean(default, x) - 0.005 for x in sets)]
-        return max(fit, key=mean) if fit else default
-    if round_ in (8, 11):  # the default first; then the candidates, the one preferred within 0.5 points first
-        default, *others = candidates
-        sets = sorted({r["set"] for r in rows})
-        fit = [n for n in others if mean(n) - mean(default) > 0.005
-               and all(mean(n, x) >= mean(default, x) - 0.005 for x in sets)]
+        fit = [n for n in others if ahead(n, default)]
         if not fit:
             return default
         best = max(fit, key=mean)
-        return next(n for n in others if n in fit and mean(best) - mean(n) <= 0.005)
-    if round_ in (4, 5):  # C150 first; the lexical candidates after it, the lower rate in round 5 first
-        sets = sorted({r["set"] for r in rows})
-        fit = [n for n in candidates[1:] if mean(n) - mean("C150") > 0.005
-               and all(mean(n, x) >= mean("C150", x) - 0.005 for x in sets)]
-        if not fit:
-            return "C150"
-        best = max(fit, key=mean)
-        near = [n for n in fit if mean(best) - mean(n) <= 0.005]
-        lower_first = candidates[1:] if round_ == 5 else ["C150L30", "C150L"]
-        return next(n for n in lower_first if n in near)
+        if round_ == 15:  # the higher mean
+            return best
+        # within 0.5 points of the best, the one preferred: the lower rate (rounds 4, 5), the list's order (8, 11)
+        preferred = ["C150L30", "C150L"] if round_ == 4 else others
+        return next(n for n in preferred if n in fit and mean(best) - mean(n) <= 0.005)
     best = max(candidates, key=mean)
     near = [n for n in candidates if mean(best) - mean(n) <= 0.005]
     return min(near, key=secs)

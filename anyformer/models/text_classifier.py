@@ -18,6 +18,9 @@ train/text_prior.py; `prior_features` of them), times a learned factor `prior_sc
 `prior_lr_scale` times the encoder's rate): the network learns what the linear model misses, and how far
 to trust it. In training the task gives `prior=`, each text's logits from a fit that never saw it.
 
+`head_init="probe"` starts the head from a logistic regression fitted on the training texts' sentence
+vectors before fine-tuning (LP-FT; the task fits it: train/text_probe.py), not from small random weights.
+
 `members` makes the trained part a deep ensemble (Lakshminarayanan et al. 2017): beside the encoder's own
 trained blocks and head, `extra_members` holds members - 1 copies of them (each from the same weights,
 `sync_members`, with its own head and dropout), on the shared frozen blocks and the shared lexical term.
@@ -38,6 +41,9 @@ from .base import Model, check_sizes
 from .text_encoder import TextEncoder, TextEncoderConfig
 
 
+HEAD_INITS = ("random", "probe")
+
+
 @dataclass
 class TextClassifierConfig(TextEncoderConfig):
     num_classes: int = 2
@@ -52,6 +58,7 @@ class TextClassifierConfig(TextEncoderConfig):
     prior_features: int = 0         # its 1-2 grams (set from the training texts by the task)
     prior_lr_scale: float = 100.0
     head_lr_scale: float = 1.0      # the linear head's (each member's) multiple of the encoder's rate
+    head_init: str = "random"       # the head's start: "random" (std 0.02) or "probe" (train/text_probe.py)
     members: int = 1                # an ensemble of this many trained tops (blocks after the frozen ones, and head)
 
     def __post_init__(self) -> None:
@@ -66,6 +73,8 @@ class TextClassifierConfig(TextEncoderConfig):
         for name in ("lexical_lr_scale", "prior_lr_scale", "head_lr_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(f"head_init must be one of {', '.join(HEAD_INITS)}, got {self.head_init!r}")
         if self.prior_features < 0:
             raise ValueError(f"prior_features must be 0 or more, got {self.prior_features}")
         if not 0 <= self.frozen_layers <= self.depth:

@@ -30,6 +30,7 @@ from .config import TrainConfig
 from .protocol import scores_other_data
 from .scoring import ClassifierReport, score_classifier
 from .text_prior import fit_prior
+from .text_probe import init_head_from_probe
 
 HELD_OUT_FILE = "heldout.txt"
 BPE_PIECES = 8000     # the learned BPE's vocabulary at most (a small corpus learns fewer)
@@ -209,6 +210,7 @@ class TextClassification(ClassifierReport):
 
     def __init__(self, cfg: TrainConfig, device: torch.device, *, info: dict[str, Any] | None = None) -> None:
         self.cfg, self.device = cfg, device
+        self.trains = info is None  # a run of its own, not one read back for eval or predict
         self.splits = s = load_text_splits(cfg, info)
         self.classes, self.eval_split = s.classes, s.eval_split
         self.max_length = int((info or {}).get("max_length") or cfg.seq_len or 128)
@@ -255,13 +257,15 @@ class TextClassification(ClassifierReport):
         return fixed
 
     def fit_model(self, model: nn.Module) -> None:
-        """The pretrained encoder's weights, where the run starts from them (before --init-from, if any);
-        then, where blocks are frozen, the texts' states after them, computed once (they never change),
-        within STATES_BYTES."""
+        """The pretrained encoder's weights, where the run starts from them (before --init-from, if any); the
+        head from a probe where the model asks (head_init="probe"); then, where blocks are frozen, the texts'
+        states after them, computed once (they never change), within STATES_BYTES."""
         if self.pretrained:
             self._load_minilm(model)
             model.sync_members()  # every member of an ensemble starts from the pretrained blocks
         c = model.config
+        if self.trains and getattr(c, "head_init", "random") == "probe":
+            init_head_from_probe(model, self.train_ids, self.train_labels)
         if getattr(model, "prior", None) is not None and self.prior is not None:
             p = self.prior
             if model.prior.vocab != self.tokenizer.get_vocab_size():  # the 1-2 gram keys are numbered by it

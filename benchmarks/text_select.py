@@ -222,6 +222,10 @@ everything else is the default's, the lexical term included (from zero).
 - Candidates: C150L1000H100 (the default) and C150L1000H100P (the same with `head_init=probe`).
 - Chosen: C150L1000H100P replaces the default only if its mean over the 9 folds is more than 0.5 points above
   C150L1000H100's and not more than 0.5 points below it on any of the three sets.
+- Results: benchmarks/results/amd-epyc/text_select_round16.md (a Zen 5, 13:41-13:45 UTC): **stopped** after
+  debian-sections and fortunes-people's first fold, once the candidate could no longer be chosen: debian-sections
+  84.20 against 86.67 (lower on all 3 folds), fortunes-people's first fold level (82.56 each). The head starts from
+  random weights; `head_init=probe` stays an option.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

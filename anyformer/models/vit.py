@@ -53,6 +53,7 @@ class ViTConfig:
     layer_scale: float | None = None
     attn_impl: str = "auto"
     attn_locality: bool = False      # locality self-attention (Lee et al. 2021): learned temperature, no self-key
+    flip_average: bool = False       # in eval mode, the logits averaged over each image and its mirror image
 
     def __post_init__(self) -> None:
         if self.stem not in VIT_STEMS:
@@ -125,7 +126,9 @@ class ViT(Model):
     def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False):
         """images (B, C, H, W) -> logits (B, classes). With `return_attention` (True, or layer numbers):
         (logits, weights), one (B, heads, N, N) per layer asked over every token (class, registers,
-        patches), taken by the hook (`nn.attention_weights`)."""
+        patches), taken by the hook (`nn.attention_weights`). With `flip_average`, in eval mode, the
+        logits are the mean of the image's and its mirror image's (twice the work; the weights are
+        those of the batch of both, the mirror images second)."""
         if return_attention is not False and return_attention is not None:
             with attention_weights(self, return_attention) as weights:
                 logits = self.forward(images)
@@ -133,6 +136,10 @@ class ViT(Model):
         # A class-token head reads token 0 alone: the last block computes nothing else (unless its
         # weights are asked for). Any other head, e.g. one swapped in, gets every token.
         keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
+        if self.config.flip_average and not self.training:
+            # Test-time augmentation for pictures trained with mirror images: both views in one batch.
+            logits = self.head(self.backbone(self.tokens(torch.cat([images, images.flip(-1)])), keep=keep))
+            return logits.view(2, -1, *logits.shape[1:]).mean(0)
         return self.head(self.backbone(self.tokens(images), keep=keep))
 
     def pre_logits(self, images: Tensor) -> Tensor:

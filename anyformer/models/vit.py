@@ -123,20 +123,20 @@ class ViT(Model):
         """Backbone output tokens (B, N, D), after the final norm."""
         return self.backbone(self.tokens(images))
 
-    def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False):
+    def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False, *, mirror: bool | None = None):
         """images (B, C, H, W) -> logits (B, classes). With `return_attention` (True, or layer numbers):
         (logits, weights), one (B, heads, N, N) per layer asked over every token (class, registers,
-        patches), taken by the hook (`nn.attention_weights`). With `flip_average`, in eval mode, the
-        logits are the mean of the image's and its mirror image's (twice the work; the weights are
-        those of the batch of both, the mirror images second)."""
+        patches), taken by the hook (`nn.attention_weights`). `mirror`: the logits the mean of the image's
+        and its mirror image's (twice the work); default (None): where the config's `flip_average` asks, in
+        eval mode. Attention weights are the images' own: a call that asks for them reads one view."""
         if return_attention is not False and return_attention is not None:
             with attention_weights(self, return_attention) as weights:
-                logits = self.forward(images)
+                logits = self.forward(images, mirror=False)
             return logits, weights
         # A class-token head reads token 0 alone: the last block computes nothing else (unless its
         # weights are asked for). Any other head, e.g. one swapped in, gets every token.
         keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
-        if self.config.flip_average and not self.training:
+        if mirror or (mirror is None and self.config.flip_average and not self.training):
             # Test-time augmentation for pictures trained with mirror images: both views in one batch.
             logits = self.head(self.backbone(self.tokens(torch.cat([images, images.flip(-1)])), keep=keep))
             return logits.view(2, -1, *logits.shape[1:]).mean(0)

@@ -82,6 +82,10 @@ def image_attention(model: nn.Module, images: Tensor, layers: Sequence[int] | No
 
     was_training = model.training
     model.eval()
+    # A model scored on each image and its mirror image (ViT `flip_average`): the maps are of the images as given,
+    # the logits the model's own, the mirror images' added after (what eval, predict and serve answer).
+    mirrored = bool(getattr(getattr(model, "config", None), "flip_average", False))
+    one_view = {"mirror": False} if mirrored else {}
     try:
         cls_rows: dict[int, Tensor] = {}
         if rollout:
@@ -92,14 +96,16 @@ def image_attention(model: nn.Module, images: Tensor, layers: Sequence[int] | No
                 if i in asked:
                     cls_rows[i] = query_row(w.float(), num_prefix, grid, query).cpu()
 
-            logits = stream_attention(model, images, on_layer, layers=True)
+            logits = stream_attention(model, images, on_layer, layers=True, **one_view)
             roll = rollout_map(acc[0], num_prefix, grid, query=query).cpu()
         else:
             with attention_weights(model, asked) as attn:
-                logits = model(images)
+                logits = model(images, **one_view)
             for i, w in zip(asked, attn):
                 cls_rows[i] = query_row(w.float(), num_prefix, grid, query).cpu()
             roll = None
+        if mirrored:
+            logits = (logits + model(images.flip(-1), mirror=False)) / 2
     finally:
         model.train(was_training)
 

@@ -32,3 +32,16 @@ def test_training_reads_the_image_alone():
     flipped.load_state_dict(plain.state_dict())
     images = torch.randn(4, 3, 16, 16)
     torch.testing.assert_close(flipped(images), plain(images))  # BatchNorm's batch statistics: the same batch
+
+
+def test_attention_maps_read_the_images_as_given_and_the_logits_both_views():
+    from anyformer import viz
+    model = small(flip_average=True).eval()
+    images = torch.randn(2, 3, 16, 16)
+    result = viz.image_attention(model, images, layers=[0, 1])
+    assert result["cls_maps"].shape[:2] == (2, 2) and result["rollout"].shape[0] == 2  # one map an image
+    with torch.no_grad():
+        torch.testing.assert_close(torch.as_tensor(result["logits"]), model(images), rtol=1e-5, atol=1e-5)
+        plain_logits, weights = model(images, return_attention=True)
+        torch.testing.assert_close(plain_logits, model(images, mirror=False))
+    assert all(w.shape[0] == 2 for w in weights)

@@ -137,6 +137,10 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
             "BatchNorm, patch 8 (36 tokens" in cfg.derived["model"])
     grey = recipe_config(None, data=str(photos(tmp_path / "grey", [(28, 28)], colour=False)))
     assert grey.image_size == [28, 28] and grey.augment == "digits" and grey.model_overrides["patch_size"] == 4
+    # colour pictures train with mirror images and are scored on both views; grey ones on one (image round 16)
+    assert cfg.augment == "crop_flip" and cfg.model_overrides["flip_average"] is True
+    assert "scored on each image and its mirror image" in cfg.derived["model"]
+    assert "flip_average" not in grey.model_overrides and "mirror image" not in grey.derived["model"]
     flagged = recipe_config(None, data=str(folder), image_size=32, batch_size=5, val_fraction=0.25)
     assert (flagged.image_size, flagged.batch_size, flagged.val_fraction) == (32, 5, 0.25)
     assert not {"image_size", "batch_size", "val_fraction"} & set(flagged.derived)

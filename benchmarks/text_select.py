@@ -251,6 +251,10 @@ is the default's.
 - Chosen: C150L1000H100F0 replaces the default (the derived frozen blocks become 0 where the time allows) only if
   its mean over the 9 folds is more than 0.5 points above C150L1000H100's and not more than 0.5 points below it on
   any of the three sets.
+- Results: benchmarks/results/amd-epyc/text_select_round18.md (a Zen 5, 14:40-14:55 UTC, beside a fresh clone's
+  README training job: the wall times are upper bounds): the default 77.66% (round 11's folds to the digit), every
+  block trained 77.56% (debian-sections 86.47 against 86.67, fortunes-people 83.20 against 83.85, debian-names 63.00
+  against 62.47), its runs about twice as long. The top 4 of 6 blocks stay the trained ones.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

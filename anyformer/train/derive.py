@@ -151,7 +151,7 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     eval_every = max(per_epoch, total // 20)
     why["eval_every"] = f"{eval_every}: about 20 evaluations"
     augment = "crop_flip" if scan.colour else "digits"
-    if scan.colour:
+    if scan.colour and "flip_average" not in (asked.get("model_overrides") or {}):
         # Trained with mirror images, scored on both views: the logits averaged over each image and its mirror
         # image in eval mode. Ahead on two of the three colour CHOOSE folders, level on the grey ones (which see
         # no mirror images and keep one view): 80.40 points (mean rank 1.42) against 80.31 (1.58), image round 16.

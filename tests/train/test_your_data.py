@@ -141,6 +141,8 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert cfg.augment == "crop_flip" and cfg.model_overrides["flip_average"] is True
     assert "scored on each image and its mirror image" in cfg.derived["model"]
     assert "flip_average" not in grey.model_overrides and "mirror image" not in grey.derived["model"]
+    one_view = recipe_config(None, data=str(folder), model_overrides={"flip_average": False})
+    assert one_view.model_overrides["flip_average"] is False and "mirror image" not in one_view.derived["model"]
     flagged = recipe_config(None, data=str(folder), image_size=32, batch_size=5, val_fraction=0.25)
     assert (flagged.image_size, flagged.batch_size, flagged.val_fraction) == (32, 5, 0.25)
     assert not {"image_size", "batch_size", "val_fraction"} & set(flagged.derived)

@@ -59,6 +59,7 @@ class TextClassifierConfig(TextEncoderConfig):
     prior_lr_scale: float = 100.0
     head_lr_scale: float = 1.0      # the linear head's (each member's) multiple of the encoder's rate
     head_init: str = "random"       # the head's start: "random" (std 0.02) or "probe" (train/text_probe.py)
+    layer_lr_decay: float = 1.0     # block i of D learns at decay^(D - 1 - i) times the rate (the embeddings decay^D)
     members: int = 1                # an ensemble of this many trained tops (blocks after the frozen ones, and head)
 
     def __post_init__(self) -> None:
@@ -73,6 +74,8 @@ class TextClassifierConfig(TextEncoderConfig):
         for name in ("lexical_lr_scale", "prior_lr_scale", "head_lr_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.layer_lr_decay <= 1:
+            raise ValueError(f"layer_lr_decay must lie in (0, 1], got {self.layer_lr_decay}")
         if self.head_init not in HEAD_INITS:
             raise ValueError(f"head_init must be one of {', '.join(HEAD_INITS)}, got {self.head_init!r}")
         if self.prior_features < 0:
@@ -123,6 +126,13 @@ class TextClassifier(Model):
         if c.head_lr_scale != 1.0:  # at 1 the head stays in the common groups: the optimiser as before
             scales["head."] = c.head_lr_scale
             scales.update({f"extra_members.{i}.head.": c.head_lr_scale for i in range(c.members - 1)})
+        if c.layer_lr_decay != 1.0:  # layer-wise rate decay (ULMFiT, ELECTRA): lower blocks move less
+            for i in range(c.depth):
+                scales[f"encoder.backbone.blocks.{i}."] = c.layer_lr_decay ** (c.depth - 1 - i)
+            for k in range(c.members - 1):  # a member's block j is the encoder's block frozen_layers + j
+                for j in range(c.depth - c.frozen_layers):
+                    scales[f"extra_members.{k}.blocks.{j}."] = c.layer_lr_decay ** (c.depth - 1 - c.frozen_layers - j)
+            scales["encoder."] = c.layer_lr_decay ** c.depth  # the embeddings (after the blocks: first match wins)
         return scales
 
     @property

@@ -93,6 +93,21 @@ def test_the_head_learns_at_its_own_rate_and_each_members_head_too():
         TextClassifierConfig(head_lr_scale=-1)
 
 
+def test_each_block_learns_at_its_layer_decayed_rate_and_each_members_copy_as_its_block():
+    from anyformer.train.optim import param_groups
+    model = tiny(1, members=2, layer_lr_decay=0.5)  # depth 2: block 0 frozen, block 1 trained (and its copy)
+    rate = {id(p): g.get("lr_scale", 1.0) for g in param_groups(model, 0.01) for p in g["params"]}
+    assert {rate[id(p)] for p in model.encoder.backbone.blocks[1].parameters()} == {1.0}  # the top block: 0.5^0
+    assert {rate[id(p)] for p in model.extra_members[0].blocks[0].parameters()} == {1.0}  # its copy
+    assert not any(id(p) in rate for p in model.encoder.backbone.blocks[0].parameters())  # frozen: no group
+    every = tiny(0, layer_lr_decay=0.5)
+    rate = {id(p): g.get("lr_scale", 1.0) for g in param_groups(every, 0.01) for p in g["params"]}
+    assert {rate[id(p)] for p in every.encoder.backbone.blocks[0].parameters()} == {0.5}
+    assert rate[id(every.encoder.tok_embed.weight)] == 0.25 and rate[id(every.head.weight)] == 1.0
+    with pytest.raises(ValueError, match=r"layer_lr_decay must lie in \(0, 1\], got 1.5"):
+        TextClassifierConfig(layer_lr_decay=1.5)
+
+
 def test_the_pair_term_adds_each_adjacent_pair_of_real_pieces_in_its_bucket():
     from anyformer.models.text_classifier import pair_buckets
     from anyformer.train.optim import param_groups

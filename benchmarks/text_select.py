@@ -266,6 +266,10 @@ lexical term's rates are the default's.
 - Candidates: C150L1000H100 (the default) and C150L1000H100D (the same with `layer_lr_decay=0.8`).
 - Chosen: C150L1000H100D replaces the default only if its mean over the 9 folds is more than 0.5 points above
   C150L1000H100's and not more than 0.5 points below it on any of the three sets.
+- Results: benchmarks/results/amd-epyc/text_select_round19.md (a Zen 5, 15:33-15:45 UTC, beside a fresh clone's CI
+  run: the wall times are upper bounds): the default 77.66% (round 11's folds to the digit), the decayed rates 77.63%
+  (debian-sections 86.47 against 86.67, fortunes-people 84.24 against 83.85, debian-names 62.20 against 62.47). Every
+  trained block keeps the one rate; `layer_lr_decay` stays an option.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

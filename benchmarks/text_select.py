@@ -288,6 +288,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 ROOT = HERE.parent
 
+# The round-11 default (C150L1000H100), which rounds 12 to 19 each add one change to.
+H100 = ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
+        "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100"]
 CANDIDATES = {
     "A": ["--set", "frozen_layers=4", "--epochs", "3", "--lr", "5e-5"],
     "B": ["--set", "frozen_layers=4", "--epochs", "3", "--lr", "2e-4"],
@@ -317,8 +320,7 @@ CANDIDATES = {
                "--set", "lexical_lr_scale=1000"],
     "C150L1000H10": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
                      "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=10"],
-    "C150L1000H100": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
-                      "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100"],
+    "C150L1000H100": H100,
     "C150H100": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=false",
                  "--set", "head_lr_scale=100"],
     "C150L3000H100": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
@@ -327,17 +329,13 @@ CANDIDATES = {
            "--set", "lexical_lr_scale=2000", "--set", "head_lr_scale=200"],
     "E20": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "2e-4", "--set", "lexical=true",
             "--set", "lexical_lr_scale=500", "--set", "head_lr_scale=50"],
-    "C150L1000H100P": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
-                       "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100", "--set", "head_init=probe"],
-    "C150L1000H100A": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
-                       "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100", "--ema", "0.95"],
-    "C150L1000H100F0": ["--set", "frozen_layers=0", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
-                        "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100"],
-    "C150L1000H100D": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
-                       "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100", "--set", "layer_lr_decay=0.8"],
-    "C150L1000H100S": ["--set", "frozen_layers=2", "--max-steps", "150", "--lr", "1e-4", "--set", "lexical=true",
-                       "--set", "lexical_lr_scale=1000", "--set", "head_lr_scale=100", "--label-smoothing", "0.1"],
+    "C150L1000H100P": [*H100, "--set", "head_init=probe"],
+    "C150L1000H100A": [*H100, "--ema", "0.95"],
+    "C150L1000H100F0": [f if f != "frozen_layers=2" else "frozen_layers=0" for f in H100],
+    "C150L1000H100D": [*H100, "--set", "layer_lr_decay=0.8"],
+    "C150L1000H100S": [*H100, "--label-smoothing", "0.1"],
 }
+THREE_SETS = [("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)]  # rounds 10 to 19
 ROUNDS = {1: ([("fortunes8", 250)], ["A", "B", "C"]), 2: ([("fortunes-people", 100)], ["C", "C150", "C300"]),
           3: ([("debian-sections", 150)], ["C150", "F150", "F150hi"]),
           4: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150", "C150L", "C150L30"]),
@@ -346,25 +344,16 @@ ROUNDS = {1: ([("fortunes8", 250)], ["A", "B", "C"]), 2: ([("fortunes-people", 1
           7: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C300L1000"]),
           8: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000", "C150S", "C150LS"]),
           9: ([("debian-sections", 150), ("fortunes-people", 100)], ["C150L1000E1", "C150L1000"]),
-          10: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)], ["C150L1000", "C150LC"]),
-          11: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000", "C150L1000H10", "C150L1000H100"]),
-          12: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "C150L1000H100S"]),
-          13: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "C150H100"]),
-          14: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "C150L3000H100"]),
-          15: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "E5", "E20"]),
-          16: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "C150L1000H100P"]),
-          17: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "C150L1000H100A"]),
-          18: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "C150L1000H100F0"]),
-          19: ([("debian-sections", 150), ("fortunes-people", 100), ("debian-names", 150)],
-               ["C150L1000H100", "C150L1000H100D"])}
+          10: (THREE_SETS, ["C150L1000", "C150LC"]),
+          11: (THREE_SETS, ["C150L1000", "C150L1000H10", "C150L1000H100"]),
+          12: (THREE_SETS, ["C150L1000H100", "C150L1000H100S"]),
+          13: (THREE_SETS, ["C150L1000H100", "C150H100"]),
+          14: (THREE_SETS, ["C150L1000H100", "C150L3000H100"]),
+          15: (THREE_SETS, ["C150L1000H100", "E5", "E20"]),
+          16: (THREE_SETS, ["C150L1000H100", "C150L1000H100P"]),
+          17: (THREE_SETS, ["C150L1000H100", "C150L1000H100A"]),
+          18: (THREE_SETS, ["C150L1000H100", "C150L1000H100F0"]),
+          19: (THREE_SETS, ["C150L1000H100", "C150L1000H100D"])}
 
 
 def choose_frame(set_name: str, cap: int):

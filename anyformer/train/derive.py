@@ -33,6 +33,13 @@ __all__ = ["auto_settings", "fit_recipe_to_data", "image_patch"]
 # folds in 300 s; on the five others, 74.4 against 66.1 (benchmarks/images_select.py, round 1).
 WORK = 2e11
 MAX_IMAGE_STEPS = 4000
+# The length is worked out at this batch (at most a quarter of the training images), whatever batch trains:
+# the passes over the data that round 1 measured. The training batch is at most IMAGE_BATCH: batch 64 at those
+# passes, twice the steps of half the images, scored 80.80 points (mean rank 1.33 of 2) on the six CHOOSE
+# folders' 3 folds against 80.40 (1.67) for batch 128, ahead on four of them (benchmarks/images_select.py,
+# image round 18); the rate follows the batch by the square-root rule below (1.41e-3 at 64).
+LENGTH_BATCH = 128
+IMAGE_BATCH = 64
 MIN_EPOCHS = 5       # as before the rule; no CHOOSE folder's run came near it
 # The model: width 64, depth 4 below this many training images. At the fixed work it scored 67.8 points on
 # CIFAR-10's 3,333-image folds against 56.1 for width 128, depth 6 (6x the step's work, so a sixth of the
@@ -135,16 +142,18 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
                     + f"; a conv stem of {int(math.log2(patch))} stages up to {width} channels, each two 3x3 "
                       f"convolutions (stride 2, then 1) with BatchNorm, patch {patch} ({tokens} tokens an image); "
                       f"the mean of the patch tokens into the head, no class token, fixed 2-D sine-cosine positions")
-    batch = _batch(n_train, asked)
-    why["batch_size"] = f"{batch}: at most 128, and at most a quarter of the {n_train:,} training images"
+    batch = _batch(n_train, asked, cap=IMAGE_BATCH)
+    why["batch_size"] = f"{batch}: at most {IMAGE_BATCH}, and at most a quarter of the {n_train:,} training images"
     lr = round(2e-3 * math.sqrt(batch / 128), 6)
     why["lr"] = f"{lr:g}: 2e-3 at batch 128, scaled by the square root of the batch"
     per_epoch = math.ceil(n_train / batch)
-    steps = min(MAX_IMAGE_STEPS, WORK / (batch * tokens * width ** 2 * depth))
-    epochs = max(MIN_EPOCHS, round(steps / per_epoch, 2))
+    at = _batch(n_train, {}, cap=LENGTH_BATCH)  # the batch the length is worked out at
+    steps = min(MAX_IMAGE_STEPS, WORK / (at * tokens * width ** 2 * depth))
+    epochs = max(MIN_EPOCHS, round(steps / math.ceil(n_train / at), 2))
     why["epochs"] = (f"{epochs:g}: {round(epochs * per_epoch):,} steps of {batch} images of {tokens} tokens through "
-                     f"{depth} blocks of width {width}, a fixed work of {WORK:.0e} (batch x tokens x width^2 x "
-                     f"depth), at most {MAX_IMAGE_STEPS:,} steps and at least {MIN_EPOCHS} passes")
+                     f"{depth} blocks of width {width}; the passes of a fixed work of {WORK:.0e} (batch x tokens x "
+                     f"width^2 x depth) at batch {at}, at most {MAX_IMAGE_STEPS:,} steps there, and at least "
+                     f"{MIN_EPOCHS} passes")
     total = _asked_length(asked, per_epoch) or round(epochs * per_epoch)
     warmup = max(1, min(per_epoch, total // 10))
     why["warmup_steps"] = f"{warmup}: one epoch, at most a tenth of the run's {total:,} steps"

@@ -6,18 +6,20 @@ the cache a new token costs one position (plus attention over the cached keys), 
 win by a margin that widens with the prefix. Weights are random (no pretrained GPT-2 ships in a
 package we may use): speed does not depend on their values. Greedy decoding (temperature 0).
 
-Against HF (run first): as a process's first requests (eager, as `anyformer generate` runs a short
-request), and once the door has settled the one-token step as a server does before it listens
+Against HF (run first): as a process's first requests (each settled by the door as `anyformer generate`
+settles a request: the native step where measured faster, a compile only where the request's steps repay
+it), and once the door has settled the one-token step as a server does before it listens
 (`plan.prepare_decode`: measured, and compiled where faster; anyformer/plan/decode.py; the
 cache-vs-no-cache rows run eager). Also timed, alternated in one process: one cached step through the model's forward under
 `torch.no_grad()` and under `torch.inference_mode()` (what `generate` uses), and the step, eager
-and compiled, against its memory floor (every weight read once, and the bare matrix-vector products
-on oneDNN and on MKL): a one-token step is bound by memory.
+native and compiled, against its memory floor (every weight read once, and the bare matrix-vector
+products on oneDNN and on MKL): a one-token step is bound by memory.
 
     python benchmarks/bench_generate.py                      # gpt2 shape; writes benchmarks/results/<processor>/generate.md
     python benchmarks/bench_generate.py --prefixes 32 128 --new-tokens 16 --no-write   # a quick look
     python benchmarks/bench_generate.py --set depth=6 heads=6 width=384 vocab_size=65 context=512 \
         --prefixes 256 --out generate_char.md              # the char GPT's shape (GPT-2 maths, context 512)
+    python benchmarks/bench_generate.py ... --isa avx2     # AVX2 code only, as on a host without AVX-512
 """
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench_common import processor_folder  # noqa: E402
+from bench_common import add_isa_argument, processor_folder, setup_env  # noqa: E402
+
+setup_env()  # the benchmark environment (and --isa's switches), before torch is imported
 
 RESULTS = ROOT / "benchmarks" / "results" / processor_folder() / "generate.md"  # one folder per CPU model
 
@@ -122,9 +126,10 @@ def alternate(ways: dict, rounds: int, per_round: int) -> dict[str, float]:
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
-def one_step_setup(gpt, prefix: int, mode=torch.inference_mode):
+def one_step_setup(gpt, prefix: int, mode=torch.inference_mode, step=None):
     """(rewind, step), as `alternate` takes them: a cache filled with `prefix` random tokens; step() feeds it one more token
-    through the model's forward under `mode` (generate's: inference mode), and rewind() sets the
+    through the model's forward under `mode` (generate's: inference mode; or through `step`, a decode
+    step as generation calls it), and rewind() sets the
     cache's position back to `prefix` so that every timed step does the same work. The cache is made
     under `mode` too: a cache made in inference mode cannot be written outside it."""
     tok = torch.zeros(1, 1, dtype=torch.long)
@@ -133,14 +138,14 @@ def one_step_setup(gpt, prefix: int, mode=torch.inference_mode):
         gpt(torch.randint(0, gpt.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(2)),
             cache=cache)
 
-    def step():
+    def forward():
         with mode():
-            return gpt(tok, cache=cache, last_only=True)[:, -1]
+            return gpt(tok, cache=cache, last_only=True)[:, -1] if step is None else step(gpt, tok, cache)
 
     def rewind() -> None:
         with mode():
             cache.position.fill_(prefix)
-    return rewind, step
+    return rewind, forward
 
 
 def bench_step(gpt, prefix: int, rounds: int = 20, per_round: int = 5) -> dict:
@@ -159,14 +164,15 @@ def bench_step(gpt, prefix: int, rounds: int = 20, per_round: int = 5) -> dict:
 READ_ALL = "read every weight once (sum)"
 MV_ONEDNN = "matrix-vector products, oneDNN (anyformer's linears)"
 MV_MKL = "matrix-vector products, torch F.linear (MKL)"
+NATIVE_STEP = "anyformer's cached step (native blocks)"
 
 
-def compiled_step_setup(gpt, prefix: int, total: int):
-    """(rewind, step) for the compiled decode step that `generate` runs for `total`-token requests,
-    if the door compiled one in this process (the HF comparison runs first); else None."""
+def settled_step_setup(gpt, prefix: int, total: int):
+    """(rewind, step) for the decode step that `generate` runs for `total`-token requests (compiled or
+    native), if the door settled one in this process (the HF comparison runs first); else None."""
     from anyformer.models.generation import cache_length, compiled_steps
     size = cache_length(gpt, total)
-    compiled = compiled_steps(gpt).get((1, size))  # what generate runs: the same compiled graph
+    compiled = compiled_steps(gpt).get((1, size))  # what generate runs: the same compiled graph or native step
     if compiled is None:
         return None
     tok = torch.zeros(1, 1, dtype=torch.long)
@@ -191,7 +197,8 @@ def bench_floor(gpt, prefix: int, total: int, rounds: int = 15, per_round: int =
     reading all weight matrices (a sum over each: the memory read rate), the bare matrix-vector
     products on oneDNN (what anyformer's linears run) and through F.linear (torch's default BLAS,
     MKL; HF's GPT-2 multiplies the same products through addmm on transposed weights), and the
-    step itself: the model's eager forward, and the compiled static step where generate runs it.
+    step itself: the model's eager forward, its blocks in one native call (plan/decode_native.py), and
+    the compiled static step where generate runs it.
     Biases, norms and attention over the cache are left out of the bare rows, so the step's excess
     over them is everything else it does."""
     from anyformer.limits import copy_bandwidth
@@ -207,9 +214,12 @@ def bench_floor(gpt, prefix: int, total: int, rounds: int = 15, per_round: int =
             MV_ONEDNN: (nothing, lambda: [_mm(xs[w.shape[1]], w) for w in mats]),
             MV_MKL: (nothing, lambda: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in mats]),
             "anyformer's cached step (eager forward)": one_step_setup(gpt, prefix)}
-    compiled = compiled_step_setup(gpt, prefix, total)
-    if compiled is not None:
-        ways["anyformer's cached step (compiled static graph)"] = compiled
+    from anyformer.plan.decode_native import NativeDecodeStep, unsupported
+    if unsupported(gpt) is None:
+        ways[NATIVE_STEP] = one_step_setup(gpt, prefix, step=NativeDecodeStep(gpt))
+    settled = settled_step_setup(gpt, prefix, total)
+    if settled is not None and _settled_kind(gpt, total) == "compiled":
+        ways["anyformer's cached step (compiled static graph)"] = settled
     with torch.inference_mode():
         rows = alternate(ways, rounds, per_round)
     print(f"weights read per step: {gbytes * 1e3:.0f} MB; median of {rounds} alternated rounds:", flush=True)
@@ -218,15 +228,18 @@ def bench_floor(gpt, prefix: int, total: int, rounds: int = 15, per_round: int =
     return {"gbytes": gbytes, "rounds": rounds, "prefix": prefix, "ms": rows, "bandwidth": bandwidth}
 
 
-def _pairs(gpt, hf, prompt, new_tokens: int, kw: dict, repeats: int) -> dict:
+def _pairs(gpt, hf, prompt, new_tokens: int, kw: dict, repeats: int, door=None) -> dict:
     """`repeats` back-to-back runs of each, alternating who goes first: best wall and CPU time of
-    each, the per-pair ratios, and both outputs."""
+    each, the per-pair ratios, and both outputs. `door()`, where given, runs before each of
+    anyformer's requests, inside its time (as `anyformer generate` settles a request's step)."""
     t_hf = t_ours = (float("inf"),) * 2
     pairs, out = [], {}
     for r in range(repeats):
         run = {}
         for who in (("hf", "ours") if r % 2 == 0 else ("ours", "hf")):
             with Clock() as c:
+                if who == "ours" and door is not None:
+                    door()
                 out[who] = hf.generate(prompt, **kw) if who == "hf" else gpt.generate(prompt, new_tokens, temperature=0)
             run[who] = (c.wall, c.cpu)
         t_hf = (min(t_hf[0], run["hf"][0]), min(t_hf[1], run["hf"][1]))
@@ -248,9 +261,11 @@ def _show(name: str, prefix: int, new_tokens: int, repeats: int, row: dict, attn
 
 
 def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None:
-    """anyformer's `generate` against HF's, twice: as a process's first requests (eager: the door was
-    not asked to compile the decode step), and once `plan.prepare_decode` has settled the step as a
-    server does before it listens (measured, and compiled where faster)."""
+    """anyformer's `generate` against HF's, twice: as a process's first requests (each settled by the
+    door as `anyformer generate` settles one, `plan.prepare_decode` with the request's steps, inside its
+    time: the native step where measured faster, compiled only where the steps repay a compile), and
+    once `plan.prepare_decode` has settled the step as a server does before it listens (measured,
+    and compiled where faster)."""
     try:
         import transformers
     except ImportError:
@@ -270,14 +285,16 @@ def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None
         hf.generate(prompt, **{**kw, "max_new_tokens": 4})  # warm-up
         gpt.generate(prompt, 4, temperature=0)
         compiled_before = gpt.compiled_decode(1, total)
-        first = _pairs(gpt, hf, prompt, new_tokens, kw, repeats)
+        first = _pairs(gpt, hf, prompt, new_tokens, kw, repeats,
+                       door=lambda: plan.prepare_decode(gpt, 1, total, steps=new_tokens - 1))
+        first_kind = _settled_kind(gpt, total)
         _show("first requests", prefix, new_tokens, repeats, first, attn)
         compiled_in_first = gpt.compiled_decode(1, total)
         t0 = time.perf_counter()
         plan.prepare_decode(gpt, 1, total)
         settle_s = time.perf_counter() - t0
-        print(f"decode step settled by the door in {settle_s:.1f} s; compiled: {gpt.compiled_decode(1, total)}",
-              flush=True)
+        print(f"decode step settled by the door in {settle_s:.1f} s: {_settled_kind(gpt, total)} "
+              f"(first requests: {first_kind})", flush=True)
         gpt.generate(prompt, 4, temperature=0)  # warm-up, as before the first requests
         steady = _pairs(gpt, hf, prompt, new_tokens, kw, repeats)
         _show("settled", prefix, new_tokens, repeats, steady, attn)
@@ -289,7 +306,15 @@ def bench_hf(gpt, prefix: int, new_tokens: int, repeats: int = 2) -> dict | None
     return {"transformers": transformers.__version__, "prefix": prefix, "new": new_tokens, "attn": attn,
             "agree": agree, "first": first, "steady": steady, "settle_s": settle_s,
             "compiled_before": compiled_before, "compiled_in_first": compiled_in_first,
-            "compiled": gpt.compiled_decode(1, total), "plan_entry": entry}
+            "compiled": gpt.compiled_decode(1, total), "plan_entry": entry, "first_kind": first_kind,
+            "settled_kind": _settled_kind(gpt, total)}
+
+
+def _settled_kind(gpt, total: int) -> str:
+    """The step generate runs for `total`-token requests: "compiled", "native" or "eager" (none settled)."""
+    from anyformer.models.generation import cache_length, compiled_steps
+    step = compiled_steps(gpt).get((1, cache_length(gpt, total)))
+    return "eager" if step is None else step.kind
 
 
 def write(path: Path, args, info, load_before, load_after, rows, step_row, floor_row, hf_row,
@@ -341,8 +366,10 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
                   f"{hf_row['prefix']}-token prefix + {hf_row['new']} new tokens, batch 1, greedy, both with their "
                   f"caches, best of {args.hf_repeats} runs taken alternately; the same weights (converted by "
                   f"`GPT.to_hf`); HF attention implementation `{hf_row['attn']}`. anyformer runs as it ships, "
-                  "its speed plan choosing (no flags). It is measured twice: as a process's first requests "
-                  "(eager: nothing compiled), and once the door has settled the one-token step as a server "
+                  "its speed plan choosing (no flags). It is measured twice: as a process's first requests, "
+                  "each settled by the door as `anyformer generate` settles one (`plan.prepare_decode` with the "
+                  "request's steps, inside the request's time: the native step where measured faster, a compile "
+                  "only where the steps repay it), and once the door has settled the one-token step as a server "
                   "does before it listens (`plan.prepare_decode`, anyformer/plan/decode.py: measured, and "
                   f"compiled where faster; {hf_row['settle_s']:.0f} s, untimed).", "",
                   "| | first requests: tokens/s (wall) | per CPU-s | settled: tokens/s (wall) | per CPU-s |",
@@ -353,9 +380,8 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
                   f"{steady['hf_cpu']:.1f} |",
                   f"| ratio anyformer / HF | x{first['ratio']:.2f} | x{first['ratio_cpu']:.2f} | x{steady['ratio']:.2f} | "
                   f"x{steady['ratio_cpu']:.2f} |", "",
-                  f"- decode step compiled: {'yes' if hf_row['compiled_before'] else 'no'} at the start of the first "
-                  f"requests, {'yes' if hf_row['compiled_in_first'] else 'no'} by their end (generation itself never "
-                  f"compiles), {'yes' if hf_row['compiled'] else 'no'} once settled"
+                  f"- the step generate ran: {hf_row['first_kind']} in the first requests, "
+                  f"{hf_row['settled_kind']} once settled (generation itself never compiles)"
                   + (f"; the plan's record: eager {times['eager'] * 1e3:.2f} ms, compiled "
                      f"{times['compiled'] * 1e3:.2f} ms a step, compile {entry.get('compile_s', 0):.1f} s, "
                      f"chose {entry.get('choice')}" if times.get("eager") and times.get("compiled") else ""),
@@ -364,9 +390,10 @@ def write(path: Path, args, info, load_before, load_after, rows, step_row, floor
                   + f" (median x{first['ratio_median']:.2f}); settled "
                   + ", ".join(f"x{r:.2f}" for r in steady["pair_ratios"]) + f" (median x{steady['ratio_median']:.2f})",
                   "- the best-of ratio compares each library's least disturbed run; the pairs show how far load "
-                  "from other jobs moves it. In the first requests anyformer's linear layers run on oneDNN where "
-                  "its plan measured that faster (HF's through torch's default BLAS, MKL); once settled, the "
-                  "compiled step does every one-row product as one fused pass over the weight.",
+                  "from other jobs moves it. A native step runs the blocks in one call of anyformer's own kernel "
+                  "(plan/decode_native.py: each weight row read once, no per-operation dispatch); an eager one runs "
+                  "the linear layers on oneDNN where its plan measured that faster (HF's through torch's default "
+                  "BLAS, MKL); a compiled one does every one-row product as one fused pass over the weight.",
                   f"- greedy tokens identical for the first {hf_row['agree']} of {hf_row['new']} (settled; "
                   "random weights give near-ties, where float rounding may pick differently; token-for-token "
                   "parity is the job of the interop and decode tests)."]
@@ -385,6 +412,7 @@ def main() -> None:
     ap.add_argument("--hf-prefix", type=int, default=256)
     ap.add_argument("--hf-new", type=int, default=256)
     ap.add_argument("--hf-repeats", type=int, default=2, help="alternating timed runs of each (best kept)")
+    add_isa_argument(ap)
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--no-write", action="store_true")

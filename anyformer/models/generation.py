@@ -37,13 +37,14 @@ def next_logits(model: "GPT", ids: Tensor, cache: KVCache | None) -> Tensor:
 
 @dataclass
 class CompiledStep:
-    """A step the speed plan compiled for one (batch, cache size), and the cache that a generation of
+    """A step the speed plan settled for one (batch, cache size), compiled or native, and the cache that a generation of
     that size last ran, kept for the next: a CUDA graph replays the addresses it was recorded with
     (another cache would have it recorded again, a graph more each request). A generation that finds
     it taken (another running meanwhile) makes its own."""
 
     run: Step
     kept: list[KVCache] = field(default_factory=list)
+    kind: str = "compiled"  # or "native": the blocks on anyformer's own kernel, eager (plan/decode_native.py)
 
 
 # Beside the model, not on it: a deep copy of a model must not carry steps compiled for the original.

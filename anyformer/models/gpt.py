@@ -123,7 +123,8 @@ class GPT(Model):
         """Whether `generate` (and `stream`) takes its one-token steps for `batch` prompts and `total`
         tokens in all through a compiled graph: the speed plan compiled one for that size
         (`anyformer.plan.prepare_decode`, before generation; eager otherwise)."""
-        return (batch, generation.cache_length(self, total)) in generation.compiled_steps(self)
+        step = generation.compiled_steps(self).get((batch, generation.cache_length(self, total)))
+        return step is not None and step.kind == "compiled"
 
     def forward_flops(self, seq_len: int | None = None) -> float:
         """Matmul FLOPs of a forward pass over one sequence of `seq_len` tokens (default: the

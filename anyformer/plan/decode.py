@@ -1,17 +1,20 @@
-"""The door's decoding half: whether a GPT's one-token steps run compiled, settled before it generates.
+"""The door's decoding half: which step runs a GPT's one-token steps, settled before it generates.
 
     plan.prepare_decode(gpt, batch=1, total=512)             # as a server: measured, compiled where faster
     plan.prepare_decode(gpt, 1, len(prompt) + n, steps=n - 1)  # one request: only if its steps repay a compile
 
-`prepare_decode` measures the one-token step of a (batch, cache size) eager and compiled (and
-compiles it where that measured faster and the steps to come repay the compile), and leaves the
+`prepare_decode` measures the one-token step of a (batch, cache size) two ways and leaves the
 answer with the model (`models/generation.py`'s `CompiledStep`), as `prepare` leaves its kernel
-choices on the layers. Generation then runs the step it finds and asks nothing: no step is counted,
-timed or compiled while it generates. The step compiled is `generation.next_logits`, the model's own
-forward over its static cache. A cached step computes one position, so it is bound by memory: every
-weight is read once per token. On the CPU the planned layers write the step's products as products
-and sums (`layers.rowwise_linear`, `attend.by_sums`), which inductor fuses around one pass over each
-weight; on CUDA the step runs as a CUDA graph, SDPA inside it, the cache at fixed addresses.
+choices on the layers. First the eager step: the model's own forward, or on the CPU in fp32 its
+blocks in one call of anyformer's own kernel (`decode_native.py`, the `decode` decision), which costs
+no compile. Then whether to compile: measured against the eager step chosen, and compiled where
+faster and the steps to come repay the compile. Generation then runs the step it finds and asks
+nothing: no step is counted, timed or compiled while it generates. The step compiled is
+`generation.next_logits`, the model's own forward over its static cache. A cached step computes one
+position, so it is bound by memory: every weight is read once per token. On the CPU the planned
+layers write the step's products as products and sums (`layers.rowwise_linear`, `attend.by_sums`),
+which inductor fuses around one pass over each weight; on CUDA the step runs as a CUDA graph, SDPA
+inside it, the cache at fixed addresses.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from ..models.generation import CompiledStep, Step, cache_length, compiled_steps
 from ..nn import KVCache
 from . import choices
 from .compiled import compile_for_decode
+from .decisions.decode import decode_kernel, may_run_native
 from .planner import planner
 
 if TYPE_CHECKING:
@@ -38,21 +42,25 @@ STATIC_DEVICES = ("cpu", "cuda")
 
 
 def prepare_decode(model: "GPT", batch: int, total: int, steps: int | None = None) -> bool:
-    """Settle now whether the one-token steps of `batch` prompts and `total` tokens in all (the
-    window's most) run compiled: measured eager and compiled, and compiled where faster, for a cache
-    of `cache_length(total)` positions. `steps`: how many one-token steps are to come, over which a
-    compile must be repaid (a compile is measured only where they could repay it: the ski-rental
-    rule); None: no accounting, as for a server that runs for days. True: `generate` runs them compiled.
+    """Settle now which step runs the one-token steps of `batch` prompts and `total` tokens in all (the
+    window's most), for a cache of `cache_length(total)` positions: the eager forward or the native
+    step (measured), then compiled where that measured faster still and the steps to come repay the
+    compile. `steps`: how many one-token steps are to come, over which a compile must be repaid (a
+    compile is measured only where they could repay it: the ski-rental rule); None: no accounting, as
+    for a server that runs for days. True: `generate` runs them compiled.
 
     Settled once per (batch, cache size) while the model is prepared; forcing (`compile=eager`,
-    `compile=compiled`) applies here, not inside `generate`."""
+    `compile=compiled`, `decode=stock`, `decode=native`) applies here, not inside `generate`."""
     device = next(model.parameters()).device
     size, table = cache_length(model, total), compiled_steps(model)
-    if device.type not in STATIC_DEVICES or choices.forced_choice(planner().forced()[0], "compile") == "eager":
+    no_compile = choices.forced_choice(planner().forced()[0], "compile") == "eager"
+    if device.type not in STATIC_DEVICES:
         table.pop((batch, size), None)
         return False
-    if (batch, size) in table:
+    settled = table.get((batch, size))
+    if settled is not None and settled.kind == "compiled" and not no_compile:
         return True
+    table.pop((batch, size), None)  # a native step is planned again: more steps to come may repay a compile
     # Made outside inference mode, as generation's sampled tokens are: the graph's guards tell them apart.
     was_training, ids = model.training, torch.zeros(batch, 1, dtype=torch.long, device=device)
     model.eval()
@@ -60,12 +68,15 @@ def prepare_decode(model: "GPT", batch: int, total: int, steps: int | None = Non
         with torch.inference_mode():
             cache = model.new_cache(batch, size)
             next_logits(model, ids, cache)  # a one-token prompt: each candidate computes position 1
-            compiled = _plan_decode(model, ids, cache, steps)
+            eager = _plan_native(model, ids, cache)
+            compiled = None if no_compile else _plan_decode(model, ids, cache, steps, eager or next_logits)
             cache.reset()
     finally:
         model.train(was_training)
     if compiled is not None:
         table[(batch, size)] = CompiledStep(static_step(compiled), [cache])
+    elif eager is not None:
+        table[(batch, size)] = CompiledStep(eager, [cache], kind="native")
     return compiled is not None
 
 
@@ -137,15 +148,41 @@ def plan_fields(model: "GPT", batch: int, cache: int) -> dict[str, object]:
                 dtype=str(compute_dtype(model, device)).removeprefix("torch."), device=device.type)
 
 
-def _plan_decode(model: "GPT", ids: Tensor, cache: KVCache, steps: int | None) -> Callable[..., Tensor] | None:
-    """The compiled step for this batch and cache size, or None to stay eager (measured or recorded
-    faster, too few steps to repay a compile, or the compile failed). Every candidate call computes
-    the position the cache stands at."""
+def _plan_native(model: "GPT", ids: Tensor, cache: KVCache) -> Step | None:
+    """The native step (`decode_native.NativeDecodeStep`) where the `decode` decision chose it for this
+    batch and cache size (measured against the model's eager forward, from the position the cache
+    stands at), else None: the eager forward. Offered for fp32 models on the CPU that it takes."""
+    if ids.device.type != "cpu" or not may_run_native():
+        return None
+    from .decode_native import NativeDecodeStep, unsupported
+    native = unsupported(model) is None  # builds the kernels on a machine's first use
+    step = NativeDecodeStep(model) if native else None
+    at = int(cache.position)
+
+    def runs() -> dict[str, Callable[[], Tensor]]:
+        def from_here(f: Step) -> Callable[[], Tensor]:
+            def run() -> Tensor:
+                with torch.inference_mode():  # the cache was made in it: only there may it be written
+                    cache.position.fill_(at)
+                    return f(model, ids, cache)
+            return run
+        return {"stock": from_here(next_logits), **({"native": from_here(step)} if step else {})}
+    choice = decode_kernel(plan_fields(model, ids.shape[0], cache.max_len), runs, native,
+                           decode_tolerance(compute_dtype(model, ids.device)))
+    cache.position.fill_(at)
+    return step if choice == "native" else None
+
+
+def _plan_decode(model: "GPT", ids: Tensor, cache: KVCache, steps: int | None,
+                 eager: Step = next_logits) -> Callable[..., Tensor] | None:
+    """The compiled step for this batch and cache size, or None to stay with `eager` (measured or
+    recorded faster, too few steps to repay a compile, or the compile failed). Every candidate call
+    computes the position the cache stands at."""
     at = int(cache.position)
 
     def run_eager() -> Tensor:
         cache.position.fill_(at)
-        return next_logits(model, ids, cache)
+        return eager(model, ids, cache)
 
     def run_with(compiled: Callable[..., Tensor]) -> Tensor:
         cache.position.fill_(at)

@@ -79,7 +79,7 @@ def code_hash() -> str:
     code are measured again, with no revision number to remember to raise."""
     root = Path(__file__).parent
     h = hashlib.sha256()
-    for path in sorted([*root.glob("*.py"), *root.glob("native/*.cpp")]):
+    for path in sorted([*root.rglob("*.py"), *root.glob("native/*.cpp"), *root.glob("native/*.h")]):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:12]
 

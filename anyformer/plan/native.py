@@ -40,7 +40,8 @@ from ..files import atomic_path
 from . import host
 from .store import cache_root
 
-SOURCE = Path(__file__).with_name("native") / "kernels.cpp"
+SOURCES = tuple(Path(__file__).with_name("native") / f for f in ("kernels.cpp", "decode.cpp"))
+HEADERS = (Path(__file__).with_name("native") / "simd.h",)
 FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
 # ANYFORMER_ISA=avx2 builds for AVX2 and FMA alone (x86-64-v3), the code a processor without AVX-512 runs,
 # so that such a host's case can be measured on any x86-64 machine (with ATen's, oneDNN's and MKL's own
@@ -117,7 +118,7 @@ def _unbuildable() -> str | None:
 def library_path() -> Path:
     """Where this machine's build of the kernel is (or would be) kept: named by a hash of the source,
     the compiler's version, the flags and the CPU's flags. Needs a compiler (`_unbuildable`)."""
-    parts = [SOURCE.read_bytes(), host.compiler().encode(), " ".join(build_flags()).encode(),
+    parts = [*(f.read_bytes() for f in (*SOURCES, *HEADERS)), host.compiler().encode(), " ".join(build_flags()).encode(),
              _cpu_flags_line().encode()]
     digest = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     return native_dir() / f"kernels-{digest}.so"
@@ -165,6 +166,8 @@ def _load() -> ctypes.CDLL | None:
     lib.gelu_bwd.restype = I
     lib.linear_rows.argtypes = [P] * 4 + [L] * 5 + [I]
     lib.linear_rows.restype = I
+    lib.gpt_decode_blocks.argtypes = [P] + [L] * 5 + [P, L, L, F, I, P, I]
+    lib.gpt_decode_blocks.restype = I
     return lib
 
 
@@ -172,7 +175,7 @@ def _build(path: Path) -> None:
     cxx = _compiler()
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, suffix=".so") as tmp:
-        done = subprocess.run([*cxx, *build_flags(), str(SOURCE), "-o", tmp], capture_output=True, text=True,
+        done = subprocess.run([*cxx, *build_flags(), *map(str, SOURCES), "-o", tmp], capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"{Path(cxx[0]).name} failed: {done.stderr.strip()[-240:]}")

@@ -29,7 +29,7 @@ def test_report_shows_each_decision_with_its_times_and_choice(planner_with):
 def test_report_shows_what_is_forced(planner_with, monkeypatch, capsys):
     monkeypatch.setenv("ANYFORMER_PLAN", "stock,attention=explicit")
     text = doctor.report(planner_with({}))
-    assert ("adamw=foreach, amp=none, attention=explicit, compile=eager, gelu=stock, linear=stock, "
+    assert ("adamw=foreach, amp=none, attention=explicit, compile=eager, decode=stock, gelu=stock, linear=stock, "
             "linears=stock, sdpa=default (from ANYFORMER_PLAN)") in text
     monkeypatch.setenv("ANYFORMER_PLAN", "linear=mkl")
     assert doctor.main([]) == 2  # still prints the report, with what was wrong

@@ -1,5 +1,5 @@
 """The speed choices the floors ask for, each decided by measuring on this machine: one module per
-decision (linear, attention, sdpa, gelu, amp, adamw), their shared buckets and inputs in `common`.
+decision (linear, attention, sdpa, gelu, amp, adamw, decode), their shared buckets and inputs in `common`.
 
 Each helper takes the shapes it is asked about and returns a choice name; the candidates are built
 inside, from random inputs drawn from a private generator (planning never moves the global RNG,
@@ -19,6 +19,8 @@ from .sdpa import SDPA, sdpa_backend, sdpa_context
 from .gelu import GELU, gelu_kernel
 from .amp import AMP, amp_dtype
 from .adamw import ADAMW, adamw_impl
+from .decode import DECODE, decode_kernel
 
-__all__ = ["ADAMW", "AMP", "ATTENTION", "ATTENTION_LAYOUTS", "GELU", "LINEAR", "SDPA", "adamw_impl", "amp_dtype",
-           "attention_kernel", "gelu_kernel", "linear_kernel", "sdpa_backend", "sdpa_context"]
+__all__ = ["ADAMW", "AMP", "ATTENTION", "ATTENTION_LAYOUTS", "DECODE", "GELU", "LINEAR", "SDPA", "adamw_impl",
+           "amp_dtype", "attention_kernel", "decode_kernel", "gelu_kernel", "linear_kernel", "sdpa_backend",
+           "sdpa_context"]

@@ -20,47 +20,9 @@
 // up to i + M - N, so M >= N). D must be 16, 32, 48 or 64. The functions return 0, or 1 for a head
 // size they do not take, 2 for a causal call with fewer keys than queries, 3 where memory for
 // a thread's buffers could not be allocated (the backward keeps two N x M matrices per thread).
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <omp.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
+#include "simd.h"
 
-typedef float vf __attribute__((vector_size(64)));
-typedef float vfu __attribute__((vector_size(64), aligned(4)));
-typedef int vi __attribute__((vector_size(64)));
-static const int W = 16, RMAX = 4;  // floats a vector; rows in a block
-
-static inline vf ld(const float *p) { return *(const vfu *)p; }
-static inline void st(float *p, vf v) { *(vfu *)p = v; }
-static inline vf bc(float x) { return vf{} + x; }
-// Horizontal max and sum of a row's vector: a shuffle tree where AVX-512 is there. The scalar loop
-// is a chain of 16 dependent operations, and two of them a query row took about a quarter of the
-// forward's time for 50 keys, a small ViT's (measured: docs/results.md, as above).
-#ifdef __AVX512F__
-static inline float hmax(vf v) { return _mm512_reduce_max_ps((__m512)v); }
-static inline float hsum(vf v) { return _mm512_reduce_add_ps((__m512)v); }
-#else
-static inline float hmax(vf v) { float m = v[0]; for (int i = 1; i < W; i++) m = v[i] > m ? v[i] : m; return m; }
-static inline float hsum(vf v) { float s = 0; for (int i = 0; i < W; i++) s += v[i]; return s; }
-#endif
-
-// exp(x), about 1 ulp, x clamped to [-87, 88] (so that the exponent built below stays finite):
-// x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes expf)
-static inline vf vexp(vf x) {
-    x = x < -87.0f ? bc(-87.0f) : x;
-    x = x > 88.0f ? bc(88.0f) : x;
-    vf n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    vf p = bc(1.9875691500E-4f);
-    p = p * r + 1.3981999507E-3f; p = p * r + 8.3334519073E-3f; p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f; p = p * r + 5.0000001201E-1f;
-    p = p * r * r + r + 1.0f;
-    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
-    return p * (vf)e;
-}
+static const int RMAX = 4;  // rows in a block
 
 // 1.0 in lanes below n (n in 1..16), else 0
 static inline vf lanes_below(long n) {
@@ -272,49 +234,6 @@ static float *buf(long n) { return (float *)std::aligned_alloc(64, ((n * 4 + 63)
 //   tanh:   y = x (1 + tanh u) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)
 //           dy/dx = (1 + tanh u) / 2 + x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2
 
-// erfc(|z|) by Numerical Recipes' erfcc (fractional error below 1.2e-7 everywhere)
-static inline vf verfc_abs(vf az) {
-    vf t = 1.0f / (1.0f + 0.5f * az);
-    vf p = bc(0.17087277f);
-    p = p * t - 0.82215223f; p = p * t + 1.48851587f; p = p * t - 1.13520398f; p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f; p = p * t + 0.09678418f; p = p * t + 0.37409196f; p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
-    return t * vexp(p - az * az);
-}
-
-// Phi(x) = (1 + erf(x / sqrt 2)) / 2 = erfc(-x / sqrt 2) / 2
-static inline vf vphi(vf x) {
-    vf az = x * 0.70710678118654752f;
-    az = az < 0 ? -az : az;
-    vf half_erfc = 0.5f * verfc_abs(az);
-    return x < 0 ? half_erfc : 1.0f - half_erfc;
-}
-
-// tanh(u) from exp(-2|u|) <= 1
-static inline vf vtanh(vf u) {
-    vf au = u < 0 ? -u : u;
-    vf e = vexp(-2.0f * au);
-    vf t = (1.0f - e) / (1.0f + e);
-    return u < 0 ? -t : t;
-}
-
-static const float SQRT_2_OVER_PI = 0.79788456080286536f, GELU_C = 0.044715f, INV_SQRT_2PI = 0.39894228040143268f;
-
-template <bool TANH>
-static inline vf gelu_fwd_v(vf x) {
-    if (TANH) return 0.5f * x * (1.0f + vtanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
-    return x * vphi(x);
-}
-
-template <bool TANH>
-static inline vf gelu_bwd_v(vf x, vf g) {
-    if (TANH) {
-        vf t = vtanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x));
-        return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x * x));
-    }
-    return g * (vphi(x) + x * INV_SQRT_2PI * vexp(-0.5f * x * x));
-}
-
 // one pass over n elements in chunks of 16 (the tail through a zero-padded vector)
 template <typename F>
 static void elementwise(long n, int nthreads, F f) {
@@ -343,20 +262,14 @@ static void gelu_bwd_t(const float *x, const float *g, float *dx, long n, int nt
 
 // y[r] = W x[r] (+ b) for a few rows x (a generation step's products): one pass over W (out x in,
 // row-major), each thread a contiguous block of its rows, each W row read once from memory and kept
-// in L1 for the few x rows; two accumulators a row, so that an FMA's latency does not bound the loop.
+// in L1 for the few x rows.
 static void rows_linear(const float *x, const float *w, const float *b, float *y, long rows, long in, long out,
                         long xs, long ys, int nthreads) {
     #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (long o = 0; o < out; o++) {
         const float *wo = w + o * in;
         for (long r = 0; r < rows; r++) {
-            const float *xr = x + r * xs;
-            vf a0{}, a1{};
-            long i = 0;
-            for (; i + 2 * W <= in; i += 2 * W) { a0 += ld(wo + i) * ld(xr + i); a1 += ld(wo + i + W) * ld(xr + i + W); }
-            for (; i + W <= in; i += W) a0 += ld(wo + i) * ld(xr + i);
-            float s = hsum(a0 + a1);
-            for (; i < in; i++) s += wo[i] * xr[i];
+            float s = dot(wo, x + r * xs, in);
             y[r * ys + o] = b ? s + b[o] : s;
         }
     }

@@ -1,0 +1,115 @@
+// One new token through a GPT's pre-norm blocks, for each of B sequences: a generation step's whole
+// backbone in one call, its keys and values written into the cache on the way.
+//
+// Why it exists: a cached step computes one position, so its arithmetic is small and it is bound by
+// reading every weight once; run as torch operations it pays a dispatch (some microseconds) for each
+// of the dozens of small operations a block makes, and a char GPT's eager step took about four times
+// the time its weights take to read (benchmarks/results/amd-epyc/generate_char.md: 4.98 ms against
+// 1.30 ms). torch.compile fuses them, but costs seconds before the first token; this costs nothing
+// after the library is built (plan/native.py). One OpenMP region runs every layer; its threads split
+// each product's output rows (each weight row read once, from memory, for the B rows), and the
+// attention's (sequence, head) pairs, with a barrier between the phases.
+//
+// Per layer, x (B, D) the residual stream, updated in place:
+//   h = LN1(x);  q | k | v = h Wqkv^T + bqkv, k and v written at cache position p;
+//   a = softmax(q k[0..p]^T / sqrt(Dh)) v[0..p] per head;  x += a Wproj^T + bproj;
+//   h = LN2(x);  u = act(h Wfc1^T + bfc1);  x += u Wfc2^T + bfc2.
+// The caller gives, per layer, SLOTS addresses in the order of the enum below (a bias may be null), the
+// cache buffers (B, H, M, Dh) contiguous float32, and scratch of B * (2 D + F) + B * H * M floats.
+#include "simd.h"
+
+enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC1_W, FC1_B, FC2_W, FC2_B, K_CACHE,
+            V_CACHE, SLOTS };
+enum Activation { GELU = 0, GELU_TANH = 1, RELU = 2 };
+
+// y = (x - mean) / sqrt(var + eps) * w + b over D floats, the moments summed in double
+static void layer_norm(const float *x, const float *w, const float *b, float *y, long D, float eps) {
+    double sum = 0, sq = 0;
+    for (long i = 0; i < D; i++) sum += x[i];
+    const double mean = sum / D;
+    for (long i = 0; i < D; i++) { double c = x[i] - mean; sq += c * c; }
+    const float m = (float)mean, r = (float)(1.0 / std::sqrt(sq / D + eps));
+    for (long i = 0; i < D; i++) y[i] = (x[i] - m) * r * w[i] + (b ? b[i] : 0.0f);
+}
+
+static inline vf activate(vf u, int act) {
+    if (act == GELU_TANH) return gelu_fwd_v<true>(u);
+    if (act == GELU) return gelu_fwd_v<false>(u);
+    return u < 0 ? vf{} : u;
+}
+
+// o = softmax(scale * q k_j^T over j = 0..n-1) summed over v_j: one head's query against its n cached
+// keys (rows of Dh floats), s the n scores' buffer
+static void attend_one(const float *q, const float *k, const float *v, long n, long Dh, float scale, float *s,
+                       float *o) {
+    float top = -INFINITY;
+    for (long j = 0; j < n; j++) { s[j] = dot(q, k + j * Dh, Dh) * scale; top = s[j] > top ? s[j] : top; }
+    float total = 0;
+    long j = 0;
+    for (; j + W <= n; j += W) { vf e = vexp(ld(s + j) - top); st(s + j, e); total += hsum(e); }
+    for (; j < n; j++) { s[j] = std::exp(s[j] - top); total += s[j]; }
+    for (long d = 0; d < Dh; d++) o[d] = 0.0f;
+    for (j = 0; j < n; j++) {
+        const float w = s[j] / total, *vj = v + j * Dh;
+        for (long d = 0; d < Dh; d++) o[d] += w * vj[d];
+    }
+}
+
+extern "C" {
+// Returns 0, or 1 for sizes it does not take (heads that do not divide the width or of more than 512 floats,
+// a position past the cache, an unknown activation).
+int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const void *const *table, long M, long p,
+                      float eps, int act, float *scratch, int nthreads) {
+    if (B < 1 || D < 1 || H < 1 || D % H || F < 1 || L < 1 || p < 0 || p >= M || act < GELU || act > RELU || D / H > 512)
+        return 1;
+    const long Dh = D / H, n = p + 1;
+    const float scale = 1.0f / std::sqrt((float)Dh);
+    float *h = scratch, *q = h + B * D, *u = q + B * D, *a = q, *s = u + B * F;  // a: q's rows, once read
+    #pragma omp parallel num_threads(nthreads)
+    for (long l = 0; l < L; l++) {
+        const float *const *w = (const float *const *)(table + l * SLOTS);
+        float *kc = (float *)w[K_CACHE], *vc = (float *)w[V_CACHE];
+        #pragma omp single
+        for (long b = 0; b < B; b++) layer_norm(x + b * D, w[LN1_W], w[LN1_B], h + b * D, D, eps);
+        #pragma omp for schedule(static)
+        for (long o = 0; o < 3 * D; o++) {
+            const long part = o / D, j = o % D, at = ((j / Dh) * M + p) * Dh + j % Dh;  // k, v: (head, p, d)
+            for (long b = 0; b < B; b++) {
+                const float y = dot(w[QKV_W] + o * D, h + b * D, D) + (w[QKV_B] ? w[QKV_B][o] : 0.0f);
+                if (part == 0) q[b * D + j] = y;
+                else (part == 1 ? kc : vc)[b * H * M * Dh + at] = y;
+            }
+        }
+        #pragma omp for schedule(static)
+        for (long bh = 0; bh < B * H; bh++) {
+            const long b = bh / H, hd = bh % H, head = (b * H + hd) * M * Dh;
+            float o[512];  // Dh floats (checked above: at most 512)
+            attend_one(q + b * D + hd * Dh, kc + head, vc + head, n, Dh, scale, s + bh * M, o);
+            // q's own head is read: its output can take its place
+            std::memcpy(a + b * D + hd * Dh, o, Dh * sizeof(float));
+        }
+        #pragma omp for schedule(static)
+        for (long o = 0; o < D; o++)
+            for (long b = 0; b < B; b++)
+                x[b * D + o] += dot(w[PROJ_W] + o * D, a + b * D, D) + (w[PROJ_B] ? w[PROJ_B][o] : 0.0f);
+        #pragma omp single
+        for (long b = 0; b < B; b++) layer_norm(x + b * D, w[LN2_W], w[LN2_B], h + b * D, D, eps);
+        #pragma omp for schedule(static)
+        for (long c = 0; c < (F + W - 1) / W; c++) {  // 16 outputs at a time, activated as one vector
+            const long o0 = c * W, k = F - o0 < W ? F - o0 : W;
+            for (long b = 0; b < B; b++) {
+                vf y{};
+                for (long i = 0; i < k; i++)
+                    y[i] = dot(w[FC1_W] + (o0 + i) * D, h + b * D, D) + (w[FC1_B] ? w[FC1_B][o0 + i] : 0.0f);
+                y = activate(y, act);
+                for (long i = 0; i < k; i++) u[b * F + o0 + i] = y[i];
+            }
+        }
+        #pragma omp for schedule(static)
+        for (long o = 0; o < D; o++)
+            for (long b = 0; b < B; b++)
+                x[b * D + o] += dot(w[FC2_W] + o * F, u + b * F, F) + (w[FC2_B] ? w[FC2_B][o] : 0.0f);
+    }
+    return 0;
+}
+}

@@ -61,6 +61,8 @@ def prepare_decode(model: "GPT", batch: int, total: int, steps: int | None = Non
     if settled is not None and settled.kind == "compiled" and not no_compile:
         return True
     table.pop((batch, size), None)  # a native step is planned again: more steps to come may repay a compile
+    if no_compile and not (device.type == "cpu" and may_run_native()):
+        return False  # nothing to settle: the model's own forward, eager
     # Made outside inference mode, as generation's sampled tokens are: the graph's guards tell them apart.
     was_training, ids = model.training, torch.zeros(batch, 1, dtype=torch.long, device=device)
     model.eval()

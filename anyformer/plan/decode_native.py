@@ -53,6 +53,10 @@ def unsupported(model: "GPT") -> str | None:
             return "no rotary positions or locality attention"
         if len(mlp.hidden) or mlp.drop is not None or _activation(mlp.act) is None:
             return "an MLP of one hidden layer with GELU, tanh GELU or ReLU only"
+    first = trunk.blocks[0]
+    if any(_activation(b.mlp.act) != _activation(first.mlp.act) or b.mlp.fc1.out_features != first.mlp.fc1.out_features
+           or b.norm1.eps != first.norm1.eps or b.norm2.eps != first.norm1.eps for b in trunk.blocks):
+        return "blocks of one activation, MLP width and norm eps"
     if native.library() is None:
         return f"the native kernels are not available here ({native.why_unavailable()})"
     return None
@@ -71,9 +75,6 @@ class NativeDecodeStep:
         self.hidden = trunk.blocks[0].mlp.fc1.out_features
         self.eps = trunk.blocks[0].norm1.eps
         self.act = ACTIVATIONS[_activation(trunk.blocks[0].mlp.act)]
-        if any(ACTIVATIONS[_activation(b.mlp.act)] != self.act or b.mlp.fc1.out_features != self.hidden
-               or b.norm1.eps != self.eps or b.norm2.eps != self.eps for b in trunk.blocks):
-            raise ValueError("the native decode step takes blocks of one activation, MLP width and norm eps")
 
     def weights(self, model: "GPT") -> list[Tensor | None]:
         """Each block's 12 tensors in the kernel's order (native/decode.cpp's Slot), read at every call:
@@ -94,7 +95,7 @@ class NativeDecodeStep:
                              f"for a batch of {B} through {self.depth} layers of {self.heads} heads")
         if p >= cache.max_len:
             raise ValueError(f"KV cache holds at most {cache.max_len} positions; got {p} cached + 1 new")
-        x = model.tokens(ids, cache).reshape(B, D).contiguous()  # a new tensor: updated in place below
+        x = model.tokens(ids, cache).reshape(B, D).clone()  # its own memory: updated in place below
         table = _table(self.weights(model), cache)
         scratch = x.new_empty(B * (2 * D + self.hidden) + B * self.heads * cache.max_len)
         rc = native.library().gpt_decode_blocks(
@@ -122,8 +123,9 @@ def _table(weights: list[Tensor | None], cache: KVCache) -> ctypes.Array:
         if k.dtype != torch.float32 or not (k.is_contiguous() and v.is_contiguous()):
             raise ValueError("the native decode step needs a float32 cache of contiguous buffers")
         block = weights[12 * layer:12 * layer + 12]
-        if not all(t is None or t.is_contiguous() for t in block):
-            raise ValueError("the native decode step reads contiguous weights")
+        if not all(t is None or (t.dtype is torch.float32 and t.device.type == "cpu" and t.is_contiguous())
+                   for t in block):
+            raise ValueError("the native decode step reads contiguous float32 CPU weights")
         addresses += [0 if t is None else t.data_ptr() for t in block]
         addresses += [k.data_ptr(), v.data_ptr()]
     return (ctypes.c_void_p * len(addresses))(*addresses)

@@ -81,6 +81,13 @@ def test_what_it_does_not_take_is_named():
     model = gpt()
     model.backbone.blocks[0].mlp.act = torch.nn.Tanh()
     assert "GELU, tanh GELU or ReLU" in unsupported(model)
+    model.backbone.blocks[0].mlp.act = torch.nn.ReLU()
+    assert "one activation" in unsupported(model)  # the other block's is tanh GELU
+    model = gpt()
+    step = NativeDecodeStep(model)
+    model.backbone.blocks[1].mlp.fc2.to(torch.float64)  # changed after the step was made: refused, not misread
+    with torch.inference_mode(), pytest.raises(ValueError, match="contiguous float32 CPU weights"):
+        step(model, torch.tensor([[1]]), model.new_cache(1, 8))
     with pytest.raises(ValueError, match="cannot run this model: no rotary"):
         NativeDecodeStep(gpt(position="rotary"))
     model = gpt()

@@ -3,12 +3,12 @@
 //
 // Why it exists: a cached step computes one position, so its arithmetic is small and it is bound by
 // reading every weight once; run as torch operations it pays a dispatch (some microseconds) for each
-// of the dozens of small operations a block makes, and a char GPT's eager step took about four times
-// the time its weights take to read (benchmarks/results/amd-epyc/generate_char.md: 4.98 ms against
-// 1.30 ms). torch.compile fuses them, but costs seconds before the first token; this costs nothing
-// after the library is built (plan/native.py). One OpenMP region runs every layer; its threads split
-// each product's output rows (each weight row read once, from memory, for the B rows), and the
-// attention's (sequence, head) pairs, with a barrier between the phases.
+// of the dozens of small operations a block makes, and a char GPT's eager step took three to four times
+// the time its weights take to read (bench_generate.py: 4.98 ms against 1.30 ms on 2026-11-24; 1.91 ms
+// against 0.54 ms on a Zen 5, 2026-11-30). torch.compile fuses them, but costs seconds before the first
+// token; this costs nothing after the library is built (plan/native.py). One OpenMP region runs every
+// layer; its threads split each product's output rows (each weight row read once, from memory, for
+// the B rows), and the attention's (sequence, head) pairs, with a barrier between the phases.
 //
 // Per layer, x (B, D) the residual stream, updated in place:
 //   h = LN1(x);  q | k | v = h Wqkv^T + bqkv, k and v written at cache position p;

@@ -10,6 +10,7 @@ call the kernel does not cover (attention weights hooked meanwhile) run the eage
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -75,16 +76,33 @@ class NativeDecodeStep:
         self.hidden = trunk.blocks[0].mlp.fc1.out_features
         self.eps = trunk.blocks[0].norm1.eps
         self.act = ACTIVATIONS[_activation(trunk.blocks[0].mlp.act)]
+        # Where each block's 12 tensors live, in the kernel's order (native/decode.cpp's Slot): the modules'
+        # own parameter tables, read at every call, so that parameters replaced (load_state_dict(assign=True))
+        # or moved (.to()) after the step was made are read as they are now.
+        self.slots: list[tuple[dict, str]] = []
+        for blk in trunk.blocks:
+            a, m = blk.attn, blk.mlp
+            for module in (blk.norm1, a.qkv, a.proj, blk.norm2, m.fc1, m.fc2):
+                self.slots += [(module._parameters, "weight"), (module._parameters, "bias")]
+        # The last table of addresses, its cache (weakly: a cache freed gives its buffers back) and what it was
+        # built from: building and checking it anew took about an eighth of a char GPT's step.
+        self._memo: tuple[weakref.ref, tuple, ctypes.Array] | None = None
 
-    def weights(self, model: "GPT") -> list[Tensor | None]:
-        """Each block's 12 tensors in the kernel's order (native/decode.cpp's Slot), read at every call:
-        a model whose parameters were replaced (load_state_dict(assign=True), .to()) is read as it is now."""
-        out: list[Tensor | None] = []
-        for b in model.backbone.blocks:
-            a, m = b.attn, b.mlp
-            out += [b.norm1.weight, b.norm1.bias, a.qkv.weight, a.qkv.bias, a.proj.weight, a.proj.bias,
-                    b.norm2.weight, b.norm2.bias, m.fc1.weight, m.fc1.bias, m.fc2.weight, m.fc2.bias]
-        return out
+    def weights(self) -> list[Tensor | None]:
+        """Each block's 12 tensors in the kernel's order, as the model holds them now."""
+        return [params[name] for params, name in self.slots]
+
+    def table(self, cache: KVCache) -> ctypes.Array:
+        """The kernel's table of addresses for `cache`: rebuilt (and checked) where a weight's memory,
+        dtype, device or layout, or the cache, differs from the last call's."""
+        weights = self.weights()
+        key = tuple(None if t is None else (t.data_ptr(), t.dtype, t.is_cpu, t.is_contiguous()) for t in weights)
+        memo = self._memo  # one read: another thread's generation may replace it meanwhile
+        if memo is not None and memo[0]() is cache and memo[1] == key:
+            return memo[2]
+        table = _table(weights, cache)
+        self._memo = (weakref.ref(cache), key, table)
+        return table
 
     def __call__(self, model: "GPT", ids: Tensor, cache: KVCache | None) -> Tensor:
         if ids.shape[1] != 1 or cache is None or torch.is_grad_enabled() or _hooked(model):
@@ -96,7 +114,7 @@ class NativeDecodeStep:
         if p >= cache.max_len:
             raise ValueError(f"KV cache holds at most {cache.max_len} positions; got {p} cached + 1 new")
         x = model.tokens(ids, cache).reshape(B, D).clone()  # its own memory: updated in place below
-        table = _table(self.weights(model), cache)
+        table = self.table(cache)
         scratch = x.new_empty(B * (2 * D + self.hidden) + B * self.heads * cache.max_len)
         rc = native.library().gpt_decode_blocks(
             x.data_ptr(), B, D, self.heads, self.hidden, self.depth, table, cache.max_len, p, self.eps, self.act,

@@ -49,7 +49,7 @@ FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
 ENV_ISA = "ANYFORMER_ISA"
 MARCH = {"native": "-march=native", "avx2": "-march=x86-64-v3"}
 BUILD_TIMEOUT_S = 180
-HEAD_DIMS = (16, 32, 48, 64)  # what the kernel takes (16 floats a vector, up to four)
+HEAD_DIMS = (16, 32, 48, 64)  # what the kernel takes (blocks of 16 floats, up to four)
 
 ENV_NATIVE_DIR = "ANYFORMER_NATIVE_DIR"
 

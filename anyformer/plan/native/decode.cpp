@@ -32,10 +32,10 @@ static void layer_norm(const float *x, const float *w, const float *b, float *y,
     for (long i = 0; i < D; i++) y[i] = (x[i] - m) * r * w[i] + (b ? b[i] : 0.0f);
 }
 
-static inline vf activate(vf u, int act) {
+static inline vn activate(vn u, int act) {
     if (act == GELU_TANH) return gelu_fwd_v<true>(u);
     if (act == GELU) return gelu_fwd_v<false>(u);
-    return u < 0 ? vf{} : u;
+    return u < 0 ? vn{} : u;
 }
 
 // o = softmax(scale * q k_j^T over j = 0..n-1) summed over v_j: one head's query against its n cached
@@ -46,7 +46,7 @@ static void attend_one(const float *q, const float *k, const float *v, long n, l
     for (long j = 0; j < n; j++) { s[j] = dot(q, k + j * Dh, Dh) * scale; top = s[j] > top ? s[j] : top; }
     float total = 0;
     long j = 0;
-    for (; j + W <= n; j += W) { vf e = vexp(ld(s + j) - top); st(s + j, e); total += hsum(e); }
+    for (; j + WN <= n; j += WN) { vn e = vexp(ld(s + j) - top); st(s + j, e); total += hsum(e); }
     for (; j < n; j++) { s[j] = std::exp(s[j] - top); total += s[j]; }
     for (long d = 0; d < Dh; d++) o[d] = 0.0f;
     for (j = 0; j < n; j++) {
@@ -95,10 +95,10 @@ int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const vo
         #pragma omp single
         for (long b = 0; b < B; b++) layer_norm(x + b * D, w[LN2_W], w[LN2_B], h + b * D, D, eps);
         #pragma omp for schedule(static)
-        for (long c = 0; c < (F + W - 1) / W; c++) {  // 16 outputs at a time, activated as one vector
-            const long o0 = c * W, k = F - o0 < W ? F - o0 : W;
+        for (long c = 0; c < (F + WN - 1) / WN; c++) {  // a vector's outputs at a time, activated as one
+            const long o0 = c * WN, k = F - o0 < WN ? F - o0 : WN;
             for (long b = 0; b < B; b++) {
-                vf y{};
+                vn y{};
                 for (long i = 0; i < k; i++)
                     y[i] = dot(w[FC1_W] + (o0 + i) * D, h + b * D, D) + (w[FC1_B] ? w[FC1_B][o0 + i] : 0.0f);
                 y = activate(y, act);

@@ -5,8 +5,8 @@
 // CPU flash kernel runs a small model's attention (tens to hundreds of tokens, heads of 16 to 64)
 // slowly, because its inner products are blocked for long sequences and go through BLAS calls too
 // small to pay (measured: docs/results.md, 'Measurements behind the code's choices'). Here four
-// query rows are computed at once in registers (GCC vector extensions, 16 floats: AVX-512 where the
-// compiler is given it, two AVX2 halves elsewhere), and the keys and values of one head are
+// query rows are computed at once in registers (GCC vector extensions of the register's width, simd.h:
+// 16 floats where the compiler is given AVX-512, 8 elsewhere), and the keys and values of one head are
 // transposed once into a buffer. The forward saves log-sum-exp per row; the backward recomputes the
 // probabilities from it (flash attention's recipe, at the granularity of a whole head).
 //
@@ -23,110 +23,126 @@
 #include "simd.h"
 
 static const int RMAX = 4;  // rows in a block
-
-// 1.0 in lanes below n (n in 1..16), else 0
-static inline vf lanes_below(long n) {
-    vf iota; for (int i = 0; i < W; i++) iota[i] = (float)i;
-    return iota < (float)n ? bc(1.0f) : vf{};
-}
+static const float ONES[RMAX] = {1.0f, 1.0f, 1.0f, 1.0f};  // outputs not scaled (x * 1 is x)
 
 struct Head { const float *p; long sn; const float *row(long n) const { return p + n * sn; } };
 
 // s[r][0..mp) = scale * q_r . kt[:, j] for the R rows of a block   (kt: D x Mp, zero padded).
 // Two key vectors at a time where there are two: an FMA takes 4 cycles and two issue per cycle, so
 // R chains alone (R = 4) leave most of the multiply-add slots idle; 2R independent chains fill them.
+// The key vectors are the register's (vn): 2R accumulators of 16 floats fit AVX-512's 32 registers, and
+// of 8 floats AVX2's 16.
 template <int DV, int R>
 static inline void scores(const float *const *qr, const float *kt, long Mp, long jv_end, float scale, float *s) {
     const int D = DV * W;
-    long jv = 0;
-    for (; jv + 1 < jv_end; jv += 2) {
-        vf a[R], b[R];
-        for (int r = 0; r < R; r++) { a[r] = vf{}; b[r] = vf{}; }
-        const float *k = kt + jv * W;
+    const long jn_end = jv_end * (W / WN);
+    long jn = 0;
+    for (; jn + 1 < jn_end; jn += 2) {
+        vn a[R], b[R];
+        for (int r = 0; r < R; r++) { a[r] = vn{}; b[r] = vn{}; }
+        const float *k = kt + jn * WN;
         for (int d = 0; d < D; d++) {
-            vf k0 = ld(k + d * Mp), k1 = ld(k + d * Mp + W);
+            vn k0 = ld(k + d * Mp), k1 = ld(k + d * Mp + WN);
             for (int r = 0; r < R; r++) { float x = qr[r][d]; a[r] += k0 * x; b[r] += k1 * x; }
         }
-        for (int r = 0; r < R; r++) { st(s + r * Mp + jv * W, a[r] * scale); st(s + r * Mp + (jv + 1) * W, b[r] * scale); }
+        for (int r = 0; r < R; r++) { st(s + r * Mp + jn * WN, a[r] * scale); st(s + r * Mp + (jn + 1) * WN, b[r] * scale); }
     }
-    for (; jv < jv_end; jv++) {
-        vf a[R];
-        for (int r = 0; r < R; r++) a[r] = vf{};
-        const float *k = kt + jv * W;
+    for (; jn < jn_end; jn++) {
+        vn a[R];
+        for (int r = 0; r < R; r++) a[r] = vn{};
+        const float *k = kt + jn * WN;
         for (int d = 0; d < D; d++) {
-            vf kv = ld(k + d * Mp);
+            vn kv = ld(k + d * Mp);
             for (int r = 0; r < R; r++) a[r] += kv * qr[r][d];
         }
-        for (int r = 0; r < R; r++) st(s + r * Mp + jv * W, a[r] * scale);
+        for (int r = 0; r < R; r++) st(s + r * Mp + jn * WN, a[r] * scale);
     }
 }
 
-// acc[r] = sum over rows j in [j0, j1) of w[r * rs + j * js] * x_j, for R outputs (D = DV*16 floats a
-// row): the forward's and dQ's P V (a block of R queries, w the N x Mp buffer row-major: rs = Mp, js = 1)
-// and dV's and dK's P^T dO (R keys, read down the buffer's columns: rs = 1, js = Mp). Where R*DV chains
-// are too few to fill the FMA slots (see scores), even and odd j go to two sets.
+// out[r * osn + 0..D) = mult[r] * sum over rows j in [j0, j1) of w[r * rs + j * js] * x_j, for the first
+// `live` of R outputs (D = DV*W floats a row): the forward's and dQ's P V (a block of R queries, w the N x Mp
+// buffer row-major: rs = Mp, js = 1) and dV's and dK's P^T dO (R keys, read down the buffer's columns: rs = 1,
+// js = Mp). A row's D floats are C register vectors at a time, so that the R x C accumulators stay within ACC
+// registers (a 64-float row is 4 zmm, all at once, or 8 ymm, 2 at a time); where R*C chains are too few to fill
+// the FMA slots (see scores), even and odd j go to two sets.
 template <int DV, int R>
 static inline void weighted_rows(const float *w, long rs, long js, long j0, long j1, const Head &x,
-                                 vf (&acc)[R][DV]) {
-    constexpr int S = R * DV < 8 ? 2 : 1;
-    vf part[S][R][DV];
-    for (int t = 0; t < S; t++) for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) part[t][r][c] = vf{};
-    long j = j0;
-    for (; j + S <= j1; j += S) {
-        for (int t = 0; t < S; t++) {
-            const float *xj = x.row(j + t), *wj = w + (j + t) * js;
-            float wr[R];
-            for (int r = 0; r < R; r++) wr[r] = wj[r * rs];
-            for (int c = 0; c < DV; c++) {
-                vf xv = ld(xj + c * W);
-                for (int r = 0; r < R; r++) part[t][r][c] += xv * wr[r];
+                                 float *out, long osn, const float (&mult)[R], int live) {
+    constexpr int NV = DV * W / WN, C = NV < ACC / R ? NV : ACC / R, S = R * C < 8 ? 2 : 1;
+    static_assert(NV % C == 0, "a row's vectors split into whole chunks");
+    for (int c0 = 0; c0 < NV; c0 += C) {
+        vn part[S][R][C];
+        for (int t = 0; t < S; t++) for (int r = 0; r < R; r++) for (int c = 0; c < C; c++) part[t][r][c] = vn{};
+        long j = j0;
+        for (; j + S <= j1; j += S) {
+            for (int t = 0; t < S; t++) {
+                const float *xj = x.row(j + t) + c0 * WN, *wj = w + (j + t) * js;
+                float wr[R];
+                for (int r = 0; r < R; r++) wr[r] = wj[r * rs];
+                for (int c = 0; c < C; c++) {
+                    vn xv = ld(xj + c * WN);
+                    for (int r = 0; r < R; r++) part[t][r][c] += xv * wr[r];
+                }
             }
         }
-    }
-    for (; j < j1; j++) {
-        const float *xj = x.row(j), *wj = w + j * js;
-        for (int c = 0; c < DV; c++) {
-            vf xv = ld(xj + c * W);
-            for (int r = 0; r < R; r++) part[0][r][c] += xv * wj[r * rs];
+        for (; j < j1; j++) {
+            const float *xj = x.row(j) + c0 * WN, *wj = w + j * js;
+            for (int c = 0; c < C; c++) {
+                vn xv = ld(xj + c * WN);
+                for (int r = 0; r < R; r++) part[0][r][c] += xv * wj[r * rs];
+            }
         }
-    }
-    for (int r = 0; r < R; r++) for (int c = 0; c < DV; c++) {
-        acc[r][c] = part[0][r][c];
-        for (int t = 1; t < S; t++) acc[r][c] += part[t][r][c];
+        for (int r = 0; r < live; r++) for (int c = 0; c < C; c++) {
+            vn acc = part[0][r][c];
+            for (int t = 1; t < S; t++) acc += part[t][r][c];
+            st(out + r * osn + (c0 + c) * WN, acc * mult[r]);
+        }
     }
 }
 
-// A 16 x 16 tile transposed in registers, in four steps S (b = 8, 4, 2, 1): rows i and i + b swap the
-// b bit of their row and column index, by two two-source shuffles each (one vpermt2ps with AVX-512).
-// SWAP[S]: the masks for the new rows i and i + b, indices into (row i, row i + b), 16 and up the latter.
-static const vi SWAP[4][2] = {
+// A WN x WN tile transposed in registers, in steps S (b = WN/2, ..., 1): rows i and i + b swap the b bit
+// of their row and column index, by two two-source shuffles each (one vpermt2ps with AVX-512; vperm2f128,
+// vshufps and vunpck with AVX2). SWAP[S]: the masks for the new rows i and i + b, indices into (row i,
+// row i + b), WN and up the latter.
+#ifdef __AVX512F__
+static const int STEPS = 4;
+static const vni SWAP[STEPS][2] = {
     {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},  // b = 8
     {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},  // b = 4
     {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}, {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},  // b = 2
     {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}, {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},  // b = 1
 };
+#else
+static const int STEPS = 3;
+static const vni SWAP[STEPS][2] = {
+    {{0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}},  // b = 4
+    {{0, 1, 8, 9, 4, 5, 12, 13}, {2, 3, 10, 11, 6, 7, 14, 15}},  // b = 2
+    {{0, 8, 2, 10, 4, 12, 6, 14}, {1, 9, 3, 11, 5, 13, 7, 15}},  // b = 1
+};
+#endif
 template <int S>
-static inline void swap_bit(vf (&x)[W]) {
-    const int B = 8 >> S;
-    for (int i = 0; i < W; i++) {
+static inline void swap_bit(vn (&x)[WN]) {
+    const int B = (WN / 2) >> S;
+    for (int i = 0; i < WN; i++) {
         if (i & B) continue;
-        vf a = x[i], b = x[i + B];
+        vn a = x[i], b = x[i + B];
         x[i] = __builtin_shuffle(a, b, SWAP[S][0]);
         x[i + B] = __builtin_shuffle(a, b, SWAP[S][1]);
     }
 }
 
-// t = the head's first M rows transposed (D x Mp, zero past M), a 16 x 16 tile at a time. Element by
+// t = the head's first M rows transposed (D x Mp, zero past M), a WN x WN tile at a time. Element by
 // element, every store went to another row Mp floats on: once t is larger than L1 (a char GPT's
 // heads, 256 keys of 64) that took a quarter of the forward's time (measured: docs/results.md).
 static void transpose(const Head &h, long M, long D, long Mp, float *t) {
-    for (long j0 = 0; j0 < Mp; j0 += W) {
-        long rows = M - j0 < W ? M - j0 : W;
-        for (long d0 = 0; d0 < D; d0 += W) {
-            vf x[W];
-            for (long jj = 0; jj < W; jj++) x[jj] = jj < rows ? ld(h.row(j0 + jj) + d0) : vf{};
-            swap_bit<0>(x); swap_bit<1>(x); swap_bit<2>(x); swap_bit<3>(x);
-            for (int dd = 0; dd < W; dd++) st(t + (d0 + dd) * Mp + j0, x[dd]);
+    for (long j0 = 0; j0 < Mp; j0 += WN) {
+        long rows = M - j0 < WN ? M - j0 : WN;
+        for (long d0 = 0; d0 < D; d0 += WN) {
+            vn x[WN];
+            for (long jj = 0; jj < WN; jj++) x[jj] = jj < rows ? ld(h.row(j0 + jj) + d0) : vn{};
+            swap_bit<0>(x); swap_bit<1>(x); swap_bit<2>(x);
+            if constexpr (STEPS == 4) swap_bit<3>(x);
+            for (int dd = 0; dd < WN; dd++) st(t + (d0 + dd) * Mp + j0, x[dd]);
         }
     }
 }
@@ -148,28 +164,26 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
         float inv[R];
         for (int r = 0; r < R; r++) {
             float *sr = s + r * Mp;
-            long je = (m[r] + W - 1) / W;
-            vf keep = lanes_below(m[r] - (je - 1) * W);
-            vf mx = bc(-INFINITY);
-            for (long jv = 0; jv < je; jv++) {
-                vf x = ld(sr + jv * W);
-                if (jv == je - 1) x = keep > 0 ? x : bc(-INFINITY);
-                mx = x > mx ? x : mx;
+            long je = (m[r] + WN - 1) / WN;  // the row's key vectors
+            vn keep = lanes_below(m[r] - (je - 1) * WN);
+            vn mx = bc(-INFINITY);
+            for (long jn = 0; jn < je; jn++) {
+                vn x = ld(sr + jn * WN);
+                if (jn == je - 1) x = keep > 0 ? x : bc(-INFINITY);
+                mx = vmax(x, mx);
             }
-            float mr = hmax(mx); vf sum{};
-            for (long jv = 0; jv < je; jv++) {
-                vf e = vexp(ld(sr + jv * W) - mr);
-                if (jv == je - 1) e = keep > 0 ? e : vf{};  // select: inf * 0 would be NaN
-                st(sr + jv * W, e); sum += e;
+            float mr = hmax(mx); vn sum{};
+            for (long jn = 0; jn < je; jn++) {
+                vn e = vexp(ld(sr + jn * WN) - mr);
+                if (jn == je - 1) e = keep > 0 ? e : vn{};  // select: inf * 0 would be NaN
+                st(sr + jn * WN, e); sum += e;
             }
-            for (long jv = je; jv < jv_end; jv++) st(sr + jv * W, vf{});
+            for (long jn = je; jn < jv_end * (W / WN); jn++) st(sr + jn * WN, vn{});
             float tot = hsum(sum);
             inv[r] = 1.f / tot;
             if (i0 + r < N) lse[i0 + r] = mr + std::log(tot);
         }
-        vf acc[R][DV];
-        weighted_rows<DV, R>(s, Mp, 1, 0, mmax, v, acc);
-        for (int r = 0; r < R && i0 + r < N; r++) for (int c = 0; c < DV; c++) st(o + (i0 + r) * osn + c * W, acc[r][c] * inv[r]);
+        weighted_rows<DV, R>(s, Mp, 1, 0, mmax, v, o + i0 * osn, osn, inv, N - i0 < R ? N - i0 : R);
     }
 }
 
@@ -188,7 +202,7 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
             live[r] = i0 + r < N;
             long i = live[r] ? i0 + r : N - 1;
             qr[r] = q.row(i); gr[r] = g.row(i); m[r] = keys_seen(i, N, M, causal); l[r] = lse[i];
-            vf dl{}; for (int c = 0; c < DV; c++) dl += ld(gr[r] + c * W) * ld(o.row(i) + c * W);
+            vn dl{}; for (int c = 0; c < DV * W / WN; c++) dl += ld(gr[r] + c * WN) * ld(o.row(i) + c * WN);
             delta[r] = hsum(dl);
         }
         long mmax = m[R - 1] > m[0] ? m[R - 1] : m[0];
@@ -198,28 +212,24 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
         scores<DV, R>(gr, vt, Mp, jv_end, 1.0f, dp);
         for (int r = 0; r < R; r++) {
             float *pr = p + r * Mp, *dpr = dp + r * Mp;
-            long je = live[r] ? (m[r] + W - 1) / W : 0;
-            vf keep = lanes_below(m[r] - (je - 1) * W);
-            for (long jv = 0; jv < je; jv++) {
-                vf e = vexp(ld(pr + jv * W) - l[r]);
-                if (jv == je - 1) e = keep > 0 ? e : vf{};  // select: inf * 0 would be NaN
-                st(pr + jv * W, e);
-                st(dpr + jv * W, e * (ld(dpr + jv * W) - delta[r]) * scale);
+            long je = live[r] ? (m[r] + WN - 1) / WN : 0;  // the row's key vectors
+            vn keep = lanes_below(m[r] - (je - 1) * WN);
+            for (long jn = 0; jn < je; jn++) {
+                vn e = vexp(ld(pr + jn * WN) - l[r]);
+                if (jn == je - 1) e = keep > 0 ? e : vn{};  // select: inf * 0 would be NaN
+                st(pr + jn * WN, e);
+                st(dpr + jn * WN, e * (ld(dpr + jn * WN) - delta[r]) * scale);
             }
-            for (long jv = je; jv < Mp / W; jv++) { st(pr + jv * W, vf{}); st(dpr + jv * W, vf{}); }
+            for (long jn = je; jn < Mp / WN; jn++) { st(pr + jn * WN, vn{}); st(dpr + jn * WN, vn{}); }
         }
-        vf acc[R][DV];
-        weighted_rows<DV, R>(dp, Mp, 1, 0, mmax, k, acc);
-        for (int r = 0; r < R && live[r]; r++) for (int c = 0; c < DV; c++) st(dq + (i0 + r) * dqsn + c * W, acc[r][c]);
+        weighted_rows<DV, R>(dp, Mp, 1, 0, mmax, k, dq + i0 * dqsn, dqsn, ONES, N - i0 < R ? N - i0 : R);
     }
     for (long j0 = 0; j0 < M; j0 += R) {
         // the first query that sees key j0 (causal: i + M - N >= j0); earlier rows hold zeros there
         long first = causal ? (j0 - (M - N) > 0 ? j0 - (M - N) : 0) : 0;
-        vf acc[R][DV];
-        weighted_rows<DV, R>(pm + j0, 1, Mp, first, N, g, acc);
-        for (int r = 0; r < R && j0 + r < M; r++) for (int c = 0; c < DV; c++) st(dv + (j0 + r) * dvsn + c * W, acc[r][c]);
-        weighted_rows<DV, R>(dsm + j0, 1, Mp, first, N, q, acc);
-        for (int r = 0; r < R && j0 + r < M; r++) for (int c = 0; c < DV; c++) st(dk + (j0 + r) * dksn + c * W, acc[r][c]);
+        const int keys = M - j0 < R ? M - j0 : R;
+        weighted_rows<DV, R>(pm + j0, 1, Mp, first, N, g, dv + j0 * dvsn, dvsn, ONES, keys);
+        weighted_rows<DV, R>(dsm + j0, 1, Mp, first, N, q, dk + j0 * dksn, dksn, ONES, keys);
     }
 }
 
@@ -234,29 +244,29 @@ static float *buf(long n) { return (float *)std::aligned_alloc(64, ((n * 4 + 63)
 //   tanh:   y = x (1 + tanh u) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)
 //           dy/dx = (1 + tanh u) / 2 + x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2
 
-// one pass over n elements in chunks of 16 (the tail through a zero-padded vector)
+// one pass over n elements in chunks of a vector (the tail through a zero-padded vector)
 template <typename F>
 static void elementwise(long n, int nthreads, F f) {
-    const long chunks = (n + W - 1) / W;
+    const long chunks = (n + WN - 1) / WN;
     #pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (long c = 0; c < chunks; c++) f(c * W, n - c * W < W ? n - c * W : W);
+    for (long c = 0; c < chunks; c++) f(c * WN, n - c * WN < WN ? n - c * WN : WN);
 }
 
 template <bool TANH>
 static void gelu_fwd_t(const float *x, float *y, long n, int nthreads) {
     elementwise(n, nthreads, [=](long i, long k) {
-        if (k == W) { st(y + i, gelu_fwd_v<TANH>(ld(x + i))); return; }
-        vf a{}; for (long j = 0; j < k; j++) a[j] = x[i + j];
-        vf r = gelu_fwd_v<TANH>(a); for (long j = 0; j < k; j++) y[i + j] = r[j];
+        if (k == WN) { st(y + i, gelu_fwd_v<TANH>(ld(x + i))); return; }
+        vn a{}; for (long j = 0; j < k; j++) a[j] = x[i + j];
+        vn r = gelu_fwd_v<TANH>(a); for (long j = 0; j < k; j++) y[i + j] = r[j];
     });
 }
 
 template <bool TANH>
 static void gelu_bwd_t(const float *x, const float *g, float *dx, long n, int nthreads) {
     elementwise(n, nthreads, [=](long i, long k) {
-        if (k == W) { st(dx + i, gelu_bwd_v<TANH>(ld(x + i), ld(g + i))); return; }
-        vf a{}, b{}; for (long j = 0; j < k; j++) { a[j] = x[i + j]; b[j] = g[i + j]; }
-        vf r = gelu_bwd_v<TANH>(a, b); for (long j = 0; j < k; j++) dx[i + j] = r[j];
+        if (k == WN) { st(dx + i, gelu_bwd_v<TANH>(ld(x + i), ld(g + i))); return; }
+        vn a{}, b{}; for (long j = 0; j < k; j++) { a[j] = x[i + j]; b[j] = g[i + j]; }
+        vn r = gelu_bwd_v<TANH>(a, b); for (long j = 0; j < k; j++) dx[i + j] = r[j];
     });
 }
 

@@ -1,6 +1,14 @@
-// The vector helpers anyformer's native kernels share (kernels.cpp, decode.cpp): GCC vector
-// extensions of 16 floats (AVX-512 where the compiler is given it, two AVX2 halves elsewhere),
-// loads and stores, horizontal sums, a polynomial exp, and GELU's forms built on it.
+// The vector helpers anyformer's native kernels share (kernels.cpp, decode.cpp): the register's own vector
+// of floats (GCC vector extensions), loads and stores, horizontal sums, a polynomial exp, and GELU's forms
+// built on it.
+//
+// Every kernel computes in vn, the register's vector: WN = 16 floats (a zmm) where the compiler is given
+// AVX-512, 8 (a ymm) elsewhere. A 16-float vector type built for AVX2 alone is no pair of ymm registers to
+// GCC: it keeps such values in memory, reads and writes them through the stack at every operation, and
+// lowers a select or a comparison on them to one scalar instruction a lane. Built that way (before
+// 2026-11-30), the AVX2 code ran the attention kernel 30 times slower than the AVX-512 code, a decode
+// step's products at half the rate, and the speed plan never chose the kernel on an AVX2 processor.
+// The data layouts keep W = 16 floats as their unit (keys padded to 16), a whole number of vn either way.
 #pragma once
 
 #include <cmath>
@@ -11,78 +19,86 @@
 #include <immintrin.h>
 #endif
 
-typedef float vf __attribute__((vector_size(64)));
-typedef float vfu __attribute__((vector_size(64), aligned(4)));
-typedef int vi __attribute__((vector_size(64)));
-static const int W = 16;  // floats a vector
-
-static inline vf ld(const float *p) { return *(const vfu *)p; }
-static inline void st(float *p, vf v) { *(vfu *)p = v; }
-static inline vf bc(float x) { return vf{} + x; }
-// Horizontal max and sum of a row's vector: a shuffle tree where AVX-512 is there. The scalar loop
-// is a chain of 16 dependent operations, and two of them a query row took about a quarter of the
-// forward's time for 50 keys, a small ViT's (measured: docs/results.md, 'Measurements behind the code's choices').
+static const int W = 16;  // floats in the layouts' unit (a key block, a row's chunk)
 #ifdef __AVX512F__
-static inline float hmax(vf v) { return _mm512_reduce_max_ps((__m512)v); }
-static inline float hsum(vf v) { return _mm512_reduce_add_ps((__m512)v); }
+typedef float vn __attribute__((vector_size(64)));
+typedef int vni __attribute__((vector_size(64)));
+// ACC: the accumulators a kernel keeps in registers at once, half the register file (32 zmm, 16 ymm), the
+// rest for loads and broadcasts
+static const int WN = 16, ACC = 16;
 #else
-static inline float hmax(vf v) { float m = v[0]; for (int i = 1; i < W; i++) m = v[i] > m ? v[i] : m; return m; }
-static inline float hsum(vf v) { float s = 0; for (int i = 0; i < W; i++) s += v[i]; return s; }
+typedef float vn __attribute__((vector_size(32)));
+typedef int vni __attribute__((vector_size(32)));
+static const int WN = 8, ACC = 8;
+#endif
+typedef float vnu __attribute__((vector_size(sizeof(vn)), aligned(4)));
+
+static inline vn ld(const float *p) { return *(const vnu *)p; }
+static inline void st(float *p, vn v) { *(vnu *)p = v; }
+static inline vn bc(float x) { return vn{} + x; }
+static inline vn vmax(vn a, vn b) { return a > b ? a : b; }
+
+// 1.0 in lanes below n (n in 1..WN), else 0
+static inline vn lanes_below(long n) {
+    vn iota; for (int i = 0; i < WN; i++) iota[i] = (float)i;
+    return iota < (float)n ? bc(1.0f) : vn{};
+}
+
+// Horizontal max and sum: a shuffle tree. A scalar loop is a chain of 16 dependent operations, and two of
+// them a query row took about a quarter of the forward's time for 50 keys, a small ViT's (measured:
+// docs/results.md, 'Measurements behind the code's choices').
+#ifdef __AVX512F__
+static inline float hmax(vn v) { return _mm512_reduce_max_ps((__m512)v); }
+static inline float hsum(vn v) { return _mm512_reduce_add_ps((__m512)v); }
+#else
+static inline float hmax(vn m) {
+    m = vmax(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
+    m = vmax(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
+    return m[0] > m[1] ? m[0] : m[1];
+}
+static inline float hsum(vn s) {
+    s += __builtin_shufflevector(s, s, 4, 5, 6, 7, 0, 1, 2, 3);
+    s += __builtin_shufflevector(s, s, 2, 3, 0, 1, 6, 7, 4, 5);
+    return s[0] + s[1];
+}
 #endif
 
-// sum of a[i] b[i] over n floats, in independent chains so that an FMA's latency does not bound the loop.
-// With AVX-512, two accumulators of 16 floats. Without it, four of 8 (ymm registers): GCC keeps 16-float
-// vector variables in memory when it splits them for AVX2, and a loop that reads and writes its accumulators
-// through the stack ran a decode step's products at half the rate on a Zen 5 built for AVX2 alone.
-#ifdef __AVX512F__
+// sum of a[i] b[i] over n floats, in independent chains so that an FMA's latency does not bound the loop:
+// two accumulators of 16 floats with AVX-512, four of 8 with AVX2.
 static inline float dot(const float *a, const float *b, long n) {
-    vf a0{}, a1{};
+    constexpr int K = 32 / WN;  // chains
+    vn acc[K] = {};
     long i = 0;
-    for (; i + 2 * W <= n; i += 2 * W) { a0 += ld(a + i) * ld(b + i); a1 += ld(a + i + W) * ld(b + i + W); }
-    for (; i + W <= n; i += W) a0 += ld(a + i) * ld(b + i);
-    float s = hsum(a0 + a1);
+    for (; i + K * WN <= n; i += K * WN)
+        for (int c = 0; c < K; c++) acc[c] += ld(a + i + c * WN) * ld(b + i + c * WN);
+    for (; i + WN <= n; i += WN) acc[0] += ld(a + i) * ld(b + i);
+    for (int step = 1; step < K; step *= 2)  // a tree: (a0 + a1) + (a2 + a3)
+        for (int c = 0; c + step < K; c += 2 * step) acc[c] += acc[c + step];
+    float s = hsum(acc[0]);
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
-#else
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4)));
-static inline v8 ld8(const float *p) { return *(const v8u *)p; }
-static inline float dot(const float *a, const float *b, long n) {
-    v8 a0{}, a1{}, a2{}, a3{};
-    long i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 += ld8(a + i) * ld8(b + i); a1 += ld8(a + i + 8) * ld8(b + i + 8);
-        a2 += ld8(a + i + 16) * ld8(b + i + 16); a3 += ld8(a + i + 24) * ld8(b + i + 24);
-    }
-    for (; i + 8 <= n; i += 8) a0 += ld8(a + i) * ld8(b + i);
-    v8 t = (a0 + a1) + (a2 + a3);
-    float s = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-#endif
 
 // exp(x), about 1 ulp, x clamped to [-87, 88] (so that the exponent built below stays finite):
 // x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes expf)
-static inline vf vexp(vf x) {
+static inline vn vexp(vn x) {
     x = x < -87.0f ? bc(-87.0f) : x;
     x = x > 88.0f ? bc(88.0f) : x;
-    vf n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    vf p = bc(1.9875691500E-4f);
+    vn n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+    vn r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vn p = bc(1.9875691500E-4f);
     p = p * r + 1.3981999507E-3f; p = p * r + 8.3334519073E-3f; p = p * r + 4.1665795894E-2f;
     p = p * r + 1.6666665459E-1f; p = p * r + 5.0000001201E-1f;
     p = p * r * r + r + 1.0f;
-    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
-    return p * (vf)e;
+    vni e = (__builtin_convertvector(n, vni) + 127) << 23;
+    return p * (vn)e;
 }
 
 
 // erfc(|z|) by Numerical Recipes' erfcc (fractional error below 1.2e-7 everywhere)
-static inline vf verfc_abs(vf az) {
-    vf t = 1.0f / (1.0f + 0.5f * az);
-    vf p = bc(0.17087277f);
+static inline vn verfc_abs(vn az) {
+    vn t = 1.0f / (1.0f + 0.5f * az);
+    vn p = bc(0.17087277f);
     p = p * t - 0.82215223f; p = p * t + 1.48851587f; p = p * t - 1.13520398f; p = p * t + 0.27886807f;
     p = p * t - 0.18628806f; p = p * t + 0.09678418f; p = p * t + 0.37409196f; p = p * t + 1.00002368f;
     p = p * t - 1.26551223f;
@@ -90,33 +106,33 @@ static inline vf verfc_abs(vf az) {
 }
 
 // Phi(x) = (1 + erf(x / sqrt 2)) / 2 = erfc(-x / sqrt 2) / 2
-static inline vf vphi(vf x) {
-    vf az = x * 0.70710678118654752f;
+static inline vn vphi(vn x) {
+    vn az = x * 0.70710678118654752f;
     az = az < 0 ? -az : az;
-    vf half_erfc = 0.5f * verfc_abs(az);
+    vn half_erfc = 0.5f * verfc_abs(az);
     return x < 0 ? half_erfc : 1.0f - half_erfc;
 }
 
 // tanh(u) from exp(-2|u|) <= 1
-static inline vf vtanh(vf u) {
-    vf au = u < 0 ? -u : u;
-    vf e = vexp(-2.0f * au);
-    vf t = (1.0f - e) / (1.0f + e);
+static inline vn vtanh(vn u) {
+    vn au = u < 0 ? -u : u;
+    vn e = vexp(-2.0f * au);
+    vn t = (1.0f - e) / (1.0f + e);
     return u < 0 ? -t : t;
 }
 
 static const float SQRT_2_OVER_PI = 0.79788456080286536f, GELU_C = 0.044715f, INV_SQRT_2PI = 0.39894228040143268f;
 
 template <bool TANH>
-static inline vf gelu_fwd_v(vf x) {
+static inline vn gelu_fwd_v(vn x) {
     if (TANH) return 0.5f * x * (1.0f + vtanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
     return x * vphi(x);
 }
 
 template <bool TANH>
-static inline vf gelu_bwd_v(vf x, vf g) {
+static inline vn gelu_bwd_v(vn x, vn g) {
     if (TANH) {
-        vf t = vtanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x));
+        vn t = vtanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x));
         return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x * x));
     }
     return g * (vphi(x) + x * INV_SQRT_2PI * vexp(-0.5f * x * x));

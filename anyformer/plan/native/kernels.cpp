@@ -92,10 +92,13 @@ static inline void weighted_rows(const float *w, long rs, long js, long j0, long
                 for (int r = 0; r < R; r++) part[0][r][c] += xv * wj[r * rs];
             }
         }
-        for (int r = 0; r < live; r++) for (int c = 0; c < C; c++) {
-            vn acc = part[0][r][c];
-            for (int t = 1; t < S; t++) acc += part[t][r][c];
-            st(out + r * osn + (c0 + c) * WN, acc * mult[r]);
+        for (int r = 0; r < R; r++) {  // R, not live: a loop of constant length indexes `part` by constants,
+            if (r >= live) break;       // which keeps it in registers
+            for (int c = 0; c < C; c++) {
+                vn acc = part[0][r][c];
+                for (int t = 1; t < S; t++) acc += part[t][r][c];
+                st(out + r * osn + (c0 + c) * WN, acc * mult[r]);
+            }
         }
     }
 }

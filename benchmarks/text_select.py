@@ -295,6 +295,9 @@ fit more than it guards them (the head keeps its own dropout of 0.1). The candid
 - Chosen: C150L1000H100N replaces the default (the derived model's blocks train without dropout) only if its mean
   over the 9 folds is more than 0.5 points above C150L1000H100's and not more than 0.5 points below it on any of
   the three sets.
+- Results: benchmarks/results/amd-epyc/text_select_round21.md (a Zen 5, 20:43-20:49 UTC, nothing else running): the
+  default 77.66% (round 11's folds to the digit), the blocks without dropout 77.60% (debian-sections 86.67 against
+  86.67, fortunes-people 83.46 against 83.85, debian-names 62.67 against 62.47). The blocks keep their dropout of 0.1.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

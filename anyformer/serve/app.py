@@ -7,8 +7,10 @@ import dataclasses
 import json
 import logging
 import time
+from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
+from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,7 +24,7 @@ from ..runs import open_run
 from .context import Context
 from .access import TokenGate
 from .guard import REFUSAL, Guard, GuardMiddleware
-from .limits import ApiError, Limits
+from .limits import HEAVY_SHARE, ApiError, Limits
 from .sections import section_for
 from .worker import ClientGone, ModelWorker
 
@@ -41,6 +43,8 @@ def create_app(run_dir: str, limits: Limits | None = None, token: str | None = N
     run = open_run(run_dir, prepared=True)  # the server's passes on the plan's choices for one request
     model, meta = run.model, run.meta
     section = section_for(model.family)
+    if limits.heavy_share is None:  # the section's own share: how far its heavy requests may stretch
+        limits = dataclasses.replace(limits, heavy_share=getattr(section, "HEAVY_SHARE", HEAVY_SHARE))
     ctx = Context(run_dir=str(run_dir), model=model, meta=meta, limits=limits,
                   worker=ModelWorker(limits.concurrency, limits.queue, heavy_share=limits.heavy_share))
     # Warm-up before the server exists: the speed plan measures (and any compile happens) now, no
@@ -96,7 +100,19 @@ def create_app(run_dir: str, limits: Limits | None = None, token: str | None = N
     guard = Guard(limits.deadline_seconds, {r.path for r in routes if isinstance(r, Route)})
     # The gate inside the guard: a refused request still gets its line in /metrics.
     middleware = [Middleware(GuardMiddleware, guard=guard), Middleware(TokenGate, token=token)]
-    app = Starlette(routes=routes, middleware=middleware,
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The section's helpers (a decoding process) start with the server, not inside a first request;
+        # where no server runs the lifespan (a test's client), they start on first use.
+        for helper in ctx.background:
+            helper.start()
+        try:
+            yield
+        finally:
+            for helper in ctx.background:
+                helper.close()
+
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={ApiError: api_error, ClientGone: client_gone, HTTPException: http_error,
                                         Exception: server_error})
     app.state.context, app.state.guard = ctx, guard

@@ -14,15 +14,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..data.images.decode_process import PictureDecoder
 from ..data.images.preprocess import ImagePreprocess
 from .context import Context
-from .images import check_header, heat_overlay, load_upload, png_data_url
+from .images import check_header, heat_overlay, load_upload, png_data_url, undecodable
 from .uploads import upload_bytes
+from .worker import charge
 
 FAMILY = "vit"
 FRAGMENT = "classify.html"
 TOP = 3
-HEAVY_PIXELS = 1_000_000  # an upload of more pixels than this is decoded in the heavy lane
+HEAVY_PIXELS = 1_000_000  # an upload of more pixels than this is decoded in the heavy lane, by a low-priority process
+# The heavy lane's share of a core while light requests are in (worker.py): a large picture's decoding is
+# tens of milliseconds, so a fifth of a core stretches it to a fraction of a second, and light requests keep
+# near their idle latency (measured with 4 heavy clients: docs/results.md, 'Measurements behind the code's
+# choices').
+HEAVY_SHARE = 0.2
 OVERLAY_SIZE = 112  # pixels across the heat map sent back: small, but big enough to see a digit
 
 
@@ -45,9 +52,14 @@ def routes(ctx: Context) -> list[Route]:
     pre = _preprocess(ctx)
     classes = ctx.data.get("classes") or [str(i) for i in range(ctx.model.config.num_classes)]
 
-    def predict_bytes(data: bytes) -> dict[str, Any]:
+    # A large picture is decoded by a process of its own at the lowest CPU priority (decode_process.py),
+    # so that its decoding takes only the time light requests leave; the model's pass on the small
+    # result is light work, in the light lane.
+    decoder = PictureDecoder(pre)
+    ctx.background.append(decoder)
+
+    def answer(x: torch.Tensor, warning: str | None) -> dict[str, Any]:
         from .. import viz
-        x, warning = load_upload(pre, data)
         result = viz.image_attention(ctx.model, pre(x)[None], layers=[])
         probs = result["probs"][0]
         order = probs.argsort()[::-1][:TOP]
@@ -57,12 +69,24 @@ def routes(ctx: Context) -> list[Route]:
                 "attention": {"png": png_data_url(heat_overlay(x, result["overlay"][0], scale)),
                               "grid": result["rollout"][0].round(5).tolist()}}
 
+    def predict_bytes(data: bytes) -> dict[str, Any]:
+        return answer(*load_upload(pre, data))
+
+    def decode_large(data: bytes) -> tuple[torch.Tensor, str | None]:
+        try:
+            x, warning, cpu = decoder.decode(data)
+        except ValueError as e:
+            raise undecodable(e) from None
+        charge(cpu)  # the child's time counts in the heavy lane's turns, as the lane's own thread's would
+        return x, warning
+
     async def predict(request: Request) -> JSONResponse:
         data = await _image_bytes(request, ctx)
         width, height = check_header(data, ctx.limits.max_pixels)
-        # Decoding and resizing a large picture takes far longer than the model's pass: its own lane.
-        lane = "heavy" if width * height > HEAVY_PIXELS else "light"
-        return JSONResponse(await ctx.worker.run(request, lane, predict_bytes, data))
+        if width * height <= HEAVY_PIXELS:
+            return JSONResponse(await ctx.worker.run(request, "light", predict_bytes, data))
+        x, warning = await ctx.worker.run(request, "heavy", decode_large, data)
+        return JSONResponse(await ctx.worker.run(request, "light", answer, x, warning))
 
     return [Route("/api/predict", predict, methods=["POST"])]
 

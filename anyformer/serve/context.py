@@ -20,6 +20,9 @@ class Context:
     # Seconds of one unit of work (a token, an image pass), measured by the section's warm-up on
     # this machine: what the cost budget (`limits.max_work_seconds`) is checked against.
     costs: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Helpers a section keeps beside the server (a decoding process): start() when the server starts,
+    # close() when it stops.
+    background: list[Any] = dataclasses.field(default_factory=list)
 
     def check_cost(self, seconds: float, what: str, fix: str) -> str:
         """The lane a request of `seconds` estimated compute runs in, or 422 naming the budget when it

@@ -42,13 +42,20 @@ def load_upload(pre: Any, data: bytes) -> tuple[torch.Tensor, str | None]:
     try:
         return pre.load_checked(io.BytesIO(data))
     except ValueError as e:  # DataError: truncated or otherwise undecodable
-        raise ApiError(400, f"cannot decode the upload: {' '.join(str(e).split())}") from None
+        raise undecodable(e) from None
+
+
+def undecodable(e: ValueError) -> ApiError:
+    """400 for an upload the decoder refused, its reason on one line."""
+    return ApiError(400, f"cannot decode the upload: {' '.join(str(e).split())}")
 
 
 def png_data_url(pixels: np.ndarray) -> str:
     """uint8 (H, W) or (H, W, 3) -> 'data:image/png;base64,...'."""
     buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG", optimize=True)
+    # zlib's default level, not optimize=True: on a 112 x 112 heat map the optimised file was 6% smaller
+    # (2,054 against 2,175 bytes) for 2.85 ms against 0.21 ms, more than half of a light request's compute.
+    Image.fromarray(pixels).save(buf, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 

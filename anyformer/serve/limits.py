@@ -26,21 +26,28 @@ class Limits:
     queue: int = 16                         # requests waiting per lane; past it, 503 with Retry-After
     max_work_seconds: float = 5.0           # a request's estimated compute (steps x measured step time)
     deadline_seconds: float = 30.0          # from the request's first byte to its last: then 504 (or 408)
-    # The heavy lane's most share of a core while light requests are in the server (worker.py). A half:
-    # in soaks (benchmarks/soak_serve.py) a smaller share kept light requests nearer their idle latency
-    # but brought long generations close to their deadline (measured: docs/results.md, 'Measurements
-    # behind the code's choices').
-    heavy_share: float = 0.5
+    # The heavy lane's most share of a core while light requests are in the server (worker.py); None: the
+    # section's own (its module's HEAVY_SHARE, else HEAVY_SHARE here), set by how long a heavy request may
+    # stretch: a picture's decoding takes tens of milliseconds, a long generation seconds.
+    heavy_share: float | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            kinds = (int, float) if f.type == "float" else (int,)
+            if f.name == "heavy_share" and value is None:
+                continue
+            kinds = (int, float) if f.type.startswith("float") else (int,)
             if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
-                kind = "number" if f.type == "float" else "int"
+                kind = "number" if f.type.startswith("float") else "int"
                 raise ValueError(f"serve limit {f.name} must be a positive {kind}, got {value!r}")
-        if self.heavy_share > 1:
+        if self.heavy_share is not None and self.heavy_share > 1:
             raise ValueError(f"serve limit heavy_share is a share of the time, in (0, 1], got {self.heavy_share!r}")
+
+
+# A half: in soaks (benchmarks/soak_serve.py) a smaller share kept light requests nearer their idle
+# latency but brought long generations close to their deadline (measured: docs/results.md,
+# 'Measurements behind the code's choices').
+HEAVY_SHARE = 0.5
 
 
 class ApiError(Exception):

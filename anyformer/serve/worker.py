@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -45,6 +46,16 @@ TURN_POLL_S = 0.005  # a waiting heavy step looks this often whether the light r
 # call is a hand-over through the event loop, which light requests keep busy; one token a call, a
 # soak's 1,000-token generations (2.3 s alone) ran into their 30 s deadline. A stop lands within a slice.
 SLICE_S = 0.02
+
+
+_elsewhere = threading.local()  # CPU seconds other processes spent for the call this thread runs
+
+
+def charge(cpu_seconds: float) -> None:
+    """Count `cpu_seconds` spent outside this thread for the call it is running (by a child process that
+    decodes a picture) in that call's turn: a heavy call that waits on another process has used that
+    process's time, not none. Called from inside the call's function; a no-op outside a lane's call."""
+    _elsewhere.seconds = getattr(_elsewhere, "seconds", 0.0) + cpu_seconds
 
 
 class ClientGone(Exception):
@@ -132,12 +143,14 @@ class Lane:
 
 def _busy(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
     """fn(*args) and the seconds of CPU it used, as counted in this thread (times torch's threads,
-    which may share the work; at most the wall time). The pause after a step is measured in CPU, not
-    wall time: a step that light requests slowed down has not had more than its share."""
+    which may share the work) plus what it `charge`d for other processes; at most the wall time. The
+    pause after a step is measured in CPU, not wall time: a step that light requests slowed down has
+    not had more than its share."""
+    _elsewhere.seconds = 0.0
     wall, cpu = time.perf_counter(), time.thread_time()
     result = fn(*args)
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
-    return result, min(wall, cpu * torch.get_num_threads())
+    return result, min(wall, cpu * torch.get_num_threads() + _elsewhere.seconds)
 
 
 class ModelWorker:

@@ -11,7 +11,7 @@ import pytest
 
 from anyformer.serve.generate import generation_seconds, most_tokens
 from anyformer.serve.limits import Limits
-from anyformer.serve.worker import ModelWorker
+from anyformer.serve.worker import ModelWorker, charge
 
 STEP_S = 0.02
 
@@ -45,6 +45,28 @@ def test_heavy_work_takes_its_share_while_light_requests_are_in_and_runs_flat_ou
     # comes before the next call, so 9 of them here), whatever else the machine is doing.
     assert turns >= 10 * STEP_S + 9 * 3 * STEP_S * 0.95, turns
     assert alone < 0.5 * turns, (alone, turns)
+
+
+def test_cpu_charged_for_another_process_counts_in_the_turns():
+    """A heavy call that waits on a child process (a picture's decoder) uses no CPU of its own; the
+    child's time, charged by the call, is what its turn counts."""
+    worker = ModelWorker(2, heavy_share=0.25)
+
+    def decoded_elsewhere() -> None:
+        time.sleep(STEP_S)  # the child's work, done while this thread waits
+        charge(STEP_S)
+
+    async def go() -> float:
+        started = time.perf_counter()
+        for _ in range(5):
+            await worker.call(decoded_elsewhere, lane="heavy")
+        return time.perf_counter() - started
+    release = worker.lanes["light"].admit()
+    try:
+        took = anyio.run(go)
+    finally:
+        release()
+    assert took >= 5 * STEP_S + 4 * 3 * STEP_S * 0.95, took  # uncharged, the calls would follow at once
 
 
 def test_a_waiting_heavy_step_goes_once_the_light_requests_have_left():

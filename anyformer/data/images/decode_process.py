@@ -1,0 +1,125 @@
+"""Pictures decoded in a process of their own, at the lowest CPU priority.
+
+Decoding and framing a large upload (a 2400 x 2400 PNG: about 50 ms on one core) is most of the work of
+an image classifier's heavy request; the model's pass on the small result is light work. Done in a thread
+of the server, the decoding holds a core for its whole length, and light requests that arrive meanwhile
+wait for the other: in soaks (benchmarks/soak_serve.py) that doubled their p99 latency. Done in a process
+at nice 19, the kernel gives it the time light work leaves and takes the core back the moment a light
+request wants it (a weight of 15 against a nice-0 thread's 1,024), with no lock shared between the two: a
+thread's lower priority cannot do that, since a starved thread that holds the GIL holds up every other.
+
+A second gain: a file crafted to crash the decoder takes down only this process, which is started again
+for the next picture; the caller sees a ValueError (a picture that cannot be read), as for any bad file.
+
+The child runs `ImagePreprocess.load_checked`, the function `anyformer predict` uses, so a picture decoded
+here gives the same pixels and warning as in the server's own process, bit for bit.
+"""
+from __future__ import annotations
+
+import io
+import multiprocessing as mp
+import os
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import IO, Any
+
+import torch
+from torch import Tensor
+
+NICE = 19  # the lowest priority `nice` gives: the decoder runs on time nothing else wants
+
+
+class PictureDecoder:
+    """`load_checked(data)` for picture bytes, computed in a low-priority child process (started on first
+    use, or at once by `start()`), one picture at a time; safe to call from several threads."""
+
+    def __init__(self, preprocess: Any, nice: int = NICE) -> None:
+        self.preprocess, self.nice = preprocess, nice
+        self._lock = threading.Lock()
+        self._child: Any = None
+        self._conn: Connection | None = None
+
+    def start(self) -> None:
+        """Launch the child now (it loads torch, about a second, in the background) unless it runs."""
+        with self._lock:
+            self._ensure()
+
+    def _ensure(self) -> Connection:
+        if self._child is None or not self._child.is_alive():
+            # spawn, not fork: the server has threads (torch's, the worker lanes), and a forked child
+            # of a threaded process may inherit a lock held by a thread that does not exist in it.
+            ctx = mp.get_context("spawn")
+            ours, theirs = ctx.Pipe()
+            self._child = ctx.Process(target=_serve, args=(theirs, self.preprocess, self.nice), daemon=True,
+                                      name="anyformer-decoder")
+            self._child.start()
+            theirs.close()
+            self._conn = ours
+        assert self._conn is not None
+        return self._conn
+
+    def load_checked(self, source: bytes | IO[bytes]) -> tuple[Tensor, str | None]:
+        """(uint8 (C, H, W) pixels, a warning or None) for a picture's bytes (or a binary file), as
+        `preprocess.load_checked` gives them; ValueError for a picture that cannot be decoded, or whose
+        decoding stopped the child."""
+        x, warning, _ = self.decode(source if isinstance(source, bytes) else source.read())
+        return x, warning
+
+    def decode(self, data: bytes) -> tuple[Tensor, str | None, float]:
+        """`load_checked`, and the seconds of CPU the child spent on the picture (for the caller's accounts:
+        serve's heavy lane counts them in its turns)."""
+        with self._lock:
+            conn = self._ensure()
+            try:
+                conn.send_bytes(data)
+                status, *answer = conn.recv()
+            except (EOFError, OSError):
+                self._child.join(1.0)
+                code = self._child.exitcode
+                self._stop()  # the next picture starts a new child
+                raise ValueError(f"the picture's decoder stopped while reading it (exit code {code})") from None
+        if status == "ok":
+            pixels, warning, cpu = answer
+            return torch.from_numpy(pixels), warning, cpu
+        if status == "bad":
+            raise ValueError(answer[0])
+        raise RuntimeError(f"the picture's decoder failed: {answer[0]}")
+
+    def _stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._child is not None and self._child.is_alive():
+            self._child.kill()
+            self._child.join(5.0)
+        self._child = self._conn = None
+
+    def close(self) -> None:
+        """Stop the child (a picture it is decoding is dropped)."""
+        with self._lock:
+            self._stop()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs."""
+        return self._child.pid if self._child is not None and self._child.is_alive() else None
+
+
+def _serve(conn: Connection, preprocess: Any, nice: int) -> None:
+    """The child: lower its priority, then answer each picture's bytes until the parent goes away."""
+    os.nice(nice)
+    torch.set_num_threads(1)  # one core's worth, and none when light work wants it
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):  # the parent closed its end or died: nothing left to serve
+            return
+        started = time.process_time()
+        try:
+            x, warning = preprocess.load_checked(io.BytesIO(data))
+            answer: tuple = ("ok", x.numpy(), warning, time.process_time() - started)
+        except ValueError as e:  # DataError and the like: the picture's fault, said in one line
+            answer = ("bad", str(e))
+        except Exception as e:  # noqa: BLE001 - a bug: told to the parent, which answers 500
+            answer = ("bug", f"{type(e).__name__}: {e}")
+        conn.send(answer)

@@ -26,6 +26,7 @@ from torch.utils import _pytree as pytree
 
 from . import choices
 from .choices import Decision, register
+from .inductor_cache import keep_apart
 from .planner import planner
 from .store import entry_key
 
@@ -231,6 +232,7 @@ def _compile(module: nn.Module | Callable[..., Any], cudagraphs: bool = False, *
     """torch.compile, drawing random numbers through eager's kernels (inductor's `fallback_random`);
     `cudagraphs`: what mode="reduce-overhead" sets (torch.compile takes a mode or options, not both)."""
     inductor = {"fallback_random": True, **({"triton.cudagraphs": True} if cudagraphs else {})}
+    keep_apart()  # this processor's and instruction set's own cache folder (inductor_cache.py says why)
     return torch.compile(module, options=inductor, **options)
 
 

@@ -26,8 +26,8 @@ FRAGMENT = "classify.html"
 TOP = 3
 HEAVY_PIXELS = 1_000_000  # an upload of more pixels than this is decoded in the heavy lane, by a low-priority process
 # The heavy lane's share of a core while light requests are in (worker.py): a large picture's decoding is
-# tens of milliseconds, so a fifth of a core stretches it to a fraction of a second, and light requests keep
-# near their idle latency (measured with 4 heavy clients: docs/results.md, 'Measurements behind the code's
+# tens of milliseconds, which a fifth of a core stretches to a fraction of a second, while light requests keep
+# nearer their idle latency (soaks with 4 heavy clients: docs/results.md, 'Measurements behind the code's
 # choices').
 HEAVY_SHARE = 0.2
 OVERLAY_SIZE = 112  # pixels across the heat map sent back: small, but big enough to see a digit
@@ -52,9 +52,9 @@ def routes(ctx: Context) -> list[Route]:
     pre = _preprocess(ctx)
     classes = ctx.data.get("classes") or [str(i) for i in range(ctx.model.config.num_classes)]
 
-    # A large picture is decoded by a process of its own at the lowest CPU priority (decode_process.py),
-    # so that its decoding takes only the time light requests leave; the model's pass on the small
-    # result is light work, in the light lane.
+    # A large picture is decoded by a process of its own at the lowest CPU priority (decode_process.py), its
+    # CPU time counted in the heavy lane's turns; the model's pass on the small result is light work, in the
+    # light lane.
     decoder = PictureDecoder(pre)
     ctx.background.append(decoder)
 

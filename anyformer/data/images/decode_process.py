@@ -1,12 +1,13 @@
 """Pictures decoded in a process of their own, at the lowest CPU priority.
 
-Decoding and framing a large upload (a 2400 x 2400 PNG: about 50 ms on one core) is most of the work of
-an image classifier's heavy request; the model's pass on the small result is light work. Done in a thread
-of the server, the decoding holds a core for its whole length, and light requests that arrive meanwhile
-wait for the other: in soaks (benchmarks/soak_serve.py) that doubled their p99 latency. Done in a process
-at nice 19, the kernel gives it the time light work leaves and takes the core back the moment a light
-request wants it (a weight of 15 against a nice-0 thread's 1,024), with no lock shared between the two: a
-thread's lower priority cannot do that, since a starved thread that holds the GIL holds up every other.
+Decoding and framing a large upload (a 2400 x 2400 PNG: about 43 ms on one core) is most of the work of an
+image classifier's heavy request; the model's pass on the small result is light work. Done in a thread of the
+server it holds a core for its whole length, and holds the GIL for part of it. Done in a process at nice 19, it
+shares no lock with the server and the kernel prefers light work over it (a weight of 15 against a nice-0
+thread's 1,024). That alone is not isolation: on a 2-core VM (AMD EPYC Zen 5) a nice-19 process decoding in a
+loop still raised light requests' p99 latency from 32 to 47 ms (docs/results.md, 'Measurements behind the code's
+choices'), so the server also counts the child's CPU time in its heavy lane's turns (serve/worker.py `charge`),
+which caps it while light requests are in.
 
 A second gain: a file crafted to crash the decoder takes down only this process, which is started again
 for the next picture; the caller sees a ValueError (a picture that cannot be read), as for any bad file.

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 NICE = 19  # the lowest priority `nice` gives: the decoder runs on time nothing else wants
+EXIT_WAIT_S = 10.0  # how long a child that closed its pipe is given to exit before it is killed
 
 
 class PictureDecoder:
@@ -76,16 +77,21 @@ class PictureDecoder:
                 conn.send_bytes(data)
                 status, *answer = conn.recv()
             except (EOFError, OSError):
-                self._child.join(1.0)
-                code = self._child.exitcode
-                self._stop()  # the next picture starts a new child
-                raise ValueError(f"the picture's decoder stopped while reading it (exit code {code})") from None
+                raise ValueError(f"the picture's decoder stopped while reading it ({self._ended()})") from None
         if status == "ok":
             pixels, warning, cpu = answer
             return torch.from_numpy(pixels), warning, cpu
         if status == "bad":
             raise ValueError(answer[0])
         raise RuntimeError(f"the picture's decoder failed: {answer[0]}")
+
+    def _ended(self) -> str:
+        """How the child that closed its pipe ended, once it has (its exit can take seconds on a busy machine:
+        the interpreter unloads torch), said in a few words; the next picture starts a new child."""
+        self._child.join(EXIT_WAIT_S)
+        code = self._child.exitcode
+        self._stop()
+        return f"exit code {code}" if code is not None else f"it had not exited {EXIT_WAIT_S:g} s later and was killed"
 
     def _stop(self) -> None:
         if self._conn is not None:

@@ -310,7 +310,7 @@ the default with `--weight-decay 0.1`; everything else is the default's.
 - Candidates: C150L1000H100 (the default) and C150L1000H100W (the same with weight decay 0.1).
 - Chosen: C150L1000H100W replaces the default (the derived weight decay becomes 0.1) only if its mean over the 9
   folds is more than 0.5 points above C150L1000H100's and not more than 0.5 points below it on any of the three sets.
-- Results: benchmarks/results/amd-epyc/text_select_round22.md (a Zen 5, 22:12-22:32 UTC, beside a fresh clone's CI run:
+- Results: benchmarks/results/amd-epyc/text_select_round22.md (a Zen 5, 22:12-22:23 UTC, beside a fresh clone's CI run:
   the wall times are upper bounds): the default 77.66% (round 11's folds to the digit), weight decay 0.1 77.47%
   (debian-sections 86.87 against 86.67, fortunes-people 83.46 against 83.85, debian-names 62.07 against 62.47). The
   weight decay stays 0.01.

@@ -54,7 +54,7 @@ _elsewhere = threading.local()  # CPU seconds other processes spent for the call
 def charge(cpu_seconds: float) -> None:
     """Count `cpu_seconds` spent outside this thread for the call it is running (by a child process that
     decodes a picture) in that call's turn: a heavy call that waits on another process has used that
-    process's time, not none. Called from inside the call's function; a no-op outside a lane's call."""
+    process's time, not none. Called from inside the call's function; outside a heavy lane's call it has no effect."""
     _elsewhere.seconds = getattr(_elsewhere, "seconds", 0.0) + cpu_seconds
 
 

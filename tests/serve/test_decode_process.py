@@ -72,6 +72,7 @@ def test_a_heavy_share_asked_for_is_the_one_served(vit_run, lm_run):
     assert asked.share == 0.7 and generation.share == 0.5
 
 
+@pytest.mark.slow
 def test_the_child_gives_the_pixels_and_warning_of_the_servers_own_decoding(vit_run):
     pre = ImagePreprocess.from_info(read_config(vit_run)["data"])
     decoder = PictureDecoder(pre)
@@ -89,6 +90,7 @@ def test_the_child_gives_the_pixels_and_warning_of_the_servers_own_decoding(vit_
         decoder.close()
 
 
+@pytest.mark.slow
 def test_a_decoder_that_dies_on_a_picture_is_a_clear_error_and_the_next_picture_gets_a_new_one():
     # A "preprocess" whose reading ends its process (sys.exit, as a crash in a decoding library would):
     # the caller gets a ValueError naming the exit, and the next call runs in a fresh child.

@@ -325,6 +325,9 @@ default's.
 - Candidates: C150L1000H100 (the default) and C150L1000H100U (the same with `--warmup-steps 1`).
 - Chosen: C150L1000H100U replaces the default (the derived warm-up becomes one update) only if its mean over the 9
   folds is more than 0.5 points above C150L1000H100's and not more than 0.5 points below it on any of the three sets.
+- Results: benchmarks/results/amd-epyc/text_select_round23.md (a Zen 5, 22:49-22:55 UTC, nothing else running): the
+  default 77.66% (round 11's folds to the digit), a warm-up of one update 77.59% (debian-sections 86.27 against 86.67,
+  fortunes-people 84.11 against 83.85, debian-names 62.40 against 62.47). The warm-up stays a tenth of the run.
 
     python benchmarks/text_select.py [--out benchmarks/results/amd-epyc/text_select.md]
 """

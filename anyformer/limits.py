@@ -1,19 +1,24 @@
 """What this host can do at most, for the speed figures to be read against: the sustained rate of a large
-matrix product (fp32, and bf16 where the CPU has bf16 arithmetic) on all of torch's threads, and the memory
-bandwidth of a large copy. `anyformer doctor --limits` prints them; a step's FLOP/s over the matmul rate is a
+matrix product (fp32, and bf16 where the CPU has bf16 arithmetic) on all of torch's threads, the best of the
+libraries torch can run it on, and the memory bandwidth of a large copy. `anyformer doctor --limits` prints them; a step's FLOP/s over the matmul rate is a
 CPU MFU (how much of the processor the step uses), its bytes a token over the bandwidth say how near
 memory-bound decoding is.
 
 The 512 x 512 product the trainer's bar divides by (train/perf.py) is timed in about 0.1 s at start-up; it
 can fall short of the rate the cores sustain, which larger products reach: here the best of 1024 and 2048,
-each repeated for about half a second after a warm-up."""
+each repeated for about half a second after a warm-up. The libraries: torch's BLAS (`torch.mm`, MKL on x86) and
+oneDNN (what the plan's linear layers run where it measured them faster). They differ most where MKL takes its
+AVX2 path on an AVX-512 AMD processor: on a Zen 5, fp32 at about 210 GFLOP/s through MKL and 395 through oneDNN;
+a limit read from MKL alone put anyformer's oneDNN steps above 100% of it."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import Tensor
 
 SIZES = (1024, 2048)
 SECONDS = 0.5           # each size is repeated for about this long, after one warm-up product
@@ -25,27 +30,43 @@ class MatmulRate:
     dtype: str
     flops: float        # FLOP/s, 2 n^3 a product
     size: int           # the n that reached it
+    library: str = "torch.mm"  # the library that reached it
+
+
+Product = Callable[[Tensor, Tensor], Any]
+
+
+def libraries() -> dict[str, Product]:
+    """The libraries torch runs an (n, n) product on here, by name: its BLAS always, oneDNN where this build
+    has it (a @ b^T there, the same 2 n^3 FLOPs)."""
+    from .plan.kernels import onednn_linear_op, onednn_mm
+    out: dict[str, Product] = {"torch.mm": torch.mm}
+    if onednn_linear_op() is not None:
+        out["oneDNN"] = onednn_mm
+    return out
 
 
 def matmul_rate(dtype: torch.dtype = torch.float32, sizes: tuple[int, ...] | None = None,
-                seconds: float | None = None, clock: Callable[[], float] = time.perf_counter) -> MatmulRate:
-    """The best sustained rate of an (n, n) @ (n, n) product over `sizes` (default SIZES), each repeated for
-    `seconds` (default SECONDS)."""
+                seconds: float | None = None, clock: Callable[[], float] = time.perf_counter,
+                products: dict[str, Product] | None = None) -> MatmulRate:
+    """The best sustained rate of an (n, n) @ (n, n) product over `sizes` (default SIZES) and `products` (default
+    `libraries()`), each repeated for `seconds` (default SECONDS)."""
     sizes, seconds = sizes or SIZES, SECONDS if seconds is None else seconds
     best = MatmulRate(str(dtype).removeprefix("torch."), 0.0, 0)
-    for n in sizes:
-        a, b, out = (torch.randn(n, n).to(dtype) for _ in range(3))
-        torch.mm(a, b, out=out)  # the warm-up: the library's threads and buffers
-        reps, t0 = 0, clock()
-        while True:
-            torch.mm(a, b, out=out)
-            reps += 1
-            spent = clock() - t0
-            if spent >= seconds:
-                break
-        rate = 2 * n ** 3 * reps / spent
-        if rate > best.flops:
-            best = MatmulRate(best.dtype, rate, n)
+    for library, product in (products or libraries()).items():
+        for n in sizes:
+            a, b = (torch.randn(n, n).to(dtype) for _ in range(2))
+            product(a, b)  # the warm-up: the library's threads, buffers and kernel choice
+            reps, t0 = 0, clock()
+            while True:
+                product(a, b)
+                reps += 1
+                spent = clock() - t0
+                if spent >= seconds:
+                    break
+            rate = 2 * n ** 3 * reps / spent
+            if rate > best.flops:
+                best = MatmulRate(best.dtype, rate, n, library)
     return best
 
 
@@ -70,7 +91,7 @@ def limit_lines() -> list[str]:
     rates = [matmul_rate(torch.float32)]
     if host.native_bf16():
         rates.append(matmul_rate(torch.bfloat16))
-    lines = [f"Matmul         {r.dtype}: {r.flops / 1e9:,.1f} GFLOP/s sustained ({r.size} x {r.size}, "
+    lines = [f"Matmul         {r.dtype}: {r.flops / 1e9:,.1f} GFLOP/s sustained ({r.size} x {r.size} on {r.library}, "
              f"{torch.get_num_threads()} threads)" for r in rates]
     lines.append(f"Memory         {copy_bandwidth() / 1e9:,.1f} GB/s (a {COPY_MIB} MiB copy, read and written)")
     return lines

@@ -467,7 +467,7 @@ def memory_section(script: str, children: list[tuple[str, list[str]]]) -> str:
 @functools.cache
 def host_peak(dtype: str = "fp32") -> float | None:
     """The host's sustained matrix-product rate in FLOP/s (anyformer.limits: the best of 1024 and 2048
-    products on all of torch's threads), measured once a process: what a CPU MFU divides by. bf16: None
+    products on torch.mm and on oneDNN, on all of torch's threads), measured once a process: what a CPU MFU divides by. bf16: None
     where the CPU has no bf16 arithmetic (its products then run converted, and no peak says much)."""
     import torch
 
@@ -484,7 +484,7 @@ def peak_facts() -> dict[str, str]:
     return {"CPU MFU against": f"fp32 matrix products at {fp32 / 1e9:.1f} GFLOP/s"
                                + (f", bf16 at {bf16 / 1e9:.1f}" if bf16 else "")
                                + " (anyformer.limits, `anyformer doctor --limits`: the best of 1024 and 2048 "
-                                 "products, measured in this process before the rounds)"}
+                                 "products on torch.mm and on oneDNN, measured in this process before the rounds)"}
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:

@@ -25,6 +25,24 @@ def test_the_rate_is_the_products_flops_over_their_time_at_the_best_size():
     assert both.size == 8  # the same time a product, 8x the work
 
 
+def test_the_best_library_is_kept_and_named():
+    # A product on "slow" costs two ticks of the clock (it reads the clock itself once), one on "fast" one tick:
+    # the fast library's rate, twice the slow one's, is the limit, and it is named.
+    clock = ticking(0.25)
+    slow = {"slow": lambda a, b: clock(), "fast": lambda a, b: None}
+    r = limits.matmul_rate(torch.float32, sizes=(8,), seconds=1.0, clock=clock, products=slow)
+    assert r.library == "fast" and r.flops == 2 * 8 ** 3 * 4 / 1.0
+
+
+def test_onednn_is_among_the_libraries_where_torch_has_it():
+    from anyformer.plan.kernels import onednn_linear_op
+    names = list(limits.libraries())
+    assert names[0] == "torch.mm" and ("oneDNN" in names) == (onednn_linear_op() is not None)
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    for product in limits.libraries().values():  # the same FLOPs: a @ b on BLAS, a @ b^T on oneDNN
+        assert product(a, b).shape == (16, 16)
+
+
 def test_the_copy_counts_each_byte_read_and_written():
     assert limits.copy_bandwidth(mib=1, repeats=2, clock=ticking(0.5)) == 2 * 2 ** 20 / 0.5
 
@@ -35,5 +53,5 @@ def test_doctor_limits_prints_the_rates_measured_now(capsys, monkeypatch):
     monkeypatch.setattr(limits, "COPY_MIB", 1)
     assert main(["doctor", "--limits"]) == 0
     out = capsys.readouterr().out
-    assert "Matmul         float32: " in out and "GFLOP/s sustained (64 x 64" in out
+    assert "Matmul         float32: " in out and "GFLOP/s sustained (64 x 64 on " in out
     assert "GB/s (a 1 MiB copy, read and written)" in out

@@ -18,7 +18,7 @@ def test_a_cpu_run_divides_by_the_limits_rate_in_its_precision(monkeypatch):
     perf._peak.cache_clear()
     try:
         assert perf.peak_flops(torch.device("cpu"), "none") == (
-            123e9, "measured: fp32 matmul, the best of 1024 and 2048 products")
+            123e9, "measured: fp32 matmul, the best of 1024 and 2048 products on torch.mm and oneDNN")
         assert perf.peak_flops(torch.device("cpu"), "none")[0] == 123e9 and asked == [torch.float32]  # once
         assert perf.peak_flops(torch.device("cpu"), "bf16")[0] == 456e9 and asked[-1] == torch.bfloat16
 

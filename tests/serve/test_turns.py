@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
+from anyformer.serve.context import Context
 from anyformer.serve.generate import generation_seconds, most_tokens
 from anyformer.serve.limits import Limits
 from anyformer.serve.worker import ModelWorker, charge
@@ -113,3 +114,13 @@ def test_the_most_tokens_quoted_fit_the_budget_and_one_more_does_not():
     assert 0 < most < 1000
     assert generation_seconds(ctx, 8, most) <= 5.0 < generation_seconds(ctx, 8, most + 1)
     assert most_tokens(_lm(refill=0.0, token_full=1e-6, token=1e-6), 8) == 1000  # the API's own limit
+
+
+def test_a_long_generation_of_a_fast_model_takes_turns_and_a_short_one_does_not():
+    """At a small char model's measured costs (0.17 ms a token, 3.5 ms a refill, a context of 256), 700 tokens
+    are about 0.2 s: heavy work, which must take turns with the light requests; 4 tokens stay light."""
+    costs = {"token": 1.7e-4, "token_full": 1.9e-4, "refill": 3.5e-3}
+    lm = _lm(**costs)
+    ctx = Context(run_dir="", model=lm.model, meta={}, limits=lm.limits, worker=ModelWorker(2), costs=costs)
+    assert ctx.check_cost(generation_seconds(ctx, 6, 700), "", "") == "heavy"
+    assert ctx.check_cost(generation_seconds(ctx, 6, 4), "", "") == "light"

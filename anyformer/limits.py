@@ -1,15 +1,16 @@
 """What this host can do at most, for the speed figures to be read against: the sustained rate of a large
 matrix product (fp32, and bf16 where the CPU has bf16 arithmetic) on all of torch's threads, the best of the
-libraries torch can run it on, and the memory bandwidth of a large copy. `anyformer doctor --limits` prints them; a step's FLOP/s over the matmul rate is a
-CPU MFU (how much of the processor the step uses), its bytes a token over the bandwidth say how near
-memory-bound decoding is.
+libraries torch can run it on, and the memory bandwidth of a large copy. `anyformer doctor --limits` prints
+them; a step's FLOP/s over the matmul rate is a CPU MFU (how much of the processor the step uses), its bytes
+a token over the bandwidth say how near memory-bound decoding is.
 
 The 512 x 512 product the trainer's bar divides by (train/perf.py) is timed in about 0.1 s at start-up; it
 can fall short of the rate the cores sustain, which larger products reach: here the best of 1024 and 2048,
 each repeated for about half a second after a warm-up. The libraries: torch's BLAS (`torch.mm`, MKL on x86) and
 oneDNN (what the plan's linear layers run where it measured them faster). They differ most where MKL takes its
-AVX2 path on an AVX-512 AMD processor: on a Zen 5, fp32 at about 210 GFLOP/s through MKL and 395 through oneDNN;
-a limit read from MKL alone put anyformer's oneDNN steps above 100% of it."""
+AVX2 path on an AVX-512 AMD processor: on a 2-core Zen 5, fp32 at 201 GFLOP/s through MKL and 432-441 through
+oneDNN (2026-12-01); a limit read from MKL alone put anyformer's oneDNN steps at 102-211% of it. A library that
+cannot run the product (oneDNN's bf16 on a CPU without the instructions it asks for) is passed over."""
 from __future__ import annotations
 
 import time
@@ -56,7 +57,10 @@ def matmul_rate(dtype: torch.dtype = torch.float32, sizes: tuple[int, ...] | Non
     for library, product in (products or libraries()).items():
         for n in sizes:
             a, b = (torch.randn(n, n).to(dtype) for _ in range(2))
-            product(a, b)  # the warm-up: the library's threads, buffers and kernel choice
+            try:
+                product(a, b)  # the warm-up: the library's threads, buffers and kernel choice
+            except RuntimeError:  # this library has no kernel for the dtype on this CPU: the others say
+                break
             reps, t0 = 0, clock()
             while True:
                 product(a, b)

@@ -34,6 +34,14 @@ def test_the_best_library_is_kept_and_named():
     assert r.library == "fast" and r.flops == 2 * 8 ** 3 * 4 / 1.0
 
 
+def test_a_library_without_a_kernel_for_the_dtype_is_passed_over():
+    def refuses(a, b):
+        raise RuntimeError("no bf16 kernel on this CPU")
+    r = limits.matmul_rate(torch.float32, sizes=(8,), seconds=1.0, clock=ticking(0.25),
+                           products={"refuses": refuses, "torch.mm": torch.mm})
+    assert r.library == "torch.mm" and r.flops > 0
+
+
 def test_onednn_is_among_the_libraries_where_torch_has_it():
     from anyformer.plan.kernels import onednn_linear_op
     names = list(limits.libraries())

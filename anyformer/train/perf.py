@@ -7,8 +7,8 @@ rate of its data sheet, the convention of the MFU that PaLM, nanoGPT, llm.c and 
 that figures compare across libraries. Elsewhere (CPUs, unknown cards) it is the rate that a large
 matrix multiply reaches on the same device in the run's precision, measured when first asked: on a CPU
 the sustained rate `anyformer doctor --limits` prints (anyformer.limits: the best of 1024 and 2048 products
-on torch.mm and on oneDNN, each repeated for half a second), which a small product timed briefly can fall short of, so that a
-run's CPU MFU and the benchmarks' read against the same ceiling.
+on torch.mm and on oneDNN, each repeated for half a second), which a small product timed briefly can fall
+short of, so that a run's CPU MFU and the benchmarks' read against the same ceiling.
 """
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def peak_flops(device: torch.device, amp: str = "none") -> tuple[float, str]:
         spec = spec_peak_flops(name)
         if spec is not None:
             return spec, f"data sheet: {name}, dense bf16"
-    what = "matmul, the best of 1024 and 2048 products on torch.mm and oneDNN" if device.type == "cpu" else "4096 matmul"
+    what = ("matmul, the best of 1024 and 2048 products on torch.mm and oneDNN" if device.type == "cpu"
+            else "4096 matmul")
     precision = resolve_amp(amp, device).replace("none", "fp32")
     return measured_peak_flops(device, amp), f"measured: {precision} {what}"
 

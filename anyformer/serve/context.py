@@ -11,8 +11,10 @@ from .worker import ModelWorker
 # request waits behind the light work ahead of it, so this bounds what it can wait behind. At 0.25 s, a small char
 # model's longest generation (1,000 tokens, estimated 0.19-0.29 s on a Zen 5) fell on either side from one start of
 # the server to the next: in the light lane it tripled the light requests' median under load (17 to 53 ms) and no
-# heavy share could help, since the turns never ran.
-LIGHT_SECONDS = 0.05
+# heavy share could help, since the turns never ran. At 0.1 s the soak's 700 tokens (0.185-0.203 s) are heavy by
+# nearly twice that, and a one-picture, two-step sample of the MNIST generator (28 ms there) stays light on a
+# processor at half that speed; at 0.05 s it would not.
+LIGHT_SECONDS = 0.1
 
 
 @dataclasses.dataclass

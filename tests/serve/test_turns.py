@@ -124,3 +124,13 @@ def test_a_long_generation_of_a_fast_model_takes_turns_and_a_short_one_does_not(
     ctx = Context(run_dir="", model=lm.model, meta={}, limits=lm.limits, worker=ModelWorker(2), costs=costs)
     assert ctx.check_cost(generation_seconds(ctx, 6, 700), "", "") == "heavy"
     assert ctx.check_cost(generation_seconds(ctx, 6, 4), "", "") == "light"
+
+
+def test_a_small_sample_stays_light_on_a_processor_at_half_the_speed():
+    """The MNIST generator's measured costs (2.2 ms a pass, 3.5 ms an image in it), doubled: one picture in two
+    guided steps is about 56 ms, light; sixteen in ten steps, heavy."""
+    from anyformer.serve.sample import work_seconds
+    ctx = Context(run_dir="", model=None, meta={}, limits=Limits(), worker=ModelWorker(2),
+                  costs={"pass": 2 * 2.2e-3, "pass_image": 2 * 3.5e-3})
+    assert ctx.check_cost(work_seconds(ctx, 1, 2, 2.0), "", "") == "light"
+    assert ctx.check_cost(work_seconds(ctx, 16, 10, 2.0), "", "") == "heavy"

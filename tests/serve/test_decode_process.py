@@ -78,14 +78,14 @@ def test_the_child_gives_the_pixels_and_warning_of_the_servers_own_decoding(vit_
     decoder = PictureDecoder(pre)
     try:
         for picture in (large_one(1100), _blank(1200)):
-            x, warning = decoder.load_checked(picture)
+            x, warning, _ = decoder.decode(picture)
             y, expected = pre.load_checked(io.BytesIO(picture))
             assert torch.equal(x, y) and x.dtype == torch.uint8 and warning == expected
         assert isinstance(warning, str) and warning  # the blank page's warning came through the pipe
         with pytest.raises(ValueError) as ours:
             pre.load_checked(io.BytesIO(b"not a picture"))
         with pytest.raises(ValueError, match=re.escape(str(ours.value))):
-            decoder.load_checked(b"not a picture")
+            decoder.decode(b"not a picture")
     finally:
         decoder.close()
 
@@ -101,7 +101,7 @@ def test_a_decoder_that_dies_on_a_picture_is_a_clear_error_and_the_next_picture_
             dying.start()
             pids.append(dying.pid)
             with pytest.raises(ValueError, match=r"decoder stopped while reading it \(exit code 1\)"):
-                dying.load_checked(b"anything")
+                dying.decode(b"anything")
             assert dying.pid is None
         assert None not in pids and pids[0] != pids[1]
     finally:

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import IO, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ EXIT_WAIT_S = 10.0  # how long a child that closed its pipe is given to exit bef
 
 
 class PictureDecoder:
-    """`load_checked(data)` for picture bytes, computed in a low-priority child process (started on first
+    """`preprocess.load_checked` for picture bytes, computed in a low-priority child process (started on first
     use, or at once by `start()`), one picture at a time; safe to call from several threads."""
 
     def __init__(self, preprocess: Any, nice: int = NICE) -> None:
@@ -61,16 +61,11 @@ class PictureDecoder:
         assert self._conn is not None
         return self._conn
 
-    def load_checked(self, source: bytes | IO[bytes]) -> tuple[Tensor, str | None]:
-        """(uint8 (C, H, W) pixels, a warning or None) for a picture's bytes (or a binary file), as
-        `preprocess.load_checked` gives them; ValueError for a picture that cannot be decoded, or whose
-        decoding stopped the child."""
-        x, warning, _ = self.decode(source if isinstance(source, bytes) else source.read())
-        return x, warning
-
     def decode(self, data: bytes) -> tuple[Tensor, str | None, float]:
-        """`load_checked`, and the seconds of CPU the child spent on the picture (for the caller's accounts:
-        serve's heavy lane counts them in its turns)."""
+        """(uint8 (C, H, W) pixels, a warning or None, the seconds of CPU the child spent on the picture) for a
+        picture's bytes: `preprocess.load_checked`'s answer, and the time for the caller's accounts (serve's heavy
+        lane counts it in its turns); ValueError for a picture that cannot be decoded, or whose decoding stopped
+        the child."""
         with self._lock:
             conn = self._ensure()
             try:

@@ -58,9 +58,12 @@ class OneDNNLinear(torch.autograd.Function):
         if ctx.needs_input_grad[1] and ctx.blas_dw:
             dw = torch.mm(g2.t(), x2)
         elif ctx.needs_input_grad[1]:
-            # oneDNN copies a transposed first operand to rows: transpose the narrower of dy (M, N)
-            # and x (M, K), which moves min(N, K) * M values.
-            dw = onednn_mm(g2.t(), x2.t()) if g2.shape[1] <= x2.shape[1] else onednn_mm(x2.t(), g2.t()).t().contiguous()
+            # oneDNN copies a transposed first operand to rows, with ATen's strided copy: transpose the
+            # narrower of dy (M, N) and x (M, K), which moves min(N, K) * M values, ourselves, in tiles
+            # (native.transposed_rows: a tenth of the seed ViT's training step went to that copy).
+            from .native import transposed_rows
+            dw = (onednn_mm(transposed_rows(g2), x2.t()) if g2.shape[1] <= x2.shape[1]
+                  else onednn_mm(transposed_rows(x2), g2.t()).t().contiguous())
         db = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return dx, dw, db, None
 

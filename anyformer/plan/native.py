@@ -166,6 +166,8 @@ def _load() -> ctypes.CDLL | None:
     lib.gelu_bwd.restype = I
     lib.linear_rows.argtypes = [P] * 4 + [L] * 5 + [I]
     lib.linear_rows.restype = I
+    lib.transpose_rows.argtypes = [P, P, L, L, L, I]
+    lib.transpose_rows.restype = I
     lib.gpt_decode_blocks.argtypes = [P] + [L] * 5 + [P, L, L, F, I, P, I]
     lib.gpt_decode_blocks.restype = I
     return lib
@@ -393,3 +395,22 @@ def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
                            in_features, out_features, x2.stride(0), out_features, torch.get_num_threads()),
            "linear_rows")
     return y.view(*x.shape[:-1], out_features)
+
+
+# --- transpose -----------------------------------------------------------------------------------
+def transposed_rows(x: Tensor) -> Tensor:
+    """x (M, N) as the rows of its transpose, (N, M) contiguous: the same values as x.t().contiguous(),
+    copied in tiles (kernels.cpp's transpose_rows; three times ATen's strided copy on the weight
+    gradient's shapes). ATen's copy where the kernel is not there, under torch.compile (a traced graph
+    cannot call into ctypes), or for what it does not take (not 2-D float32 on the CPU with unit column
+    stride)."""
+    lib = library() if not torch.compiler.is_compiling() else None
+    if (lib is None or x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu" or x.stride(1) != 1
+            or x.numel() == 0):
+        return x.t().contiguous()
+    rows, cols = x.shape
+    out = torch.empty(cols, rows, dtype=x.dtype)
+    _check(lib.transpose_rows(x.data_ptr(), out.data_ptr(), rows, cols, x.stride(0), torch.get_num_threads()),
+           "transpose")
+    return out
+

@@ -381,3 +381,50 @@ def test_a_layer_on_linear_rows_takes_it_for_a_few_rows_and_f_linear_beyond(monk
     assert len(calls) == 2  # 1 and 4 rows; 5 and 64 take F.linear
     layer(torch.randn(1, 8, requires_grad=True)).sum().backward()  # a training call: its own kernel
     assert len(calls) == 2
+
+
+# --- transpose --------------------------------------------------------------------------------------
+@needs_compiler
+@pytest.mark.parametrize("shape", [(6400, 128), (128, 6400), (33, 65), (1, 7), (7, 1)])
+def test_transposed_rows_are_aten_s_transpose_to_the_bit(shape):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    out = native.transposed_rows(x)
+    assert out.is_contiguous() and torch.equal(out, x.t().contiguous())
+
+
+@needs_compiler
+def test_transposed_rows_reads_rows_apart_and_hands_over_what_it_does_not_take():
+    big = torch.randn(100, 80)
+    rows_apart = big[:, 3:40]  # column stride 1, rows 80 floats apart
+    assert torch.equal(native.transposed_rows(rows_apart), rows_apart.t().contiguous())
+    for other in (big.t(), big.double(), torch.empty(0, 5)):  # column-strided, float64, empty: ATen's copy
+        out = native.transposed_rows(other)
+        assert out.dtype == other.dtype and torch.equal(out, other.t().contiguous())
+    with pytest.raises(RuntimeError):
+        native.transposed_rows(torch.randn(2, 3, 4))  # what x.t() refuses, refused the same way
+
+
+def test_without_the_library_transposed_rows_is_aten_s_copy(no_library):
+    x = torch.randn(40, 24)
+    assert native.library() is None
+    assert torch.equal(native.transposed_rows(x), x.t().contiguous())
+
+
+@needs_compiler
+@pytest.mark.parametrize("n_out", [16, 96])  # dy the narrower of the two, then x
+def test_a_onednn_linear_s_weight_gradient_is_the_same_bits_with_the_tiled_transpose(monkeypatch, n_out):
+    from anyformer.plan.kernels import onednn_linear, onednn_linear_op
+    if onednn_linear_op() is None:
+        pytest.skip("this torch build has no oneDNN")
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(4, 50, 48, generator=g), torch.randn(n_out, 48, generator=g)
+    grad = torch.randn(4, 50, n_out, generator=g)
+
+    def weight_gradient():
+        wi = w.clone().requires_grad_()
+        onednn_linear(x, wi).backward(grad)
+        return wi.grad
+
+    tiled = weight_gradient()
+    monkeypatch.setattr(native, "transposed_rows", lambda t: t.t().contiguous())
+    assert torch.equal(tiled, weight_gradient())

@@ -13,6 +13,8 @@ import functools
 import torch
 from torch import Tensor
 
+from . import native
+
 
 @functools.lru_cache(maxsize=None)
 def onednn_linear_op():
@@ -61,9 +63,8 @@ class OneDNNLinear(torch.autograd.Function):
             # oneDNN copies a transposed first operand to rows, with ATen's strided copy: transpose the
             # narrower of dy (M, N) and x (M, K), which moves min(N, K) * M values, ourselves, in tiles
             # (native.transposed_rows: a tenth of the seed ViT's training step went to that copy).
-            from .native import transposed_rows
-            dw = (onednn_mm(transposed_rows(g2), x2.t()) if g2.shape[1] <= x2.shape[1]
-                  else onednn_mm(transposed_rows(x2), g2.t()).t().contiguous())
+            dw = (onednn_mm(native.transposed_rows(g2), x2.t()) if g2.shape[1] <= x2.shape[1]
+                  else onednn_mm(native.transposed_rows(x2), g2.t()).t().contiguous())
         db = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return dx, dw, db, None
 

@@ -413,4 +413,3 @@ def transposed_rows(x: Tensor) -> Tensor:
     _check(lib.transpose_rows(x.data_ptr(), out.data_ptr(), rows, cols, x.stride(0), torch.get_num_threads()),
            "transpose")
     return out
-

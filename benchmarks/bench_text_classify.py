@@ -93,11 +93,9 @@ def anyformer_run(csv: Path, out: Path, from_scratch: bool = False, seed: int = 
             "train_seconds": s["train_seconds"], "model": derived[0] if derived else ""}
 
 
-def measure(name: str, frame, tmp: Path, from_scratch: bool, seed: int) -> dict:
-    """One set at one seed: anyformer's run, then the two others on exactly its split."""
-    csv = tmp / f"{name}.csv"
-    frame.to_csv(csv, index=False)
-    run = tmp / f"run-{name}-{seed}"
+def measure(name: str, frame, csv: Path, from_scratch: bool, seed: int) -> dict:
+    """One set (`frame`, written as `csv`) at one seed: anyformer's run, then the two others on exactly its split."""
+    run = csv.parent / f"run-{name}-{seed}"
     ours = anyformer_run(csv, run, from_scratch, seed)
     held = held_out(run)
     test = frame.iloc[held]
@@ -135,8 +133,10 @@ def main() -> int:
     rows, load = [], [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         for name, frame in frames.items():
+            csv = Path(tmp) / f"{name}.csv"
+            frame.to_csv(csv, index=False)
             for seed in args.seeds:
-                rows.append(measure(name, frame, Path(tmp), args.from_scratch, seed))
+                rows.append(measure(name, frame, csv, args.from_scratch, seed))
                 load.append(os.getloadavg()[0])
                 print(json.dumps(rows[-1]), flush=True)
     seeded = args.seeds != [0]

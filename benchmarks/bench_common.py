@@ -258,8 +258,20 @@ def prepared(module, x, y=None, *, bf16: bool = False, forced: str | None = None
             return m(x) if y is None else _loss(x, y)(m)
     if y is None:
         module.eval()
+    own_planning_budget()
     with plan.forcing(forced) if forced else contextlib.nullcontext():
         return plan.prepare(module, example)
+
+
+def own_planning_budget() -> None:
+    """A whole process's planning budget from here on, as each contestant's own run of the trainer would
+    have. Without it a row prepared after others' planning (a compile decision alone took 79 s on an Intel
+    Xeon) found the budget spent and ran the stock kernels unmeasured: the bf16 row's attention went to
+    SDPA's bf16 flash backward, 10x the plan's choice a layer, and the row read 3.8x slower than fp32
+    where the trainer's own bf16 step was faster."""
+    from anyformer import plan
+    p = plan.planner()
+    plan.configure(total_budget_s=p.planning_s + plan.Planner().total_budget_s)
 
 
 def planned_linears(key: str, module, x, y) -> str:
@@ -279,12 +291,10 @@ def planned_forward(key: str, module, x, y):
     cross-entropy) faster on this machine (anyformer.plan.compiled), else the module itself. A first
     run measures, its compile time included; later runs read the plan's cache. `note` says what
     was chosen and why, for the results' header."""
-    from anyformer import plan
     from anyformer.plan import compile_for_training
     # Each contestant is planned as its own run of the trainer would be, with a whole process's
     # planning budget: several models in one benchmark process must not leave the last unmeasured.
-    p = plan.planner()
-    plan.configure(total_budget_s=p.planning_s + plan.Planner().total_budget_s)
+    own_planning_budget()
     linears = planned_linears(key, module, x, y)
     return _planned(key, x, lambda fields: compile_for_training(module, _loss(x, y), fields=fields),
                     settled=f"linears={linears}")

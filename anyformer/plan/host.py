@@ -60,8 +60,20 @@ def cpu_info() -> dict[str, Any]:
 
 
 def native_bf16(flags: list[str] | None = None) -> bool:
-    """Whether the CPU has bf16 arithmetic in hardware (the flags only; the plan measures the rest)."""
+    """Whether bf16 products run in hardware: the CPU's flags (or `flags`; the plan measures the rest),
+    unless $ONEDNN_MAX_CPU_ISA caps oneDNN below its bf16 instructions, as the AVX2 stand-in does
+    (benchmarks' `--isa avx2`): there they run converted through fp32, 0.5 GFLOP/s on an Intel Xeon with
+    AMX, and a bf16 limit or row would read against a rate no library reaches."""
+    if flags is None and not onednn_isa_allows_bf16():
+        return False
     return any(f in NATIVE_BF16_FLAGS for f in (cpu_info()["flags"] if flags is None else flags))
+
+
+def onednn_isa_allows_bf16(cap: str | None = None) -> bool:
+    """Whether oneDNN's instruction-set cap (`cap`, else $ONEDNN_MAX_CPU_ISA; unset or DEFAULT: none)
+    leaves it the bf16 instructions: AVX512_CORE_BF16 and above (…_FP16, …_AMX, …_AMX_FP16)."""
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA", "") if cap is None else cap).strip().upper()
+    return cap in ("", "ALL", "DEFAULT") or any(part in cap for part in ("BF16", "FP16", "AMX"))
 
 
 def _cpu_capability() -> str:

@@ -24,6 +24,17 @@ def test_parse_cpuinfo_keeps_only_the_flags_that_matter():
     assert arm["flags"] == ["asimd", "sve", "bf16", "i8mm"] and host.native_bf16(arm["flags"])
 
 
+def test_a_onednn_cap_below_bf16_means_no_native_bf16(monkeypatch):
+    """The AVX2 stand-in (ONEDNN_MAX_CPU_ISA=AVX2) leaves oneDNN no bf16 instructions, whatever the CPU has."""
+    assert [host.onednn_isa_allows_bf16(c) for c in ("", "DEFAULT", "AVX2", "avx512_core_vnni", "AVX512_CORE")] \
+        == [True, True, False, False, False]
+    assert all(host.onednn_isa_allows_bf16(c) for c in ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX"))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not host.native_bf16()
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert host.native_bf16() == any(f in host.NATIVE_BF16_FLAGS for f in host.cpu_info()["flags"])
+
+
 def test_key_depends_on_threads_and_names_the_file():
     a, b = host.machine(threads=1), host.machine(threads=2)
     assert a["key"] != b["key"] and a["cpu"] == b["cpu"] == host.cpu_info()["model"]

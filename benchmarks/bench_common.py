@@ -292,9 +292,8 @@ def planned_forward(key: str, module, x, y):
     run measures, its compile time included; later runs read the plan's cache. `note` says what
     was chosen and why, for the results' header."""
     from anyformer.plan import compile_for_training
-    # Each contestant is planned as its own run of the trainer would be, with a whole process's
-    # planning budget: several models in one benchmark process must not leave the last unmeasured.
-    own_planning_budget()
+    # Each contestant is planned with a whole process's planning budget (`prepared`, inside
+    # planned_linears, gives it), as its own run of the trainer would be.
     linears = planned_linears(key, module, x, y)
     return _planned(key, x, lambda fields: compile_for_training(module, _loss(x, y), fields=fields),
                     settled=f"linears={linears}")

@@ -23,6 +23,12 @@ Two groups, kept strictly apart:
   clipart     drawings  Open Clip Art Library drawings (Debian openclipart-png; public domain), 10 top-level
                         categories of at most 150 (duplicates and drawings filed under two categories dropped),
                         flattened on white, longer side 64, 96 or 128 px, PNG.
+  mnist-8     handwriting MNIST training images, 180 of each digit (1,800), each scaled down to 8x8 by area
+                        averaging, grey PNG: handwriting as coarse as a sensor's or a scanner's thumbnail.
+  cifar-8     photos    CIFAR-10 training images of cifar-a's five classes, 300 of each (1,500), scaled down to 8x8
+                        by area averaging, colour PNG: photos at thumbnail size.
+                        (The two 8x8 folders are the only CHOOSE folders whose run length meets the fixed work's
+                        step cap; no other folder has as few tokens an image.)
 
 - MEASURE (bench_small_images.py reports on these; nothing is chosen on them):
   digits      digits    scikit-learn's load_digits (1,797 8x8 images of 17 grey levels, written as 8x8 grey PNG
@@ -214,6 +220,25 @@ def _cifar(split: str, classes: tuple[str, ...], per_class: int, out: Path, rng:
 
 def build_cifar_a(b: Builder, out: Path, rng: random.Random) -> None:
     _cifar("train", ("airplane", "automobile", "bird", "cat", "deer"), 1000, out, rng)
+
+
+def _shrunk(folder: Path, side: int) -> None:
+    """Every image of a built folder scaled down to side x side by area averaging, saved as PNG in its place."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        with Image.open(path) as im:
+            small = im.resize((side, side), Image.Resampling.BOX)
+        path.unlink()
+        _save(small, path.with_suffix(".png"))
+
+
+def build_mnist8(b: Builder, out: Path, rng: random.Random) -> None:
+    _idx_set(SHARED / "mnist", "train", [str(d) for d in range(10)], 180, out, rng)
+    _shrunk(out, 8)
+
+
+def build_cifar8(b: Builder, out: Path, rng: random.Random) -> None:
+    _cifar("train", ("airplane", "automobile", "bird", "cat", "deer"), 300, out, rng)
+    _shrunk(out, 8)
 
 
 def build_cifar_b(b: Builder, out: Path, rng: random.Random) -> None:
@@ -418,6 +443,10 @@ SETS: list[ImageSet] = [
              "GIMP's 43 patterns outside Legacy, 30 turned, scaled and lit crops each; JPEG 48-96 px"),
     ImageSet("clipart", "choose", "drawings", build_clipart, ("openclipart-png",),
              "Open Clip Art drawings, 10 categories of at most 150; PNG, longer side 64-128 px"),
+    ImageSet("mnist-8", "choose", "handwriting", build_mnist8, ("shared:mnist",),
+             "MNIST train: 180 of each digit scaled down to 8x8; grey PNG"),
+    ImageSet("cifar-8", "choose", "photos", build_cifar8, ("shared:cifar10",),
+             "CIFAR-10 train: airplane, automobile, bird, cat, deer; 300 each scaled down to 8x8; PNG"),
     ImageSet("digits", "measure", "digits", build_digits, ("sklearn",),
              "scikit-learn's load_digits: 1,797 8x8 grey PNG"),
     ImageSet("emoji", "measure", "icons", build_emoji, ("emoji-datasource-twitter",),

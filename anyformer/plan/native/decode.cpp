@@ -72,12 +72,17 @@ int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const vo
         #pragma omp single
         for (long b = 0; b < B; b++) layer_norm(x + b * D, w[LN1_W], w[LN1_B], h + b * D, D, eps);
         #pragma omp for schedule(static)
-        for (long o = 0; o < 3 * D; o++) {
-            const long part = o / D, j = o % D, at = ((j / Dh) * M + p) * Dh + j % Dh;  // k, v: (head, p, d)
+        for (long g = 0; g < (3 * D + ROWS - 1) / ROWS; g++) {  // ROWS output rows at a time (simd.h's dots)
+            const long o0 = g * ROWS, k = 3 * D - o0 < ROWS ? 3 * D - o0 : ROWS;
             for (long b = 0; b < B; b++) {
-                const float y = dot(w[QKV_W] + o * D, h + b * D, D) + (w[QKV_B] ? w[QKV_B][o] : 0.0f);
-                if (part == 0) q[b * D + j] = y;
-                else (part == 1 ? kc : vc)[b * H * M * Dh + at] = y;
+                float y[ROWS];
+                dots(w[QKV_W] + o0 * D, D, h + b * D, k, y);
+                for (long r = 0; r < k; r++) {
+                    const long o = o0 + r, part = o / D, j = o % D, at = ((j / Dh) * M + p) * Dh + j % Dh;  // k, v: (head, p, d)
+                    const float yo = y[r] + (w[QKV_B] ? w[QKV_B][o] : 0.0f);
+                    if (part == 0) q[b * D + j] = yo;
+                    else (part == 1 ? kc : vc)[b * H * M * Dh + at] = yo;
+                }
             }
         }
         #pragma omp for schedule(static)
@@ -89,9 +94,14 @@ int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const vo
             std::memcpy(a + b * D + hd * Dh, o, Dh * sizeof(float));
         }
         #pragma omp for schedule(static)
-        for (long o = 0; o < D; o++)
-            for (long b = 0; b < B; b++)
-                x[b * D + o] += dot(w[PROJ_W] + o * D, a + b * D, D) + (w[PROJ_B] ? w[PROJ_B][o] : 0.0f);
+        for (long g = 0; g < (D + ROWS - 1) / ROWS; g++) {
+            const long o0 = g * ROWS, k = D - o0 < ROWS ? D - o0 : ROWS;
+            for (long b = 0; b < B; b++) {
+                float y[ROWS];
+                dots(w[PROJ_W] + o0 * D, D, a + b * D, k, y);
+                for (long r = 0; r < k; r++) x[b * D + o0 + r] += y[r] + (w[PROJ_B] ? w[PROJ_B][o0 + r] : 0.0f);
+            }
+        }
         #pragma omp single
         for (long b = 0; b < B; b++) layer_norm(x + b * D, w[LN2_W], w[LN2_B], h + b * D, D, eps);
         #pragma omp for schedule(static)
@@ -99,16 +109,25 @@ int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const vo
             const long o0 = c * WN, k = F - o0 < WN ? F - o0 : WN;
             for (long b = 0; b < B; b++) {
                 vn y{};
-                for (long i = 0; i < k; i++)
-                    y[i] = dot(w[FC1_W] + (o0 + i) * D, h + b * D, D) + (w[FC1_B] ? w[FC1_B][o0 + i] : 0.0f);
+                for (long i = 0; i < k; i += ROWS) {
+                    float r4[ROWS];
+                    const long kr = k - i < ROWS ? k - i : ROWS;
+                    dots(w[FC1_W] + (o0 + i) * D, D, h + b * D, kr, r4);
+                    for (long r = 0; r < kr; r++) y[i + r] = r4[r] + (w[FC1_B] ? w[FC1_B][o0 + i + r] : 0.0f);
+                }
                 y = activate(y, act);
                 for (long i = 0; i < k; i++) u[b * F + o0 + i] = y[i];
             }
         }
         #pragma omp for schedule(static)
-        for (long o = 0; o < D; o++)
-            for (long b = 0; b < B; b++)
-                x[b * D + o] += dot(w[FC2_W] + o * F, u + b * F, F) + (w[FC2_B] ? w[FC2_B][o] : 0.0f);
+        for (long g = 0; g < (D + ROWS - 1) / ROWS; g++) {
+            const long o0 = g * ROWS, k = D - o0 < ROWS ? D - o0 : ROWS;
+            for (long b = 0; b < B; b++) {
+                float y[ROWS];
+                dots(w[FC2_W] + o0 * F, F, u + b * F, k, y);
+                for (long r = 0; r < k; r++) x[b * D + o0 + r] += y[r] + (w[FC2_B] ? w[FC2_B][o0 + r] : 0.0f);
+            }
+        }
     }
     return 0;
 }

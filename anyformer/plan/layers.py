@@ -35,12 +35,13 @@ _autocast_on = torch.is_autocast_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
-def plain_eager(x: Tensor) -> bool:
+def plain_eager(x: Tensor, *, autocast_ok: bool = False) -> bool:
     """A plain tensor (not a Proxy, FakeTensor or other subclass) outside torch.compile, jit
     tracing, torch.func transforms, dispatch modes and autocast: where anyformer's own kernels may
-    run (a custom op would break those, or be baked into them)."""
+    run (a custom op would break those, or be baked into them). `autocast_ok`: for a kernel that takes
+    autocast's precision itself (the packed attention's bf16, `native.takes_packed`), autocast is no bar."""
     return type(x) is Tensor and not (_is_compiling() or _jit_tracing_state() is not None or _functorch_active()
-                                      or _dispatch_modes() or _autocast_on("cpu"))
+                                      or _dispatch_modes() or (_autocast_on("cpu") and not autocast_ok))
 
 
 def plain_fp32_cpu(x: Tensor, weight: Tensor) -> bool:
@@ -151,7 +152,7 @@ class NativePacked:
     """A self-attention layer's `attend_packed` where `prepare` chose the native kernel
     (`native.attention_packed`, which takes the packed projection whole and writes the heads
     concatenated) for calls without gradients (`native`) and training calls (`training`): fp32 on
-    the CPU, a head size the kernel has, at most _MAX_LEN tokens, eager or under torch.compile (which
+    the CPU (or an autocast step's bf16, computed in fp32), a head size the kernel has, at most _MAX_LEN tokens, eager or under torch.compile (which
     calls the kernel as one custom op). Any other call it leaves to the layer (None)."""
 
     def __init__(self, native: bool, training: bool) -> None:
@@ -159,8 +160,8 @@ class NativePacked:
 
     def __call__(self, qkv: Tensor, causal: bool) -> Tensor | None:
         chosen = self.training if torch.is_grad_enabled() and qkv.requires_grad else self.native
-        if (chosen and qkv.shape[1] <= _MAX_LEN and native.supports(qkv.dtype, qkv.shape[-1], qkv.device)
-                and (_is_compiling() or plain_eager(qkv))):
+        if (chosen and qkv.shape[1] <= _MAX_LEN and native.takes_packed(qkv.dtype, qkv.shape[-1], qkv.device)
+                and (_is_compiling() or plain_eager(qkv, autocast_ok=True))):
             return native.attention_packed(qkv, causal)
         return None
 

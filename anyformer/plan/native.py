@@ -188,6 +188,14 @@ def supports(dtype: torch.dtype, head_dim: int, device: torch.device | str = "cp
     return torch.device(device).type == "cpu" and dtype == torch.float32 and head_dim in HEAD_DIMS
 
 
+def takes_packed(dtype: torch.dtype, head_dim: int, device: torch.device | str = "cpu") -> bool:
+    """Whether `attention_packed` takes a packed projection of this precision: fp32, or bf16 (an autocast
+    step's projection), which it computes in fp32 and hands back in bf16. Under autocast the softmax and
+    the products in bf16 ran slower than the casts and the fp32 kernel together (plan/decisions/attention.py
+    times both where it decides)."""
+    return dtype in (torch.float32, torch.bfloat16) and supports(torch.float32, head_dim, device)
+
+
 def _strides(t: Tensor) -> tuple[int, int, int]:
     """Strides of a (B, H, N, D) view over batch, head and position (its D must be contiguous)."""
     return t.stride(0), t.stride(1), t.stride(2)
@@ -286,18 +294,23 @@ _attention.register_autograd(_backward, setup_context=_setup)
 def attention_packed(qkv: Tensor, causal: bool = False) -> Tensor:
     """softmax(Q K^T / sqrt(D_h)) V over a packed projection qkv (B, N, 3, H, D_h), each D_h row
     contiguous; `causal`: position i attends to positions <= i. Returns (B, N, H*D_h). fp32 CPU
-    tensors with D_h in HEAD_DIMS only (`supports`), and only where `library()` is not None."""
+    tensors with D_h in HEAD_DIMS only (`supports`), and only where `library()` is not None; bf16 ones
+    are computed in fp32 and the heads returned in bf16 (`takes_packed`)."""
     if qkv.dim() != 5 or qkv.shape[2] != 3:
         raise ValueError(f"attention_packed: expected qkv of shape (B, N, 3, H, D_h), got {tuple(qkv.shape)}")
     B, N, _, H, D = qkv.shape
-    if not supports(qkv.dtype, D, qkv.device):
-        raise ValueError(f"attention_packed: takes float32 CPU tensors with D_h in {HEAD_DIMS}, "
+    if not takes_packed(qkv.dtype, D, qkv.device):
+        raise ValueError(f"attention_packed: takes float32 (or bfloat16) CPU tensors with D_h in {HEAD_DIMS}, "
                          f"got {qkv.dtype} on {qkv.device} with D_h={D}")
     if not torch.compiler.is_compiling() and library() is None:  # a traced call was checked eagerly
         raise RuntimeError(f"attention_packed: the native kernel is not available here ({why_unavailable()})")
-    if qkv.stride(-1) != 1:
+    low = qkv.dtype == torch.bfloat16
+    if low:
+        qkv = qkv.float()
+    elif qkv.stride(-1) != 1:
         qkv = qkv.contiguous()
-    return _attention(qkv, bool(causal))[0].view(B, N, H * D)
+    heads = _attention(qkv, bool(causal))[0].view(B, N, H * D)
+    return heads.to(torch.bfloat16) if low else heads
 
 
 # --- GELU ----------------------------------------------------------------------------------------

@@ -198,12 +198,12 @@ def _attention_case(m: MultiHeadAttention, x: Tensor, context: Tensor | None = N
     nk = context.shape[1] if m.cross else n if cache is None else cache.max_len
     nq = n if queries is None else min(queries, n)
     dropout = m.training and m.attn_dropout > 0
-    # Under autocast q, k and v come out of the projection in its precision, and the native kernel
-    # (plain fp32, `NativePacked`) never takes them whole.
+    # Under autocast q, k and v come out of the projection in its precision; the native kernel takes them
+    # whole in bf16 too (computed in fp32, `native.takes_packed`), so autocast leaves the layout packed.
     device = x.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
     whole = (not m.cross and m.rotary is None and cache is None and queries is None and mask is None
-             and not m.locality and not dropout and plain_eager(x))
+             and not m.locality and not dropout and plain_eager(x, autocast_ok=True))
     layout = "cache" if cache is not None else "packed" if whole else "views"
     # A locality layer masks its own diagonal (nn/attention.py): a masked call whatever the caller gave.
     return AttentionCase(b, m.heads, nq, nk, m.head_dim, dtype, bool(causal) and cache is None,

@@ -59,6 +59,26 @@ def test_a_training_call_runs_natively_where_chosen_for_training(ran):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_an_autocast_training_call_runs_natively_in_fp32_and_hands_back_bf16(ran):
+    """Under bf16 autocast (the default recipe's on CPUs with bf16) the packed projection comes in bf16:
+    the kernel computes its attention in fp32 and hands the heads back in bf16, close to the plain
+    layer's bf16 attention, gradients included."""
+    skip_unless_runnable("attention=native")
+    ref, planned = _attention_pair(native=False, native_training=True)
+    x = torch.randn(2, 7, 32)
+    out = []
+    for layer in (planned, ref):
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = layer(xi)
+        assert y.dtype == torch.bfloat16
+        y.float().square().sum().backward()
+        out.append((y.detach().float(), xi.grad, layer.qkv.weight.grad))
+    assert ran == ["attention"]
+    for a, b in zip(*out):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2)
+
+
 @pytest.mark.parametrize("native, native_training, x_grad, frozen, grad_mode, expected", [
     (True, False, False, False, False, ["attention"]),   # no gradients: `native`
     (False, True, False, False, False, []),

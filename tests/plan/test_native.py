@@ -104,7 +104,7 @@ def test_the_custom_op_is_registered_for_tracing_and_autograd():
 def test_bad_input_says_what_it_takes():
     with pytest.raises(ValueError, match=r"expected qkv of shape \(B, N, 3, H, D_h\), got \(2, 5, 48\)"):
         native.attention_packed(torch.randn(2, 5, 48))
-    with pytest.raises(ValueError, match="float32 CPU tensors with D_h in .*got torch.float64 .* D_h=16"):
+    with pytest.raises(ValueError, match=r"float32 \(or bfloat16\) CPU tensors with D_h in .*got torch.float64 .* D_h=16"):
         native.attention_packed(torch.randn(1, 4, 3, 2, 16, dtype=torch.float64))
     with pytest.raises(ValueError, match="D_h=8"):
         native.attention_packed(torch.randn(1, 4, 3, 2, 8))
@@ -154,13 +154,17 @@ def test_the_plan_offers_it_only_where_it_applies(planner_with):
     entry = p.snapshot()["entries"]
     (key,) = entry
     assert entry[key]["dropped"] == {}  # the kernel agreed with SDPA, gradients included
-    # not where it does not apply: other head sizes, bf16, a padding mask, views or a cache
-    for args, kw in [((2, 2, 50, 50, 8, torch.float32), {}), ((2, 2, 50, 50, 16, torch.bfloat16), {}),
+    # bf16 (an autocast step's projection) too, computed in fp32: it agreed with bf16 SDPA
+    assert plan.attention_kernel(2, 2, 50, 50, 16, torch.bfloat16, True, True) == "native"
+    bf16 = [e for e in p.snapshot()["entries"].values() if e["fields"]["dtype"] == "bfloat16"]
+    assert len(bf16) == 1 and bf16[0]["dropped"] == {}
+    # not where it does not apply: other head sizes, fp16, a padding mask, views or a cache
+    for args, kw in [((2, 2, 50, 50, 8, torch.float32), {}), ((2, 2, 50, 50, 16, torch.float16), {}),
                      ((2, 2, 50, 50, 16, torch.float32), {"masked": True}),
                      ((2, 2, 50, 50, 16, torch.float32), {"layout": "views"}),
                      ((2, 2, 1, 50, 16, torch.float32), {"layout": "cache"})]:
         assert plan.attention_kernel(*args, False, True, **kw) == "explicit", (args, kw)
-    assert all("native" not in calls for calls in p.timer.calls[1:])
+    assert all("native" not in calls for calls in p.timer.calls[2:])
     # 49 queries over 52 keys share the bucket of 50 over 50 (56), not the native kernel's case
     assert plan.attention_kernel(2, 2, 50, 50, 16, torch.float32, False, False) == "native"
     assert plan.attention_kernel(2, 2, 49, 52, 16, torch.float32, False, False) == "explicit"

@@ -28,7 +28,7 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
                      causal: bool, training: bool, *, masked: bool = False, layout: str = "packed") -> str:
     """"fused" (F.scaled_dot_product_attention), "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
     matmuls) or "native" (`native.attention_packed`: layout "packed", q_len == k_len <= _MAX_LEN, no
-    mask, fp32, D_h in native.HEAD_DIMS, where the kernel builds here) for CPU attention over (B, H, q_len, D_h)
+    mask, fp32 or bf16 (computed in fp32), D_h in native.HEAD_DIMS, where the kernel builds here) for CPU attention over (B, H, q_len, D_h)
     queries and k_len keys. `causal` is bottom-right aligned (a KV cache's last queries); `masked`: a
     key-padding mask is passed too. `layout`: where q, k and v come from (ATTENTION_LAYOUTS), which
     changes the answer (`_attention_runs` times them so). Forcing attention=native forces it where it
@@ -39,7 +39,7 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
     # Whether the native kernel could take this case, from the exact sizes (buckets mix cases it
     # takes with cases it does not: 50 queries over 52 keys share a key with 50 over 50). It holds
     # two (N, N) matrices per thread in its backward: not past _MAX_LEN tokens.
-    whole = (layout == "packed" and q_len == k_len and not masked and native.supports(dtype, head_dim)
+    whole = (layout == "packed" and q_len == k_len and not masked and native.takes_packed(dtype, head_dim)
              and type(k_len) is int and k_len <= _MAX_LEN)
     memo = ("attention", _bucket(batch, _MAX_BATCH), heads, lengths, head_dim, dtype, causal, training, masked,
             layout, whole)

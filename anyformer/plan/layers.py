@@ -152,8 +152,9 @@ class NativePacked:
     """A self-attention layer's `attend_packed` where `prepare` chose the native kernel
     (`native.attention_packed`, which takes the packed projection whole and writes the heads
     concatenated) for calls without gradients (`native`) and training calls (`training`): fp32 on
-    the CPU (or an autocast step's bf16, computed in fp32), a head size the kernel has, at most _MAX_LEN tokens, eager or under torch.compile (which
-    calls the kernel as one custom op). Any other call it leaves to the layer (None)."""
+    the CPU (or an autocast step's bf16, computed in fp32), a head size the kernel has, at most
+    _MAX_LEN tokens, eager or under torch.compile (which calls the kernel as one custom op). Any
+    other call it leaves to the layer (None)."""
 
     def __init__(self, native: bool, training: bool) -> None:
         self.native, self.training = native, training

@@ -28,12 +28,12 @@ def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: i
                      causal: bool, training: bool, *, masked: bool = False, layout: str = "packed") -> str:
     """"fused" (F.scaled_dot_product_attention), "explicit" (softmax(Q K^T / sqrt(D_h)) V in plain
     matmuls) or "native" (`native.attention_packed`: layout "packed", q_len == k_len <= _MAX_LEN, no
-    mask, fp32 or bf16 (computed in fp32), D_h in native.HEAD_DIMS, where the kernel builds here) for CPU attention over (B, H, q_len, D_h)
-    queries and k_len keys. `causal` is bottom-right aligned (a KV cache's last queries); `masked`: a
-    key-padding mask is passed too. `layout`: where q, k and v come from (ATTENTION_LAYOUTS), which
-    changes the answer (`_attention_runs` times them so). Forcing attention=native forces it where it
-    applies and leaves SDPA elsewhere. Lengths are keyed by `_length_bucket` and, up to `_FINE_LEN`
-    tokens, timed as asked."""
+    mask, fp32 or bf16 (computed in fp32), D_h in native.HEAD_DIMS, where the kernel builds here)
+    for CPU attention over (B, H, q_len, D_h) queries and k_len keys. `causal` is bottom-right
+    aligned (a KV cache's last queries); `masked`: a key-padding mask is passed too. `layout`: where
+    q, k and v come from (ATTENTION_LAYOUTS), which changes the answer (`_attention_runs` times them
+    so). Forcing attention=native forces it where it applies and leaves SDPA elsewhere. Lengths are
+    keyed by `_length_bucket` and, up to `_FINE_LEN` tokens, timed as asked."""
     lengths = ((_length_bucket(q_len, q_len), _length_bucket(k_len, q_len))
                if type(q_len) is int and type(k_len) is int and q_len > 0 and k_len > 0 else None)
     # Whether the native kernel could take this case, from the exact sizes (buckets mix cases it

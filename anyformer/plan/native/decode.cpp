@@ -110,10 +110,10 @@ int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const vo
             for (long b = 0; b < B; b++) {
                 vn y{};
                 for (long i = 0; i < k; i += ROWS) {
-                    float r4[ROWS];
+                    float yr[ROWS];
                     const long kr = k - i < ROWS ? k - i : ROWS;
-                    dots(w[FC1_W] + (o0 + i) * D, D, h + b * D, kr, r4);
-                    for (long r = 0; r < kr; r++) y[i + r] = r4[r] + (w[FC1_B] ? w[FC1_B][o0 + i + r] : 0.0f);
+                    dots(w[FC1_W] + (o0 + i) * D, D, h + b * D, kr, yr);
+                    for (long r = 0; r < kr; r++) y[i + r] = yr[r] + (w[FC1_B] ? w[FC1_B][o0 + i + r] : 0.0f);
                 }
                 y = activate(y, act);
                 for (long i = 0; i < k; i++) u[b * F + o0 + i] = y[i];

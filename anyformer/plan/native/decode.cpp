@@ -55,6 +55,17 @@ static void attend_one(const float *q, const float *k, const float *v, long n, l
     }
 }
 
+// x[b, o] += W[o] . src[b] + bias[o] (bias may be null) for the up to ROWS output rows o from o0 and each of the B
+// rows: a branch's output product added to the residual stream, W (D, n), src (B, n), x (B, D)
+static void add_rows(float *x, const float *W, const float *bias, const float *src, long B, long D, long n, long o0) {
+    const long k = D - o0 < ROWS ? D - o0 : ROWS;
+    for (long b = 0; b < B; b++) {
+        float y[ROWS];
+        dots(W + o0 * n, n, src + b * n, k, y);
+        for (long r = 0; r < k; r++) x[b * D + o0 + r] += y[r] + (bias ? bias[o0 + r] : 0.0f);
+    }
+}
+
 extern "C" {
 // Returns 0, or 1 for sizes it does not take (heads that do not divide the width or of more than 512 floats,
 // a position past the cache, an unknown activation).
@@ -94,14 +105,8 @@ int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const vo
             std::memcpy(a + b * D + hd * Dh, o, Dh * sizeof(float));
         }
         #pragma omp for schedule(static)
-        for (long g = 0; g < (D + ROWS - 1) / ROWS; g++) {
-            const long o0 = g * ROWS, k = D - o0 < ROWS ? D - o0 : ROWS;
-            for (long b = 0; b < B; b++) {
-                float y[ROWS];
-                dots(w[PROJ_W] + o0 * D, D, a + b * D, k, y);
-                for (long r = 0; r < k; r++) x[b * D + o0 + r] += y[r] + (w[PROJ_B] ? w[PROJ_B][o0 + r] : 0.0f);
-            }
-        }
+        for (long g = 0; g < (D + ROWS - 1) / ROWS; g++)
+            add_rows(x, w[PROJ_W], w[PROJ_B], a, B, D, D, g * ROWS);
         #pragma omp single
         for (long b = 0; b < B; b++) layer_norm(x + b * D, w[LN2_W], w[LN2_B], h + b * D, D, eps);
         #pragma omp for schedule(static)
@@ -120,14 +125,8 @@ int gpt_decode_blocks(float *x, long B, long D, long H, long F, long L, const vo
             }
         }
         #pragma omp for schedule(static)
-        for (long g = 0; g < (D + ROWS - 1) / ROWS; g++) {
-            const long o0 = g * ROWS, k = D - o0 < ROWS ? D - o0 : ROWS;
-            for (long b = 0; b < B; b++) {
-                float y[ROWS];
-                dots(w[FC2_W] + o0 * F, F, u + b * F, k, y);
-                for (long r = 0; r < k; r++) x[b * D + o0 + r] += y[r] + (w[FC2_B] ? w[FC2_B][o0 + r] : 0.0f);
-            }
-        }
+        for (long g = 0; g < (D + ROWS - 1) / ROWS; g++)
+            add_rows(x, w[FC2_W], w[FC2_B], u, B, D, F, g * ROWS);
     }
     return 0;
 }

@@ -46,6 +46,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--mixup", type=float, help="images: mixup's Beta alpha (DeiT: 0.8; 0: off)")
     t.add_argument("--cutmix", type=float, help="images: CutMix's Beta alpha (DeiT: 1.0; 0: off); with --mixup, "
                                                   "each batch takes one of the two")
+    t.add_argument("--random-erasing", type=float, metavar="P",
+                   help="images: the chance that a picture has one rectangle replaced by noise (DeiT: 0.25; 0: off)")
     t.add_argument("--grad-clip", type=float)
     t.add_argument("--augment", choices=["none", "digits", "crop_flip", "resized_crop", "series"])
     t.add_argument("--eval-every", type=int, help="steps between evaluations (default: each epoch)")

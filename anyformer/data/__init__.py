@@ -13,7 +13,7 @@
 from .download import download, sha256_file
 from .errors import DataError, DataWarning
 from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset, load_numpy_pickle,
-                     parse_idx, random_affine, random_crop_flip, random_resized_crop_flip,
+                     parse_idx, random_affine, random_crop_flip, random_erasing, random_resized_crop_flip,
                      read_idx)
 from .locations import default_cache_dir
 from .text import (TEXT_NAMES, BPETokenizer, CharTokenizer, TokenCorpus, load_corpus, load_tokenizer, read_text,
@@ -35,6 +35,7 @@ __all__ = [
     "parse_idx",
     "random_affine",
     "random_crop_flip",
+    "random_erasing",
     "random_resized_crop_flip",
     "read_idx",
     "read_text",

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import (DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip,
+from ..data import (DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip, random_erasing,
                     random_resized_crop_flip)
 from ..data.images.augment import AFFINE_ROTATE_DEG, AFFINE_SCALE, AFFINE_SHIFT
 from ..data.images.mix import mix_batch
@@ -84,6 +84,8 @@ class ImageClassification(ClassifierReport):
             x = random_crop_flip(x, generator=g)
         elif self.cfg.augment == "resized_crop":
             x = random_resized_crop_flip(x, generator=g)
+        if self.cfg.random_erasing:  # after the warp, on normalised pixels: the noise is at the data's scale
+            x = random_erasing(x, self.cfg.random_erasing, generator=g)
         y = self.labels[idx]
         if self.cfg.mixup or self.cfg.cutmix:  # the whole batch mixed, then shared out: alike on any world size
             x, y = mix_batch(x, y, len(self.train.classes), self.cfg.mixup, self.cfg.cutmix, g)

@@ -38,6 +38,8 @@ class TrainConfig:
     augment_strength: float = 1.0            # images, augment=digits: the shifts, rotations and scalings times this
     mixup: float = 0.0                       # images: mixup's Beta alpha (0: off; data/images/mix.py)
     cutmix: float = 0.0                      # images: CutMix's Beta alpha (0: off; with mixup, even odds a batch)
+    random_erasing: float = 0.0              # images: the chance that a picture has a rectangle replaced by noise
+                                             # (DeiT: 0.25; 0: off; data/images/augment.py random_erasing)
     normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1];
                                              # series (time series only): then each series by its own
     eval_every: int = 0                      # steps between evaluations; 0 = each epoch
@@ -97,6 +99,9 @@ class TrainConfig:
                              f"{self.augment_strength}")
         if self.mixup < 0 or self.cutmix < 0:
             raise ValueError(f"mixup and cutmix take a Beta alpha >= 0 (0: off), got {self.mixup} and {self.cutmix}")
+        if not 0 <= self.random_erasing <= 1:
+            raise ValueError(f"random_erasing is the chance that a picture is erased in part: expected 0 to 1, got "
+                             f"{self.random_erasing}")
         if self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError(f"batch_size and grad_accum must be >= 1, got {self.batch_size}, {self.grad_accum}")
         if self.batch_size % self.grad_accum:

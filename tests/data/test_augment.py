@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anyformer.data import random_affine, random_crop_flip, random_resized_crop_flip, read_idx
+from anyformer.data import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip, read_idx
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
 
@@ -190,6 +190,47 @@ def test_resized_crop_rejects_bad_input() -> None:
         random_resized_crop_flip(torch.zeros(1, 1, 8, 8), ratio=(0.0, 1.0))
     with pytest.raises(ValueError, match="floating point"):
         random_resized_crop_flip(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
+
+
+def test_erasing_replaces_one_rectangle_within_the_area_and_ratio_bounds() -> None:
+    # p=1: every picture has exactly one erased rectangle; its pixels are noise (never the constant 5 there
+    # before), its sides give an area within the bounds and fit the picture, and nothing outside it moved.
+    x = torch.full((256, 2, 20, 30), 5.0)
+    y = random_erasing(x, p=1.0, area=(0.05, 0.2), ratio=(0.5, 2.0), generator=_gen(1))
+    changed = (y != x).any(1)  # (B, H, W)
+    assert changed.flatten(1).any(1).all()
+    for mask in changed:
+        rows, cols = mask.any(1).nonzero().flatten(), mask.any(0).nonzero().flatten()
+        eh, ew = int(rows[-1] - rows[0] + 1), int(cols[-1] - cols[0] + 1)
+        assert mask[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].all() and int(mask.sum()) == eh * ew  # a rectangle
+        # Whole-pixel sides round a drawn area of 0.05-0.2 of 600 pixels by at most half a pixel a side.
+        assert (math.sqrt(0.05 * 600) - 0.5) ** 2 <= eh * ew <= (math.sqrt(0.2 * 600) + 0.5) ** 2
+        assert 0.5 * 0.6 <= eh / ew <= 2.0 / 0.6  # the ratio, give or take the rounding on small sides
+    noise = y[(y != x)]
+    assert abs(float(noise.mean())) < 0.1 and abs(float(noise.std()) - 1) < 0.1  # standard normal noise
+
+
+def test_erasing_erases_about_p_of_the_pictures_and_p0_is_the_identity() -> None:
+    x = torch.zeros(2000, 1, 8, 8)
+    share = (random_erasing(x, p=0.25, generator=_gen(2)) != 0).flatten(1).any(1).float().mean()
+    assert abs(float(share) - 0.25) < 0.04
+    assert random_erasing(x, p=0.0, generator=_gen(2)) is x
+
+
+def test_erasing_shape_dtype_determinism() -> None:
+    _same_seed_same_batch(lambda x, generator: random_erasing(x, p=0.5, generator=generator),
+                          torch.rand(32, 3, 16, 16, generator=_gen(0)))
+
+
+def test_erasing_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="p is a probability"):
+        random_erasing(torch.zeros(1, 1, 8, 8), p=1.5)
+    with pytest.raises(ValueError, match="area must be"):
+        random_erasing(torch.zeros(1, 1, 8, 8), area=(0.0, 0.3))
+    with pytest.raises(ValueError, match="ratio must be"):
+        random_erasing(torch.zeros(1, 1, 8, 8), ratio=(2.0, 1.0))
+    with pytest.raises(ValueError, match="floating point"):
+        random_erasing(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
 
 
 # --------------------------------------------------------------------------- speed

@@ -50,6 +50,8 @@ OPTION_PINS: dict[str, list[str]] = {
     "grad_clip": ["tests/train/test_every_option_step.py::test_grad_clip_caps_the_gradient_norm_the_step_used"],
     "mixup": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
     "cutmix": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
+    "random_erasing": [
+        "tests/train/test_every_option_step.py::test_random_erasing_erases_the_augmented_batch_with_the_steps_draws"],
     "augment": ["tests/train/test_every_option_step.py::test_augment_transforms_the_batch_as_named"],
     "augment_strength": ["tests/train/test_every_option_step.py::test_augment_transforms_the_batch_as_named",
                          "tests/train/test_every_option_step.py::test_an_augment_strength_out_of_range_is_refused"],

@@ -14,7 +14,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from torch import nn
 
-from anyformer.data import random_affine, random_crop_flip, random_resized_crop_flip
+from anyformer.data import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip
 from anyformer.train import Trainer
 from anyformer.train.batches import epoch_order, step_generator
 from anyformer.train.build import TRUNK, build_model
@@ -109,6 +109,22 @@ def test_augment_transforms_the_batch_as_named(tmp_path, mnist_slice):
     _, resized = batch("resized_crop")
     assert torch.equal(resized, random_resized_crop_flip(plain, generator=step_generator(0, 3)))
     assert not torch.equal(digits, plain) and not torch.equal(crop_flip, plain) and not torch.equal(resized, plain)
+
+
+def test_random_erasing_erases_the_augmented_batch_with_the_steps_draws(tmp_path, mnist_slice):
+    # After the warp, from the same step generator: the digits' warp first, then the erasing's draws.
+    def batch(**kw):
+        task = ImageClassification(short(tmp_path, augment="digits", **kw), torch.device("cpu"), *mnist_slice)
+        return task, task.batch(3)[0][0]
+    task, warped = batch()
+    g = step_generator(0, 3)
+    expected = random_erasing(random_affine(task.normalise(task.images[epoch_order(320, 0, 0)[96:128]]), generator=g,
+                                            fill=task._black), 0.5, generator=g)
+    _, erased = batch(random_erasing=0.5)
+    assert torch.equal(erased, expected) and not torch.equal(erased, warped)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="random_erasing is the chance"):
+            short(tmp_path, random_erasing=bad)
 
 
 def test_grad_accum_splits_the_step_into_that_many_chunks(tmp_path, mnist_slice):

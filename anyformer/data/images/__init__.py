@@ -14,7 +14,7 @@ One file a question:
   training images; `augment`: batched augmentation on the device.
 """
 
-from .augment import random_affine, random_crop_flip, random_resized_crop_flip
+from .augment import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip
 from .dataset import ImageDataset
 from .drawn import Framing, fit_framing
 from .folders import IMAGE_EXTS
@@ -43,6 +43,7 @@ __all__ = [
     "parse_idx",
     "random_affine",
     "random_crop_flip",
+    "random_erasing",
     "random_resized_crop_flip",
     "read_idx",
     "read_picture",

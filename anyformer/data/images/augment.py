@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..transfer import to_device
 
 __all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "random_affine", "random_crop_flip",
-           "random_resized_crop_flip"]
+           "random_erasing", "random_resized_crop_flip"]
 
 # random_affine's default ranges (grey digits and glyphs: +-2 px on 28x28, +-10 degrees, 0.9-1.1 zoom); the
 # trainer's `--augment-strength` scales these (train/classify.py digits_affine).
@@ -171,3 +171,48 @@ def random_resized_crop_flip(
                          torch.stack([zero, sh, cy], dim=1)], dim=1)  # (B, 2, 3): output coords -> input coords
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def random_erasing(
+    x: torch.Tensor,
+    p: float = 0.25,
+    area: tuple[float, float] = (0.02, 1 / 3),
+    ratio: tuple[float, float] = (0.3, 1 / 0.3),
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Random erasing (Zhong et al. 2020), as DeiT trains with it (timm's RandomErasing, mode "pixel", one
+    rectangle): each sample, with probability `p`, has one rectangle replaced by standard normal noise, a draw a
+    pixel and channel. Meant for a batch already normalised, where that noise is at the data's own scale.
+
+    area: the rectangle's area as a fraction of the image's, uniform in [area[0], area[1]].
+    ratio: its height / width, log-uniform in [ratio[0], ratio[1]]; sides are rounded to whole pixels (at
+      least 1) and a rectangle that would not fit is cut to the image's side (timm draws again instead; a
+      batched draw cannot). Its place is uniform where it fits.
+    Returns a new tensor of the same shape and dtype; `p=0` returns `x` unchanged and draws nothing.
+    """
+    _check_batch(x, "random_erasing", need_float=True)
+    if not 0 <= p <= 1:
+        raise ValueError(f"random_erasing: p is a probability in [0, 1], got {p}")
+    lo, hi = area
+    if not 0 < lo <= hi <= 1:
+        raise ValueError(f"random_erasing: area must be (lo, hi) with 0 < lo <= hi <= 1, got {area}")
+    r_lo, r_hi = ratio
+    if not 0 < r_lo <= r_hi:
+        raise ValueError(f"random_erasing: ratio must be (lo, hi) with 0 < lo <= hi, got {ratio}")
+    if p == 0:
+        return x
+    b, c, h, w = x.shape
+    u = _draw(torch.rand, b, 5, generator=generator, device=x.device, dtype=torch.float64)
+    frac = lo + u[:, 1] * (hi - lo)
+    aspect = torch.exp(math.log(r_lo) + u[:, 2] * (math.log(r_hi) - math.log(r_lo)))
+    eh = torch.round(torch.sqrt(frac * h * w * aspect)).clamp(1, h).long()
+    ew = torch.round(torch.sqrt(frac * h * w / aspect)).clamp(1, w).long()
+    top = (u[:, 3] * (h - eh + 1)).long()  # uniform over the h - eh + 1 places that fit
+    left = (u[:, 4] * (w - ew + 1)).long()
+    rows = torch.arange(h, device=x.device)[None, :]
+    cols = torch.arange(w, device=x.device)[None, :]
+    inside_rows = (rows >= top[:, None]) & (rows < (top + eh)[:, None])  # (B, H)
+    inside_cols = (cols >= left[:, None]) & (cols < (left + ew)[:, None])  # (B, W)
+    erased = (inside_rows[:, :, None] & inside_cols[:, None, :]) & (u[:, 0] < p)[:, None, None]
+    noise = _draw(torch.randn, b, c, h, w, generator=generator, device=x.device, dtype=x.dtype)
+    return torch.where(erased[:, None], noise, x)

@@ -35,6 +35,21 @@ def _draw(fn, *args, generator: torch.Generator | None, device: torch.device, **
     return to_device(fn(*args, generator=generator, device=here, **kwargs), device)
 
 
+def _check_area_ratio(fn: str, area_name: str, area: tuple[float, float], ratio: tuple[float, float]) -> None:
+    """A rectangle's ranges, checked: its area as a share of the image's in (0, 1], its side ratio positive."""
+    lo, hi = area
+    if not 0 < lo <= hi <= 1:
+        raise ValueError(f"{fn}: {area_name} must be (lo, hi) with 0 < lo <= hi <= 1, got {area}")
+    r_lo, r_hi = ratio
+    if not 0 < r_lo <= r_hi:
+        raise ValueError(f"{fn}: ratio must be (lo, hi) with 0 < lo <= hi, got {ratio}")
+
+
+def _log_uniform(u: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """Uniform draws `u` in [0, 1) mapped log-uniformly onto [lo, hi] (a side ratio: r and 1/r alike likely)."""
+    return torch.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+
+
 def _check_batch(x: torch.Tensor, fn: str, need_float: bool) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -149,16 +164,12 @@ def random_resized_crop_flip(
     batch, so every sample is resampled even at scale 1); returns a new tensor of the same shape and dtype.
     """
     _check_batch(x, "random_resized_crop_flip", need_float=True)
+    _check_area_ratio("random_resized_crop_flip", "scale", scale, ratio)
     lo, hi = scale
-    if not 0 < lo <= hi <= 1:
-        raise ValueError(f"random_resized_crop_flip: scale must be (lo, hi) with 0 < lo <= hi <= 1, got {scale}")
-    r_lo, r_hi = ratio
-    if not 0 < r_lo <= r_hi:
-        raise ValueError(f"random_resized_crop_flip: ratio must be (lo, hi) with 0 < lo <= hi, got {ratio}")
     b = x.shape[0]
     u = _draw(torch.rand, b, 5, generator=generator, device=x.device, dtype=x.dtype)
     area = lo + u[:, 0] * (hi - lo)
-    aspect = torch.exp(math.log(r_lo) + u[:, 1] * (math.log(r_hi) - math.log(r_lo)))
+    aspect = _log_uniform(u[:, 1], *ratio)
     # The crop's sides as fractions of the image's (its area = sw * sh): capped at the whole side.
     sw = torch.sqrt(area * aspect).clamp(max=1.0)
     sh = torch.sqrt(area / aspect).clamp(max=1.0)
@@ -193,18 +204,14 @@ def random_erasing(
     _check_batch(x, "random_erasing", need_float=True)
     if not 0 <= p <= 1:
         raise ValueError(f"random_erasing: p is a probability in [0, 1], got {p}")
-    lo, hi = area
-    if not 0 < lo <= hi <= 1:
-        raise ValueError(f"random_erasing: area must be (lo, hi) with 0 < lo <= hi <= 1, got {area}")
-    r_lo, r_hi = ratio
-    if not 0 < r_lo <= r_hi:
-        raise ValueError(f"random_erasing: ratio must be (lo, hi) with 0 < lo <= hi, got {ratio}")
+    _check_area_ratio("random_erasing", "area", area, ratio)
     if p == 0:
         return x
     b, c, h, w = x.shape
     u = _draw(torch.rand, b, 5, generator=generator, device=x.device, dtype=torch.float64)
+    lo, hi = area
     frac = lo + u[:, 1] * (hi - lo)
-    aspect = torch.exp(math.log(r_lo) + u[:, 2] * (math.log(r_hi) - math.log(r_lo)))
+    aspect = _log_uniform(u[:, 2], *ratio)
     eh = torch.round(torch.sqrt(frac * h * w * aspect)).clamp(1, h).long()
     ew = torch.round(torch.sqrt(frac * h * w / aspect)).clamp(1, w).long()
     top = (u[:, 3] * (h - eh + 1)).long()  # uniform over the h - eh + 1 places that fit

@@ -34,6 +34,7 @@ class TrainConfig:
     warmup_steps: int = 0
     label_smoothing: float = 0.0
     grad_clip: float | None = None
+    sam: float = 0.0                         # sharpness-aware minimisation's radius (train/sam.py); 0: off
     augment: str = "none"
     augment_strength: float = 1.0            # images, augment=digits: the shifts, rotations and scalings times this
     mixup: float = 0.0                       # images: mixup's Beta alpha (0: off; data/images/mix.py)
@@ -119,6 +120,9 @@ class TrainConfig:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be > 0 (or unset), got {self.grad_clip}")
+        if not 0 <= self.sam < float("inf"):
+            raise ValueError(f"sam is the radius of sharpness-aware minimisation's ascent step: expected a number >= 0 "
+                             f"(e.g. 0.05; 0: off), got {self.sam}")
         for name in ("warmup_steps", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -38,6 +38,7 @@ from .planning import StepPlan, adamw_kernel, prepare_for_training, stand_ins
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, settle_amp
 from .protocol import Task
 from .resume import check_fresh_out, check_resume, recorded_settings, resumes
+from .sam import sharpness_aware
 from .runplan import PLAN_FILE, write_plan
 from .rundir import RunDir, TrainingError
 from .signals import Interrupted, StopSignals
@@ -121,6 +122,11 @@ class Trainer:
                              "with --fsdp")
         if cfg.ema and self.dist.fsdp:
             raise ValueError("--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp")
+        if cfg.sam and self.dist.fsdp:
+            raise ValueError("--sam copies and moves the whole weights each step; it does not combine with --fsdp")
+        if cfg.sam and self.scaler is not None:
+            raise ValueError("--sam climbs along the unscaled gradient; it does not combine with --amp fp16 "
+                             "(use bf16 or none)")
         torch.manual_seed(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
         size = own_model.model_size(self.model)  # `auto` precision measured at this size, with the run's threads
         # Under torchrun rank 0 measures and every rank takes its answer: ranks that timed each other's
@@ -177,22 +183,11 @@ class Trainer:
         # Every rank runs the same number of chunks (FSDP gathers weights in each forward). A chunk
         # left empty (more chunks or ranks than examples) runs a stand-in example with weight 0.
         spare = tuple(t[:1] for t in (batch if len(batch[0]) else self.task.batch(step, 0, world)[0]))
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        stats: dict[str, Tensor] = {}
-        for i, chunk in enumerate(zip(*(torch.tensor_split(t, cfg.grad_accum) for t in batch))):
-            real = len(chunk[0])
-            compiled = self.step_plan.module_for(chunk[0])
-            model = self.forward_model if compiled is None else compiled
-            with self.dist.grad_sync(self.forward_model, i == cfg.grad_accum - 1), autocast(cfg.amp, self.device):
-                loss, chunk_stats = self.task.loss(model, chunk if real else spare)
-                # Weight by this chunk's share of the global batch; DDP and FSDP average over ranks.
-                weighted = loss * (real / n_global * world)
-            (weighted if self.scaler is None else self.scaler.scale(weighted)).backward()
-            loss_sum += loss.detach().double() * real
-            for k, v in chunk_stats.items():
-                stats[k] = stats.get(k, 0) + float64_on(v, self.device) * bool(real)
+        loss_sum, stats = self._forward_backward(batch, spare, n_global)
         keys = sorted(stats)
         self.pending.append((step, n_global, keys, torch.stack([loss_sum, *(stats[k] for k in keys)])))
+        if cfg.sam:  # the step's gradient taken again at the ascent point (the loss reported is at the weights)
+            sharpness_aware(self.model, cfg.sam, lambda: self._forward_backward(batch, spare, n_global))
         if self.scaler is not None and cfg.grad_clip:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
         if cfg.grad_clip:
@@ -209,6 +204,27 @@ class Trainer:
         # Throughput counts images or tokens; n_global counts examples (sequences, for a language model).
         self.sums["items"] = self.sums.get("items", 0) + n_global * self.task.items_per_example
         self.step += 1
+
+    def _forward_backward(self, batch: tuple[Tensor, ...], spare: tuple[Tensor, ...],
+                          n_global: int) -> tuple[Tensor, dict[str, Tensor]]:
+        """The step's forward and backward passes, chunk by chunk, adding into .grad: the loss summed over
+        this rank's examples and the task's stats (on the device)."""
+        cfg, world = self.cfg, self.dist.world
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        stats: dict[str, Tensor] = {}
+        for i, chunk in enumerate(zip(*(torch.tensor_split(t, cfg.grad_accum) for t in batch))):
+            real = len(chunk[0])
+            compiled = self.step_plan.module_for(chunk[0])
+            model = self.forward_model if compiled is None else compiled
+            with self.dist.grad_sync(self.forward_model, i == cfg.grad_accum - 1), autocast(cfg.amp, self.device):
+                loss, chunk_stats = self.task.loss(model, chunk if real else spare)
+                # Weight by this chunk's share of the global batch; DDP and FSDP average over ranks.
+                weighted = loss * (real / n_global * world)
+            (weighted if self.scaler is None else self.scaler.scale(weighted)).backward()
+            loss_sum += loss.detach().double() * real
+            for k, v in chunk_stats.items():
+                stats[k] = stats.get(k, 0) + float64_on(v, self.device) * bool(real)
+        return loss_sum, stats
 
     def sync(self) -> None:
         """Read the pending steps' sums into `self.sums` in step order (one copy to the host; under
@@ -294,7 +310,8 @@ class Trainer:
         """The loop: one `if` per concern after each step; what comes before the first and after the
         last step is `_open` and `_close`."""
         resumed = self._open()
-        fpi = own_model.flops_per_item(self.task, self.model)
+        # A sharpness-aware step runs its forward and backward passes twice: twice the work an item.
+        fpi = own_model.flops_per_item(self.task, self.model) * (2 if self.cfg.sam else 1)
         bar = progress.progress_bar(self.total_steps, self.step, self.cfg.progress and self.dist.is_main)
         self.clock = SyncClock(self.step, time.perf_counter(), self.step + 1)
         try:

@@ -48,6 +48,8 @@ OPTION_PINS: dict[str, list[str]] = {
     "warmup_steps": ["tests/train/test_options.py::test_the_warm_up_climbs_linearly_to_the_rate"],
     "label_smoothing": ["tests/train/test_every_option_step.py::test_label_smoothing_reaches_the_loss"],
     "grad_clip": ["tests/train/test_every_option_step.py::test_grad_clip_caps_the_gradient_norm_the_step_used"],
+    "sam": ["tests/train/test_every_option_step.py::test_sam_steps_from_the_weights_with_the_gradient_taken_again_at_"
+            "the_ascent_point"],
     "mixup": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
     "cutmix": ["tests/data/test_mix.py::test_the_image_task_mixes_as_its_config_says"],
     "random_erasing": [

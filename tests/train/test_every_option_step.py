@@ -163,6 +163,31 @@ def test_grad_clip_caps_the_gradient_norm_the_step_used(tmp_path, mnist_slice):
     assert norm_stepped(0.01) == pytest.approx(0.01, rel=1e-4)
 
 
+def test_sam_steps_from_the_weights_with_the_gradient_taken_again_at_the_ascent_point(tmp_path, mnist_slice):
+    """train/sam.py's own tests check the gradient against the definition; here, that the trainer asks for
+    it: a second pass of the step's batch, the optimiser handed another gradient at the same weights."""
+    def stepped(sam):
+        trainer = make_trainer(short(tmp_path / str(sam), sam=sam), mnist_slice)
+        passes, real_loss = [], trainer.task.loss
+        trainer.task.loss = lambda model, batch: (passes.append(batch[0]), real_loss(model, batch))[1]
+        seen, real_step = {}, trainer.optimizer.step
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+
+        def step():
+            seen["grads"] = [p.grad.clone() for p in trainer.model.parameters()]
+            seen["weights"] = [p.detach().clone() for p in trainer.model.parameters()]
+            return real_step()
+        trainer.optimizer.step = step
+        trainer.train_step()
+        return passes, seen, before
+    plain_passes, plain, start = stepped(0.0)
+    sam_passes, sam, sam_start = stepped(0.05)
+    assert len(plain_passes) == 1 and len(sam_passes) == 2 and torch.equal(sam_passes[0], sam_passes[1])
+    assert all(torch.equal(a, b) for a, b in zip(start, sam_start))
+    assert all(torch.equal(a, b) for a, b in zip(sam["weights"], sam_start))  # stepped from the weights
+    assert any(not torch.allclose(a, b) for a, b in zip(plain["grads"], sam["grads"]))
+
+
 def test_amp_bf16_runs_the_step_and_the_evaluation_in_bf16(tmp_path, mnist_slice):
     trainer = make_trainer(short(tmp_path, amp="bf16", max_steps=1), mnist_slice)
     dtypes = []

@@ -135,6 +135,15 @@ def test_an_average_of_the_weights_does_not_combine_with_sharding(tmp_path, mnis
         _leave_group()
 
 
+def test_sharpness_aware_steps_do_not_combine_with_sharding(tmp_path, mnist_slice, monkeypatch):
+    torchrun_env(monkeypatch, local_world=1, restarts=0)
+    try:
+        refused(ValueError, "--sam copies and moves the whole weights each step; it does not combine with --fsdp",
+                lambda: make_trainer(tiny_config(tmp_path, fsdp=True, sam=0.05), mnist_slice))
+    finally:
+        _leave_group()
+
+
 def test_the_optimiser_runs_the_kernel_the_plan_answers(tmp_path, mnist_slice):
     from anyformer import plan
     with plan.forcing("stock,adamw=fused"):  # the plan's answer where fused AdamW measured faster

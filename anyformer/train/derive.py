@@ -150,12 +150,15 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     why["lr"] = f"{lr:g}: 2e-3 at batch 128, scaled by the square root of the batch"
     per_epoch = math.ceil(n_train / batch)
     at = _batch(n_train, {}, cap=LENGTH_BATCH)  # the batch the length is worked out at
-    steps = min(MAX_IMAGE_STEPS, WORK / (at * tokens * width ** 2 * depth))
+    # A sharpness-aware step (--sam) runs its passes twice: the same work is half the steps.
+    passes = 2 if asked.get("sam") else 1
+    steps = min(MAX_IMAGE_STEPS, WORK / (at * tokens * width ** 2 * depth)) / passes
     epochs = max(MIN_EPOCHS, round(steps / math.ceil(n_train / at), 2))
     why["epochs"] = (f"{epochs:g}: {round(epochs * per_epoch):,} steps of {batch} images of {tokens} tokens through "
                      f"{depth} blocks of width {width}; the passes of a fixed work of {WORK:.0e} (batch x tokens x "
                      f"width^2 x depth) at batch {at}, at most {MAX_IMAGE_STEPS:,} steps there, and at least "
-                     f"{MIN_EPOCHS} passes")
+                     f"{MIN_EPOCHS} passes" + ("; half as many, as --sam runs each step's passes twice"
+                                               if passes == 2 else ""))
     total = _asked_length(asked, per_epoch) or round(epochs * per_epoch)
     warmup = max(1, min(per_epoch, total // 10))
     why["warmup_steps"] = f"{warmup}: one epoch, at most a tenth of the run's {total:,} steps"

@@ -38,9 +38,9 @@ from .planning import StepPlan, adamw_kernel, prepare_for_training, stand_ins
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, settle_amp
 from .protocol import Task
 from .resume import check_fresh_out, check_resume, recorded_settings, resumes
-from .sam import sharpness_aware
 from .runplan import PLAN_FILE, write_plan
 from .rundir import RunDir, TrainingError
+from .sam import sharpness_aware
 from .signals import Interrupted, StopSignals
 from .timebudget import TimeBudget, fit_run
 from .tasks import make_task, task_pictures

@@ -143,6 +143,11 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert "flip_average" not in grey.model_overrides and "mirror image" not in grey.derived["model"]
     one_view = recipe_config(None, data=str(folder), model_overrides={"flip_average": False})
     assert one_view.model_overrides["flip_average"] is False and "mirror image" not in one_view.derived["model"]
+    # The same work under --sam, whose steps each run two forward and backward passes: half the steps.
+    grey_sam = recipe_config(None, data=str(tmp_path / "grey"), sam=0.05)
+    assert grey_sam.epochs == pytest.approx(grey.epochs / 2, abs=0.01) and grey_sam.sam == 0.05
+    assert "half as many, as --sam runs each step's passes twice" in grey_sam.derived["epochs"]
+    assert "--sam" not in grey.derived["epochs"]
     flagged = recipe_config(None, data=str(folder), image_size=32, batch_size=5, val_fraction=0.25)
     assert (flagged.image_size, flagged.batch_size, flagged.val_fraction) == (32, 5, 0.25)
     assert not {"image_size", "batch_size", "val_fraction"} & set(flagged.derived)

@@ -49,7 +49,9 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--random-erasing", type=float, metavar="P",
                    help="images: the chance that a picture has one rectangle replaced by noise (DeiT: 0.25; 0: off)")
     t.add_argument("--grad-clip", type=float)
-    t.add_argument("--sam", type=float, metavar="RHO", help="sharpness-aware minimisation (Foret et al. 2021): each step's gradient taken at the worst point within RHO of the weights (e.g. 0.05; two passes a step; 0: off)")
+    t.add_argument("--sam", type=float, metavar="RHO",
+                   help="sharpness-aware minimisation (Foret et al. 2021): each step's gradient taken again at the "
+                        "worst point within RHO of the weights (e.g. 0.05; two passes a step; 0: off)")
     t.add_argument("--augment", choices=["none", "digits", "crop_flip", "resized_crop", "series"])
     t.add_argument("--eval-every", type=int, help="steps between evaluations (default: each epoch)")
     t.add_argument("--limit-train", type=int, help="train on the first N examples only")

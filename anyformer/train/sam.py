@@ -28,7 +28,7 @@ def sharpness_aware(model: nn.Module, rho: float, backward: Callable[[], None]) 
     """Turn the gradients in `model`'s parameters (those of the loss at the weights w, already summed
     over every chunk and rank) into those at w + rho g / ||g||: `backward()` runs the step's forward
     and backward passes again, adding into the cleared .grad. The weights are as they were after it.
-    A step whose gradient is zero (or not finite) has no direction to climb: its gradient is kept."""
+    A step whose gradient is zero (or not finite) has no direction to climb: it is taken again at w."""
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:
         return

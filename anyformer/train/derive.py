@@ -22,6 +22,7 @@ import torch
 
 from ..data.detect import detect_kind
 from ..data.split import holdout_fraction
+from .sam import passes_per_step
 
 __all__ = ["auto_settings", "fit_recipe_to_data", "image_patch"]
 
@@ -151,7 +152,7 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     per_epoch = math.ceil(n_train / batch)
     at = _batch(n_train, {}, cap=LENGTH_BATCH)  # the batch the length is worked out at
     # A sharpness-aware step (--sam) runs its passes twice: the same work is half the steps.
-    passes = 2 if asked.get("sam") else 1
+    passes = passes_per_step(asked.get("sam") or 0.0)
     steps = min(MAX_IMAGE_STEPS, WORK / (at * tokens * width ** 2 * depth)) / passes
     epochs = max(MIN_EPOCHS, round(steps / math.ceil(n_train / at), 2))
     why["epochs"] = (f"{epochs:g}: {round(epochs * per_epoch):,} steps of {batch} images of {tokens} tokens through "

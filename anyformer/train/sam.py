@@ -21,7 +21,12 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sharpness_aware"]
+__all__ = ["passes_per_step", "sharpness_aware"]
+
+
+def passes_per_step(rho: float) -> int:
+    """The forward and backward passes a training step runs: two under SAM (radius rho > 0), else one."""
+    return 2 if rho else 1
 
 
 def sharpness_aware(model: nn.Module, rho: float, backward: Callable[[], None]) -> None:
@@ -33,7 +38,7 @@ def sharpness_aware(model: nn.Module, rho: float, backward: Callable[[], None]) 
     if not params:
         return
     grads = [p.grad for p in params]
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    norm = nn.utils.get_total_norm(grads)
     # Not a Python branch on `norm` (a host sync on a GPU): a zero or non-finite norm scales the
     # ascent to zero, and the second pass then takes the gradient at w itself.
     usable = torch.isfinite(norm) & (norm > 0)

@@ -40,7 +40,7 @@ from .protocol import Task
 from .resume import check_fresh_out, check_resume, recorded_settings, resumes
 from .runplan import PLAN_FILE, write_plan
 from .rundir import RunDir, TrainingError
-from .sam import sharpness_aware
+from .sam import passes_per_step, sharpness_aware
 from .signals import Interrupted, StopSignals
 from .timebudget import TimeBudget, fit_run
 from .tasks import make_task, task_pictures
@@ -310,8 +310,7 @@ class Trainer:
         """The loop: one `if` per concern after each step; what comes before the first and after the
         last step is `_open` and `_close`."""
         resumed = self._open()
-        # A sharpness-aware step runs its forward and backward passes twice: twice the work an item.
-        fpi = own_model.flops_per_item(self.task, self.model) * (2 if self.cfg.sam else 1)
+        fpi = own_model.flops_per_item(self.task, self.model) * passes_per_step(self.cfg.sam)
         bar = progress.progress_bar(self.total_steps, self.step, self.cfg.progress and self.dist.is_main)
         self.clock = SyncClock(self.step, time.perf_counter(), self.step + 1)
         try:

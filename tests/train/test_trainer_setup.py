@@ -126,20 +126,14 @@ def test_a_model_too_large_to_train_is_refused_with_what_it_needs(tmp_path, mnis
     assert params > 1e11 and gib == pytest.approx(16 * params / 2**30, rel=1e-3)
 
 
-def test_an_average_of_the_weights_does_not_combine_with_sharding(tmp_path, mnist_slice, monkeypatch):
+@pytest.mark.parametrize("option, message", [
+    ({"ema": 0.99}, "--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp"),
+    ({"sam": 0.05}, "--sam copies and moves the whole weights each step; it does not combine with --fsdp")])
+def test_whole_weight_options_do_not_combine_with_sharding(tmp_path, mnist_slice, monkeypatch, option, message):
+    """An average of the weights and sharpness-aware steps each need the whole weights on every rank."""
     torchrun_env(monkeypatch, local_world=1, restarts=0)
     try:
-        refused(ValueError, "--ema keeps a full copy of the weights on each rank; it does not combine with --fsdp",
-                lambda: make_trainer(tiny_config(tmp_path, fsdp=True, ema=0.99), mnist_slice))
-    finally:
-        _leave_group()
-
-
-def test_sharpness_aware_steps_do_not_combine_with_sharding(tmp_path, mnist_slice, monkeypatch):
-    torchrun_env(monkeypatch, local_world=1, restarts=0)
-    try:
-        refused(ValueError, "--sam copies and moves the whole weights each step; it does not combine with --fsdp",
-                lambda: make_trainer(tiny_config(tmp_path, fsdp=True, sam=0.05), mnist_slice))
+        refused(ValueError, message, lambda: make_trainer(tiny_config(tmp_path, fsdp=True, **option), mnist_slice))
     finally:
         _leave_group()
 

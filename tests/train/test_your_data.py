@@ -154,6 +154,11 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert (flagged.image_size, flagged.batch_size, flagged.val_fraction) == (32, 5, 0.25)
     assert flagged.random_erasing == 0.0
     assert not {"image_size", "batch_size", "val_fraction", "random_erasing"} & set(flagged.derived)
+    plain = recipe_config(None, data=str(folder), augment="none")
+    assert (plain.augment, plain.random_erasing) == ("none", 0.0)
+    assert "--augment none" in plain.derived["random_erasing"]
+    cropped = recipe_config(None, data=str(folder), augment="resized_crop")
+    assert cropped.random_erasing == 0.25 and "after the resized_crop" in cropped.derived["random_erasing"]
 
 
 def test_a_recipe_on_your_images_fits_its_batch_and_warm_up_to_them(tmp_path):

@@ -2,6 +2,7 @@
 step that disagrees or raises is dropped, forcing wins, real steps are timed, and one real
 torch.compile end to end."""
 import json
+import time
 
 import pytest
 import torch
@@ -110,6 +111,24 @@ def test_too_short_a_run_is_not_measured(planner_with, plan_cache, fake_compile,
     chosen = compile_for_training(*tiny, fields=FIELDS, steps=3)
     assert chosen.choice == "eager" and "too few to repay a compile" in chosen.why
     assert p.timer.calls == [] and not list(plan_cache.glob("*.json"))
+
+
+def test_one_slow_call_does_not_make_a_run_look_long_enough_to_measure(planner_with, plan_cache, fake_compile,
+                                                                       tiny):
+    """The eager step is timed as the fastest of a few calls: one call slowed by the host (here the first
+    timed one sleeps 0.5 s) would make 1,000 steps look like 500 s, over 8 compiles of 60 s."""
+    p = planner_with({"eager": 1.0, "compiled": 0.1})
+    model, loss = tiny
+    calls = []
+
+    def jittery(m):
+        calls.append(1)
+        if len(calls) == 2:  # the first is the warm-up pass; the second is the first one timed
+            time.sleep(0.5)
+        return loss(m)
+    chosen = compile_for_training(model, jittery, fields=FIELDS, steps=1000)
+    assert chosen.choice == "eager" and "too few to repay a compile" in chosen.why
+    assert p.timer.calls == [] and len(calls) == 4
 
 
 def test_a_compiled_step_that_disagrees_is_dropped(planner_with, plan_cache, fake_compile, tiny):

@@ -214,8 +214,9 @@ def _settle(module: nn.Module | Callable[..., Any], variants: dict[str, "_Compil
 
 def _fastest_call_s(call: Callable[[], Any], *, calls: int = 3, spend_s: float = 1.0) -> float:
     """The fastest of up to `calls` timed calls, stopping once `spend_s` is spent: one call is a poor
-    estimate. An emoji folder's step, timed once at 1.35x or more its steady 119 ms, made a 354 s run
-    look long enough to measure a compile, which then took 94 s to save 62 (docs/results.md)."""
+    estimate. An emoji folder's step timed once at 161 ms or more (its run then averaged 110 ms a
+    step) made the run look long enough to measure a compile, which took 94 s; the fastest of three
+    (148 ms) did not (docs/results.md)."""
     times: list[float] = []
     while len(times) < calls and sum(times) < spend_s:
         t0 = time.perf_counter()

@@ -91,6 +91,18 @@ def setup_env() -> None:
 # Facts about the run
 
 
+# The cores this process may run on, read before torch is imported: with BENCH_ENV's OMP_PROC_BIND=close,
+# importing torch binds the main thread to the first core, and a child process inherits that binding (torch
+# in it then takes one thread). Children that are contestants get every core back (`on_all_cores`).
+CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+
+
+def on_all_cores() -> None:
+    """A `preexec_fn` for a contestant's process: the cores this process had before torch bound it."""
+    if CORES:
+        os.sched_setaffinity(0, CORES)
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 

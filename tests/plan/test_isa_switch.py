@@ -60,3 +60,31 @@ def test_the_switches_are_part_of_the_machine_key(monkeypatch):
     monkeypatch.setenv("ANYFORMER_ISA", "avx2")
     switched = host.machine(threads=1)
     assert switched["isa"] == "ATEN_CPU_CAPABILITY=avx2 ANYFORMER_ISA=avx2" and switched["key"] != plain["key"]
+
+
+CHILD = """
+import os, subprocess, sys
+sys.path.insert(0, {bench!r})
+from bench_common import on_all_cores, setup_env
+setup_env()
+import torch  # with BENCH_ENV's OMP_PROC_BIND=close this binds the main thread to the first core
+ask = [sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)))"]
+bound = subprocess.run(ask, capture_output=True, text=True).stdout.strip()
+freed = subprocess.run(ask, capture_output=True, text=True, preexec_fn=on_all_cores).stdout.strip()
+print(len(os.sched_getaffinity(0)), bound, freed, sep="|")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="binding to one core is seen only with two or more")
+def test_a_contestants_process_gets_every_core_back_after_torch_bound_the_benchmark(tmp_path):
+    # A benchmark that runs its contestants as processes (bench_nanogpt_recipe.py) had them all on one
+    # core: importing torch under OMP_PROC_BIND=close binds the main thread, and children inherit it.
+    script = tmp_path / "children.py"
+    script.write_text(CHILD.format(bench=str(REPO / "benchmarks")))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert r.returncode == 0, r.stderr[-1500:]
+    here, bound, freed = r.stdout.strip().splitlines()[-1].split("|")
+    # (here and bound: 1 with torch 2.13's libgomp; what must hold is that the contestant has every core.)
+    assert freed == str(len(os.sched_getaffinity(0))), (here, bound, freed)

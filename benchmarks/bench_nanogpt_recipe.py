@@ -29,7 +29,6 @@ read with torch.load(weights_only=True): tensors and plain values only, no code.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import shutil
 import statistics
@@ -163,6 +162,8 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print, write no results file")
     add_isa_argument(ap)
     args = ap.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: expected 1 or more")
     if not args.text.is_file():
         raise SystemExit(f"--text {args.text}: expected Tiny Shakespeare's input.txt, found no file")
     text = args.text.read_text()
@@ -204,7 +205,7 @@ def main() -> None:
     result = table(["round", "contestant", "wall s", "val loss (printed, 20 batches)",
                     f"val loss (every {CONTEXT}-char window)", "nanoGPT's time / anyformer's"], rows)
     print(result)
-    if args.no_write or not math.isfinite(median):
+    if args.no_write:
         return
     facts = {**machine(), "load before / after": f"{load_before} / {load_after}",
              "nanoGPT": f"`{args.nanogpt}` at {_git_head(args.nanogpt)}",

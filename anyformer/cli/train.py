@@ -40,6 +40,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--weight-decay", type=float)
     t.add_argument("--warmup-steps", type=int)
     t.add_argument("--schedule", choices=["cosine", "constant"])
+    t.add_argument("--min-lr-ratio", type=float, metavar="R",
+                   help="the cosine schedule ends at the rate times R, not at zero (default 0)")
     t.add_argument("--label-smoothing", type=float)
     t.add_argument("--augment-strength", type=float, help="images, --augment digits: the shifts (2/28 of the side), "
                    "rotations (10 degrees) and scalings (0.9-1.1) times this (default 1)")

@@ -31,6 +31,16 @@ def test_the_cosine_falls_from_the_rate_to_its_floor_and_stays_there():
     assert lr_at(200, total, cfg) == pytest.approx(floor)  # past the end (a budget that shortened the run)
 
 
+def test_the_floor_is_set_from_the_command_line():
+    """`anyformer train --min-lr-ratio R` reaches TrainConfig.min_lr_ratio over the recipe's own value."""
+    from anyformer.cli import parser
+    from anyformer.cli.train import settings
+    from anyformer.train import recipe_config
+    asked = settings(parser().parse_args(["train", "mnist", "--min-lr-ratio", "0.1"]))
+    assert recipe_config("mnist", **asked).min_lr_ratio == 0.1
+    assert recipe_config("mnist", **settings(parser().parse_args(["train", "mnist"]))).min_lr_ratio == 0.0
+
+
 def test_a_constant_schedule_holds_the_rate_after_the_warm_up():
     cfg = config(schedule="constant")
     assert lr_at(5, 100, cfg) == pytest.approx(6e-4)

@@ -122,6 +122,9 @@ def test_scan_refuses_an_empty_folder_in_one_line(tmp_path: Path) -> None:
     ([(100, 100)] * 3, (64, 64)),               # one size, too large: clamped
     ([(30, 40), (50, 45), (70, 90)], (40, 40)),  # median shorter side 45 -> 40 (a multiple of 8)
     ([(10, 12), (9, 30), (14, 8)], (16, 16)),    # tiny: raised to 16
+    ([(8, 8)] * 4, (16, 16)),                   # one size under 16: scaled up by a whole factor (image round 28)
+    ([(6, 10)] * 2, (18, 30)),                  # 3x, the shorter side to 18
+    ([(8, 40)] * 2, (16, 16)),                  # scaled up, the longer side would pass 64: the square rule
     ([(480, 640), (3000, 4000), (200, 300)], (64, 64)),
     ([(20, 30), (30, 20), (33, 50), (50, 33)], (24, 24)),  # median of 20, 20, 33, 33 is 26.5 -> 24
 ])

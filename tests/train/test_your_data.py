@@ -161,6 +161,16 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert cropped.random_erasing == 0.25 and "after the resized_crop" in cropped.derived["random_erasing"]
 
 
+def test_tiny_pictures_are_scaled_up_to_give_the_tokens_of_larger_ones(tmp_path):
+    # 8x8 pictures at the smallest patch give 16 tokens; scaled up to 16x16 they give 64 (image round 28)
+    tiny = recipe_config(None, data=str(photos(tmp_path / "tiny", [(8, 8)], colour=False)))
+    assert tiny.image_size == [16, 16] and tiny.model_overrides["patch_size"] == 2
+    assert "patch 2 (64 tokens" in tiny.derived["model"]
+    assert tiny.derived["image_size"].startswith("16x16: every image is 8x8, scaled up 2x")
+    asked = recipe_config(None, data=str(tmp_path / "tiny"), image_size=8)
+    assert asked.image_size == 8 and "(16 tokens" in asked.derived["model"]  # a size asked for is kept
+
+
 def test_a_recipe_on_your_images_fits_its_batch_and_warm_up_to_them(tmp_path):
     folder = photos(tmp_path / "pics", [(32, 32)])
     cfg = recipe_config("cifar10", data=str(folder))

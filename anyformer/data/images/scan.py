@@ -27,7 +27,8 @@ from .picture import GRAY_MODES, UnreadableImage, open_header, upright_size
 __all__ = ["ImageFolderScan", "derive_image_size", "describe_image_size", "scan_images"]
 
 # The derived square side lies in [MIN_SIDE, MAX_SIDE], a multiple of SIDE_STEP: a ViT's patches tile
-# it (4 or 8 pixels), and more than 64x64 pixels costs far more steps than small data sets repay.
+# it (4 or 8 pixels), and more than 64x64 pixels costs far more steps than small data sets repay. Pictures
+# of one size keep it, scaled up by a whole factor where a side is under MIN_SIDE (too few tokens).
 MIN_SIDE, MAX_SIDE, SIDE_STEP = 16, 64, 8
 
 
@@ -127,15 +128,27 @@ def scan_images(path: str | os.PathLike[str]) -> ImageFolderScan:
         return _summarise(layout, listing, _headers(layout, member))
 
 
+def _upscale(h: int, w: int) -> int:
+    """The smallest whole factor that brings the shorter side of an (h, w) picture to MIN_SIDE or more.
+    An 8x8 picture gives 16 tokens at the smallest patch (2); at 16x16 it gives the 64 the other
+    sizes give, and both 8x8 CHOOSE folders scored higher so (image round 28)."""
+    return -(-MIN_SIDE // max(1, min(h, w)))
+
+
 def derive_image_size(sizes: list[tuple[int, int]]) -> tuple[int, int]:
     """The (H, W) a set of images is resized to: where every image has the same size with both
-    sides at most 64, that size; else a square whose side is the median shorter side, clamped to
-    [16, 64] and rounded down to a multiple of 8. (Resizing covers the target and centre-crops.)"""
+    sides at most 64, that size, scaled up by a whole factor where its shorter side is under 16
+    (and the longer then stays within 64); else a square whose side is the median shorter side,
+    clamped to [16, 64] and rounded down to a multiple of 8. (Resizing covers the target and
+    centre-crops.)"""
     if not sizes:
         raise DataError("no image sizes to derive an image size from: expected at least one readable image")
     first = tuple(sizes[0])
     if all(tuple(s) == first for s in sizes) and max(first) <= MAX_SIDE:
-        return int(first[0]), int(first[1])
+        h, w = int(first[0]), int(first[1])
+        k = _upscale(h, w)
+        if max(h, w) * k <= MAX_SIDE:
+            return h * k, w * k
     shorter = statistics.median(min(h, w) for h, w in sizes)
     side = min(MAX_SIDE, max(MIN_SIDE, int(shorter))) // SIDE_STEP * SIDE_STEP
     return side, side
@@ -147,6 +160,9 @@ def describe_image_size(sizes: list[tuple[int, int]]) -> str:
     distinct = sorted(set(map(tuple, sizes)))
     if len(distinct) == 1 and (h, w) == distinct[0]:
         return f"every image is {h}x{w}"
+    if len(distinct) == 1 and (h, w) == tuple(_upscale(*distinct[0]) * s for s in distinct[0]):
+        return (f"{h}x{w}: every image is {distinct[0][0]}x{distinct[0][1]}, scaled up {h // distinct[0][0]}x to a "
+                f"shorter side of at least {MIN_SIDE} px (more tokens a picture)")
     shorter = statistics.median(min(a, b) for a, b in sizes)
     spread = (f"{len(distinct)} sizes from {distinct[0][0]}x{distinct[0][1]} to {distinct[-1][0]}x{distinct[-1][1]}"
               if len(distinct) > 1 else f"every image is {distinct[0][0]}x{distinct[0][1]}")

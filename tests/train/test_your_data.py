@@ -169,6 +169,9 @@ def test_tiny_pictures_are_scaled_up_to_give_the_tokens_of_larger_ones(tmp_path)
     assert tiny.derived["image_size"].startswith("16x16: every image is 8x8, scaled up 2x")
     asked = recipe_config(None, data=str(tmp_path / "tiny"), image_size=8)
     assert asked.image_size == 8 and "(16 tokens" in asked.derived["model"]  # a size asked for is kept
+    # scaled up 2x, 8x40 would be 16x80, past 64: the square of the median shorter side, not a scaling
+    strip = recipe_config(None, data=str(photos(tmp_path / "strip", [(8, 40)], colour=False)))
+    assert strip.image_size == [16, 16] and "scaled up" not in strip.derived["image_size"]
 
 
 def test_a_recipe_on_your_images_fits_its_batch_and_warm_up_to_them(tmp_path):

@@ -24,7 +24,7 @@ from ..errors import DataError
 from .folders import FolderLayout, Listing, list_folder, list_names, open_tar, parse_layout, tar_members
 from .picture import GRAY_MODES, UnreadableImage, open_header, upright_size
 
-__all__ = ["ImageFolderScan", "derive_image_size", "describe_image_size", "scan_images"]
+__all__ = ["ImageFolderScan", "derive_image_size", "describe_image_size", "scan_images", "upscale_factor"]
 
 # The derived square side lies in [MIN_SIDE, MAX_SIDE], a multiple of SIDE_STEP: a ViT's patches tile
 # it (4 or 8 pixels), and more than 64x64 pixels costs far more steps than small data sets repay. Pictures
@@ -128,7 +128,7 @@ def scan_images(path: str | os.PathLike[str]) -> ImageFolderScan:
         return _summarise(layout, listing, _headers(layout, member))
 
 
-def _upscale(h: int, w: int) -> int:
+def upscale_factor(h: int, w: int) -> int:
     """The smallest whole factor that brings the shorter side of an (h, w) picture to MIN_SIDE or more.
     An 8x8 picture gives 16 tokens at the smallest patch (2); at 16x16 it gives the 64 the other
     sizes give, and both 8x8 CHOOSE folders scored higher so (image round 28)."""
@@ -146,7 +146,7 @@ def derive_image_size(sizes: list[tuple[int, int]]) -> tuple[int, int]:
     first = tuple(sizes[0])
     if all(tuple(s) == first for s in sizes) and max(first) <= MAX_SIDE:
         h, w = int(first[0]), int(first[1])
-        k = _upscale(h, w)
+        k = upscale_factor(h, w)
         if max(h, w) * k <= MAX_SIDE:
             return h * k, w * k
     shorter = statistics.median(min(h, w) for h, w in sizes)
@@ -160,7 +160,7 @@ def describe_image_size(sizes: list[tuple[int, int]]) -> str:
     distinct = sorted(set(map(tuple, sizes)))
     if len(distinct) == 1 and (h, w) == distinct[0]:
         return f"every image is {h}x{w}"
-    if len(distinct) == 1 and (h, w) == tuple(_upscale(*distinct[0]) * s for s in distinct[0]):
+    if len(distinct) == 1 and (h, w) == tuple(upscale_factor(*distinct[0]) * s for s in distinct[0]):
         return (f"{h}x{w}: every image is {distinct[0][0]}x{distinct[0][1]}, scaled up {h // distinct[0][0]}x to a "
                 f"shorter side of at least {MIN_SIDE} px (more tokens a picture)")
     shorter = statistics.median(min(a, b) for a, b in sizes)

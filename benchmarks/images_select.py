@@ -276,10 +276,15 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def arguments(flags: str) -> tuple[str, ...]:
+    """Flags as the run gets them: a rule that puts in no flags leaves spaces that are not a different run."""
+    return tuple(shlex.split(flags))
+
+
 def ran_by(row: dict) -> tuple[str, ...]:
     """The arguments a row's run was given (rows of a rule record its flags; older rows only the flags as
-    written), as the run got them: a rule that puts in no flags leaves spaces that are not a different run."""
-    return tuple(shlex.split(row.get("ran", row["flags"])))
+    written)."""
+    return arguments(row.get("ran", row["flags"]))
 
 
 def score_of(row: dict) -> float:
@@ -304,7 +309,7 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
             folds_of.setdefault((f, c), {})[fold] = r
             continue
         for mine in candidates:
-            if ran_by(r) == tuple(shlex.split(resolve_rules(flags[mine], r))):
+            if ran_by(r) == arguments(resolve_rules(flags[mine], r)):
                 folds_of.setdefault((f, mine), {})[fold] = r
     per = {fc: list(v.values()) for fc, v in folds_of.items()}
 
@@ -411,9 +416,9 @@ def main() -> None:
             base = {"folder": name, "folds": args.folds, "fold": i, **facts}
             for candidate, flags in runs:
                 ran = resolve_rules(flags, facts)
-                if (name, tuple(shlex.split(ran)), args.folds, i) in done:
+                if (name, arguments(ran), args.folds, i) in done:
                     continue
-                done.add((name, tuple(shlex.split(ran)), args.folds, i))
+                done.add((name, arguments(ran), args.folds, i))
                 out = args.work / "runs" / name / f"k{args.folds}" / f"fold{i}" / candidate
                 result = run_anyformer(fold, out, shlex.split(ran), args.timeout)
                 if not args.keep_runs and out.exists():

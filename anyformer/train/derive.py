@@ -194,16 +194,14 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 def _size_reason(sizes: list[tuple[int, int]], chosen: tuple[int, int]) -> str:
-    from ..data.images.scan import MIN_SIDE, upscale_factor
+    from ..data.images.scan import describe_image_size, upscale_factor
     if not sizes:
         return f"{chosen[0]}x{chosen[1]}"
     if len(set(sizes)) == 1 and tuple(sizes[0]) == tuple(chosen):
         return f"{chosen[0]}x{chosen[1]}: every image is that size"
     (h0, w0), k = sizes[0], upscale_factor(*sizes[0])
     if len(set(sizes)) == 1 and k > 1 and tuple(chosen) == (k * h0, k * w0):
-        return (f"{chosen[0]}x{chosen[1]}: every image is {h0}x{w0}, scaled up {k}x to a shorter side of at least "
-                f"{MIN_SIDE} px, as {h0}x{w0} leaves too few tokens at the smallest patch (image round 28; "
-                f"--image-size to choose)")
+        return f"{describe_image_size(sizes)}; image round 28 (--image-size to choose)"
     short = sorted(min(s) for s in sizes)[len(sizes) // 2]
     return (f"{chosen[0]}x{chosen[1]}: the median shorter side is {short} px (sizes {min(min(s) for s in sizes)} to "
             f"{max(max(s) for s in sizes)} px), kept within 16 to 64 px; each image scaled to cover it, then "

@@ -16,6 +16,7 @@ from ..shapes import pair, patch_grid
 from ..nn.dropout import Dropout
 from ..nn.stems import STEM_NORMS, ConvStem
 from .base import Model, check_seq_len, check_sizes, matmul_weights
+from .eval_views import stack_views, view_count
 
 VIT_POSITIONS = ("learned", "concat", "sinusoidal", "none")
 VIT_STEMS = ("patch", "conv")
@@ -54,6 +55,7 @@ class ViTConfig:
     attn_impl: str = "auto"
     attn_locality: bool = False      # locality self-attention (Lee et al. 2021): learned temperature, no self-key
     flip_average: bool = False       # in eval mode, the logits averaged over each image and its mirror image
+    shift_average: int = 0           # in eval mode, also over its shifts by this many pixels up, down, left, right
 
     def __post_init__(self) -> None:
         if self.stem not in VIT_STEMS:
@@ -69,6 +71,10 @@ class ViTConfig:
             raise ValueError(f"stem_convs must be a positive integer (3x3 convolutions a stage), got {self.stem_convs!r}")
         if self.stem_norm not in STEM_NORMS:
             raise ValueError(f"unknown stem_norm {self.stem_norm!r}; expected one of {STEM_NORMS}")
+        if isinstance(self.shift_average, bool) or not isinstance(self.shift_average, int) or not (
+                0 <= self.shift_average < min(pair(self.image_size))):
+            raise ValueError(f"shift_average must be 0 (none) or a shift in pixels under the image's shorter side "
+                             f"({min(pair(self.image_size))}), got {self.shift_average!r}")
         patch_grid(self.image_size, self.patch_size)  # refuses a patch that does not tile the image
 
     @property
@@ -123,23 +129,27 @@ class ViT(Model):
         """Backbone output tokens (B, N, D), after the final norm."""
         return self.backbone(self.tokens(images))
 
-    def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False, *, mirror: bool | None = None):
+    def forward(self, images: Tensor, return_attention: bool | Sequence[int] = False, *, views: bool | None = None):
         """images (B, C, H, W) -> logits (B, classes). With `return_attention` (True, or layer numbers):
         (logits, weights), one (B, heads, N, N) per layer asked over every token (class, registers,
-        patches), taken by the hook (`nn.attention_weights`). `mirror`: the logits the mean of the image's
-        and its mirror image's (twice the work); default (None): where the config's `flip_average` asks, in
-        eval mode. Attention weights are the images' own: a call that asks for them reads one view."""
+        patches), taken by the hook (`nn.attention_weights`). `views`: the logits the mean over the
+        config's test-time views (`flip_average`: the mirror image; `shift_average`: four shifts), in one
+        batch (as many times the work); default (None): in eval mode; False: the images alone. Attention
+        weights are the images' own: a call that asks for them reads one view."""
         if return_attention is not False and return_attention is not None:
             with attention_weights(self, return_attention) as weights:
-                logits = self.forward(images, mirror=False)
+                logits = self.forward(images, views=False)
             return logits, weights
         # A class-token head reads token 0 alone: the last block computes nothing else (unless its
         # weights are asked for). Any other head, e.g. one swapped in, gets every token.
         keep = 1 if isinstance(self.head, ClassifierHead) and self.head.pool == "cls" else None
-        if mirror or (mirror is None and self.config.flip_average and not self.training):
-            # Test-time augmentation for pictures trained with mirror images: both views in one batch.
-            logits = self.head(self.backbone(self.tokens(torch.cat([images, images.flip(-1)])), keep=keep))
-            return logits.view(2, -1, *logits.shape[1:]).mean(0)
+        c = self.config
+        n_views = view_count(c.flip_average, c.shift_average)
+        if n_views > 1 and (views or (views is None and not self.training)):
+            # Test-time augmentation with the views the model was trained on (mirror images, shifts).
+            stacked = stack_views(images, c.flip_average, c.shift_average)
+            logits = self.head(self.backbone(self.tokens(stacked), keep=keep))
+            return logits.view(n_views, -1, *logits.shape[1:]).mean(0)
         return self.head(self.backbone(self.tokens(images), keep=keep))
 
     def pre_logits(self, images: Tensor) -> Tensor:

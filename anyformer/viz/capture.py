@@ -82,10 +82,11 @@ def image_attention(model: nn.Module, images: Tensor, layers: Sequence[int] | No
 
     was_training = model.training
     model.eval()
-    # A model scored on each image and its mirror image (ViT `flip_average`): the maps are of the images as given,
-    # the logits the model's own, the mirror images' added after (what eval, predict and serve answer).
-    mirrored = bool(getattr(getattr(model, "config", None), "flip_average", False))
-    one_view = {"mirror": False} if mirrored else {}
+    # A model scored on several views of each image (ViT `flip_average`, `shift_average`): the maps are of the
+    # images as given, the logits the model's own over every view (what eval, predict and serve answer).
+    config = getattr(model, "config", None)
+    viewed = bool(getattr(config, "flip_average", False)) or bool(getattr(config, "shift_average", 0))
+    one_view = {"views": False} if viewed else {}
     try:
         cls_rows: dict[int, Tensor] = {}
         if rollout:
@@ -104,8 +105,8 @@ def image_attention(model: nn.Module, images: Tensor, layers: Sequence[int] | No
             for i, w in zip(asked, attn):
                 cls_rows[i] = query_row(w.float(), num_prefix, grid, query).cpu()
             roll = None
-        if mirrored:
-            logits = (logits + model(images.flip(-1), mirror=False)) / 2
+        if viewed:  # a second pass over every view: attention maps are not the hot path
+            logits = model(images)
     finally:
         model.train(was_training)
 

@@ -43,5 +43,5 @@ def test_attention_maps_read_the_images_as_given_and_the_logits_both_views():
     with torch.no_grad():
         torch.testing.assert_close(torch.as_tensor(result["logits"]), model(images), rtol=1e-5, atol=1e-5)
         plain_logits, weights = model(images, return_attention=True)
-        torch.testing.assert_close(plain_logits, model(images, mirror=False))
+        torch.testing.assert_close(plain_logits, model(images, views=False))
     assert all(w.shape[0] == 2 for w in weights)

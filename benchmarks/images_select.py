@@ -292,9 +292,13 @@ def score_of(row: dict) -> float:
     return 0.0 if "error" in row else 100 * row["accuracy"]
 
 
-def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], k: int) -> tuple[str, dict]:
+def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], k: int,
+              facts_now: dict[tuple[str, int], dict] | None = None) -> tuple[str, dict]:
     """(markdown, per-candidate means): mean fold scores per folder, mean score, mean rank, mean wall time; then
-    the rule's verdict. The last row of a (folder, candidate, flags, k, fold) counts."""
+    the rule's verdict. The last row of a (folder, candidate, flags, k, fold) counts. `facts_now`: each
+    (folder, fold)'s facts as anyformer derives them now, which the rules are resolved with, as the runs were
+    (a row's own facts are those of the code it ran with: a rule over `side` reads 8 in a row written before
+    8x8 pictures were derived at 16); without them, the row's."""
     import pandas as pd
     latest = {key(r): r for r in rows}
     names = [*candidates, *REFERENCES]
@@ -308,8 +312,9 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
         if c in REFERENCES:
             folds_of.setdefault((f, c), {})[fold] = r
             continue
+        facts = (facts_now or {}).get((f, fold), r)
         for mine in candidates:
-            if ran_by(r) == arguments(resolve_rules(flags[mine], r)):
+            if ran_by(r) == arguments(resolve_rules(flags[mine], facts)):
                 folds_of.setdefault((f, mine), {})[fold] = r
     per = {fc: list(v.values()) for fc, v in folds_of.items()}
 
@@ -340,7 +345,8 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
         got = per.get((f, c), [])
         return f"{len(got)}/{k} folds" if got else "-"
     fmt = lambda v, d=1: "-" if v is None or math.isnan(v) else f"{v:.{d}f}"
-    facts = {f: next((r for r in rows if r["folder"] == f and r["folds"] == k and r["fold"] == 0 and r.get("n")), {})
+    facts = {f: (facts_now or {}).get((f, 0))
+             or next((r for r in rows if r["folder"] == f and r["folds"] == k and r["fold"] == 0 and r.get("n")), {})
              for f in folders}
     about = lambda f: (f"{facts[f]['n']:,} / {facts[f]['classes']} / {facts[f]['h']}x{facts[f]['w']}"
                        if facts[f] else "?")
@@ -410,9 +416,10 @@ def main() -> None:
     runs = [] if args.dry_run else list(candidates.items())
     if runs and not args.no_wait:
         wait_for_quiet()  # wall times decide the 300 s limit and ties: another job's load would count against a run
+    facts_now: dict[tuple[str, int], dict] = {}
     for name in folders:
         for i, fold in enumerate(write_folds(name, args.sets, args.work, args.folds)):
-            facts = fold_facts(fold)
+            facts = facts_now[(name, i)] = fold_facts(fold)
             base = {"folder": name, "folds": args.folds, "fold": i, **facts}
             for candidate, flags in runs:
                 ran = resolve_rules(flags, facts)
@@ -434,7 +441,7 @@ def main() -> None:
                             "date": now()})
     shown = {} if args.dry_run else candidates
     rows = read_rows(jsonl) if not args.no_write else (read_rows(jsonl) if args.resume else []) + new_rows
-    text, _ = summarise(rows, folders, shown, args.folds)
+    text, _ = summarise(rows, folders, shown, args.folds, facts_now)
     print("\n" + text)
     if args.no_write:
         return

@@ -143,6 +143,14 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert "flip_average" not in grey.model_overrides and "mirror image" not in grey.derived["model"]
     one_view = recipe_config(None, data=str(folder), model_overrides={"flip_average": False})
     assert one_view.model_overrides["flip_average"] is False and "mirror image" not in one_view.derived["model"]
+    # grey pictures train with small shifts and are scored on five views: the image and its one-pixel shifts
+    # (image round 30); colour ones on their two
+    assert grey.model_overrides["shift_average"] == 1 and "moved by a pixel" in grey.derived["model"]
+    assert "shift_average" not in cfg.model_overrides
+    unshifted = recipe_config(None, data=str(tmp_path / "grey"), augment="none")
+    assert "shift_average" not in unshifted.model_overrides
+    one_grey_view = recipe_config(None, data=str(tmp_path / "grey"), model_overrides={"shift_average": 0})
+    assert one_grey_view.model_overrides["shift_average"] == 0 and "moved by" not in one_grey_view.derived["model"]
     # The same work under --sam, whose steps each run two forward and backward passes: half the steps.
     grey_sam = recipe_config(None, data=str(tmp_path / "grey"), sam=0.05)
     assert grey_sam.epochs == pytest.approx(grey.epochs / 2, abs=0.01) and grey_sam.sam == 0.05

@@ -423,9 +423,10 @@ def main() -> None:
             base = {"folder": name, "folds": args.folds, "fold": i, **facts}
             for candidate, flags in runs:
                 ran = resolve_rules(flags, facts)
-                if (name, arguments(ran), args.folds, i) in done:
+                run_key = (name, arguments(ran), args.folds, i)
+                if run_key in done:
                     continue
-                done.add((name, arguments(ran), args.folds, i))
+                done.add(run_key)
                 out = args.work / "runs" / name / f"k{args.folds}" / f"fold{i}" / candidate
                 result = run_anyformer(fold, out, shlex.split(ran), args.timeout)
                 if not args.keep_runs and out.exists():

@@ -176,7 +176,9 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     if not scan.colour and shifts and "shift_average" not in (asked.get("model_overrides") or {}):
         # Trained with shifts of up to 2 px on 28x28, scored on five views: the logits averaged over each image and
         # its four copies moved by one pixel. Ahead on all four grey CHOOSE folders (the colour ones untouched, level):
-        # 80.41 points (mean rank 1.25) against 80.21 (1.75), image round 30.
+        # 80.41 points (mean rank 1.25) against 80.21 (1.75), image round 30. Moved by the largest training shift
+        # instead (2 px at 28x28, 3 at 48x48) lost two of three folders (80.29 points), image round 32; the same
+        # one-pixel views for colour pictures lost cifar-8 and clip art, image round 31.
         overrides["shift_average"] = 1
         why["model"] += ("; scored on each image and its four copies moved by a pixel (their logits averaged), as it "
                          "trains on small shifts")

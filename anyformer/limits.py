@@ -10,12 +10,23 @@ each repeated for about half a second after a warm-up. The libraries: torch's BL
 oneDNN (what the plan's linear layers run where it measured them faster). They differ most where MKL takes its
 AVX2 path on an AVX-512 AMD processor: on a 2-core Zen 5, fp32 at 201 GFLOP/s through MKL and 432-441 through
 oneDNN (2026-12-01); a limit read from MKL alone put anyformer's oneDNN steps at 102-211% of it. A library that
-cannot run the product (oneDNN's bf16 on a CPU without the instructions it asks for) is passed over."""
+cannot run the product (oneDNN's bf16 on a CPU without the instructions it asks for) is passed over.
+
+A run's MFU divides by the same rate (train/perf.py). Measuring it takes about two and a half seconds, a
+share of a short run, so the first run on a machine keeps what it measured in the user's cache
+(`$ANYFORMER_CACHE/limits/`, named like the speed plan's file by the CPU, torch, its instruction-set
+switches and threads) and later runs read it; `anyformer doctor --limits` always measures afresh and
+replaces it. Only the MFU a run reports reads it: nothing a run computes depends on it."""
 from __future__ import annotations
 
+import datetime as _dt
+import hashlib
+import json
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +35,7 @@ from torch import Tensor
 SIZES = (1024, 2048)
 SECONDS = 0.5           # each size is repeated for about this long, after one warm-up product
 COPY_MIB = 256          # far past every cache level of the CPUs seen (L3 up to 32 MiB a CCD)
+FORMAT = "anyformer-limits/1"
 
 
 @dataclass(frozen=True)
@@ -89,13 +101,71 @@ def copy_bandwidth(mib: int | None = None, repeats: int = 5, clock: Callable[[],
     return 2 * src.numel() * 4 / best
 
 
+def _machine() -> dict[str, Any]:
+    """What a matrix product's rate depends on: the speed plan's machine key (plan/host.py) without the
+    anyformer code and C++ compiler it also names (neither touches torch's products), rehashed."""
+    from .plan import host
+    fields = {k: v for k, v in host.machine().items() if k not in ("code", "compiler", "key")}
+    return {**fields, "key": hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]}
+
+
+def limits_path(machine: dict[str, Any] | None = None) -> Path:
+    """This machine's limits file in the user's cache (see the module's docstring)."""
+    from .plan import host, store
+    return store.cache_root() / "limits" / host.file_name(machine or _machine())
+
+
+def _read(path: Path, machine: dict[str, Any]) -> dict[str, dict]:
+    """The kept rates by dtype name; {} for a file that is missing, unreadable, another format or another
+    machine's, and without any entry that is not a positive finite rate."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("machine") != machine:
+        return {}
+    rates = data.get("matmul")
+    return {k: v for k, v in rates.items() if isinstance(v, dict) and isinstance(v.get("flops"), (int, float))
+            and math.isfinite(v["flops"]) and v["flops"] > 0 and isinstance(v.get("when"), str)
+            } if isinstance(rates, dict) else {}
+
+
+def keep(rate: MatmulRate) -> str:
+    """Write `rate` into this machine's limits file (beside the other dtypes' rates); returns when it was
+    measured, as recorded. A cache that cannot be written is passed over: the next run measures again."""
+    from .files import atomic_write_text
+    machine, when = _machine(), _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    path = limits_path(machine)
+    rates = {**_read(path, machine), rate.dtype: {**asdict(rate), "when": when}}
+    try:
+        atomic_write_text(path, json.dumps({"format": FORMAT, "machine": machine, "matmul": rates}, indent=1) + "\n")
+    except OSError:
+        pass
+    return when
+
+
+def kept_matmul_rate(dtype: torch.dtype = torch.float32) -> tuple[MatmulRate, str]:
+    """(this machine's matmul rate in `dtype`, when it was measured): read from its limits file, else
+    measured now (`matmul_rate`) and kept there for the next run."""
+    machine = _machine()
+    entry = _read(limits_path(machine), machine).get(str(dtype).removeprefix("torch."))
+    if entry is not None:
+        return MatmulRate(entry.get("dtype", str(dtype)), float(entry["flops"]), int(entry.get("size", 0)),
+                          str(entry.get("library", "torch.mm"))), entry["when"]
+    rate = matmul_rate(dtype)
+    return rate, keep(rate)
+
+
 def limit_lines() -> list[str]:
-    """`anyformer doctor --limits`: the rates, measured now (a few seconds)."""
+    """`anyformer doctor --limits`: the rates, measured now (a few seconds), and kept for the runs' MFU."""
     from .plan import host
     rates = [matmul_rate(torch.float32)]
     if host.native_bf16():
         rates.append(matmul_rate(torch.bfloat16))
+    for r in rates:
+        keep(r)
     lines = [f"Matmul         {r.dtype}: {r.flops / 1e9:,.1f} GFLOP/s sustained ({r.size} x {r.size} on {r.library}, "
              f"{torch.get_num_threads()} threads)" for r in rates]
     lines.append(f"Memory         {copy_bandwidth() / 1e9:,.1f} GB/s (a {COPY_MIB} MiB copy, read and written)")
+    lines.append(f"               the matmul rates are kept for the MFU of later runs: {limits_path()}")
     return lines

@@ -190,7 +190,7 @@ def run(kind: str, args, device: torch.device) -> tuple[str, str, dict, dict]:
                 result.peak_mem = max(result.peak_mem, (torch.cuda.max_memory_allocated(device) - resident) / 2**30)
         print(f"  {kind} round {r + 1}/{args.rounds}: " +
               ", ".join(f"{res.name} {res.times[-1] * 1e3:.1f} ms" for res, _ in steps), flush=True)
-    spec, measured = spec_peak(device), measured_peak_flops(device, "bf16")
+    spec, measured = spec_peak(device), measured_peak_flops(device, "bf16")[0]
     base = steps[0][0].median
     rows, numbers = [], {}
     for res, _ in steps:

@@ -55,7 +55,8 @@ def test_the_copy_counts_each_byte_read_and_written():
     assert limits.copy_bandwidth(mib=1, repeats=2, clock=ticking(0.5)) == 2 * 2 ** 20 / 0.5
 
 
-def test_doctor_limits_prints_the_rates_measured_now(capsys, monkeypatch):
+def test_doctor_limits_prints_the_rates_measured_now_and_keeps_them(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
     monkeypatch.setattr(limits, "SIZES", (64,))
     monkeypatch.setattr(limits, "SECONDS", 0.01)
     monkeypatch.setattr(limits, "COPY_MIB", 1)
@@ -63,3 +64,6 @@ def test_doctor_limits_prints_the_rates_measured_now(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "Matmul         float32: " in out and "GFLOP/s sustained (64 x 64 on " in out
     assert "GB/s (a 1 MiB copy, read and written)" in out
+    kept, _ = limits.kept_matmul_rate(torch.float32)  # what the next run's MFU divides by, not measured again
+    assert f"{kept.flops / 1e9:,.1f} GFLOP/s sustained (64 x 64 on {kept.library}" in out
+    assert str(limits.limits_path()) in out

@@ -8,7 +8,9 @@ that figures compare across libraries. Elsewhere (CPUs, unknown cards) it is the
 matrix multiply reaches on the same device in the run's precision, measured when first asked: on a CPU
 the sustained rate `anyformer doctor --limits` prints (anyformer.limits: the best of 1024 and 2048 products
 on torch.mm and on oneDNN, each repeated for half a second), which a small product timed briefly can fall
-short of, so that a run's CPU MFU and the benchmarks' read against the same ceiling.
+short of, so that a run's CPU MFU and the benchmarks' read against the same ceiling. That measurement takes
+about two and a half seconds, so a CPU run reads the rate kept by the first run on the machine (or by the
+last `doctor --limits`) and says when it was measured (anyformer.limits.kept_matmul_rate).
 """
 from __future__ import annotations
 
@@ -36,10 +38,12 @@ def spec_peak_flops(name: str) -> float | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _peak(device_type: str, device_index: int | None, dtype: torch.dtype) -> float:
+def _peak(device_type: str, device_index: int | None, dtype: torch.dtype) -> tuple[float, str]:
+    """(FLOP/s, when measured where it was not measured now: ", measured <date>" or "")."""
     if device_type == "cpu":
-        from ..limits import matmul_rate
-        return matmul_rate(dtype).flops
+        from ..limits import kept_matmul_rate
+        rate, when = kept_matmul_rate(dtype)
+        return rate.flops, f" ({when})"
     device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
     n = 4096  # large enough to saturate a card, small enough for ~0.1 s
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
@@ -51,7 +55,7 @@ def _peak(device_type: str, device_index: int | None, dtype: torch.dtype) -> flo
             a @ b
         _sync(device)
         best = min(best, (time.perf_counter() - t) / 4)
-    return 2 * n ** 3 / best
+    return 2 * n ** 3 / best, ""
 
 
 def _sync(device: torch.device) -> None:
@@ -59,7 +63,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measured_peak_flops(device: torch.device, amp: str = "none") -> float:
+def measured_peak_flops(device: torch.device, amp: str = "none") -> tuple[float, str]:
+    """(the measured matmul FLOP/s in the run's precision, " (when it was measured)" for a kept CPU rate)."""
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(resolve_amp(amp, device), torch.float32)
     return _peak(device.type, device.index, dtype)
 
@@ -75,12 +80,14 @@ def peak_flops(device: torch.device, amp: str = "none") -> tuple[float, str]:
     what = ("matmul, the best of 1024 and 2048 products on torch.mm and oneDNN" if device.type == "cpu"
             else "4096 matmul")
     precision = resolve_amp(amp, device).replace("none", "fp32")
-    return measured_peak_flops(device, amp), f"measured: {precision} {what}"
+    flops, when = measured_peak_flops(device, amp)
+    return flops, f"measured: {precision} {what}{when}"
 
 
 class Peak:
-    """The FLOP/s a run's MFU divides by (`peak_flops` at the run's precision), found when first asked (about
-    two seconds of matrix products on a CPU, once a process), so that a run stopped early never pays for it."""
+    """The FLOP/s a run's MFU divides by (`peak_flops` at the run's precision), found when first asked (on a
+    CPU the machine's kept rate, or about two and a half seconds of matrix products where none is kept yet),
+    so that a run stopped early never pays for it."""
 
     def __init__(self, device: torch.device, cfg: Any) -> None:
         self.device, self.cfg = device, cfg  # the precision is read when first asked: settled by then

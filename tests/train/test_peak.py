@@ -1,13 +1,25 @@
 """The peak a run's MFU divides by: on a CPU the sustained matrix-product rate that `doctor --limits` and
-the benchmarks read against (anyformer.limits), measured once a process, in the run's precision, without
-moving the training RNG; on a known GPU its data sheet's dense bf16 peak."""
+the benchmarks read against (anyformer.limits), in the run's precision, measured by the first run on the
+machine and kept for the next ones, without moving the training RNG; on a known GPU its data sheet's dense
+bf16 peak."""
+import re
+
+import pytest
 import torch
 
 from anyformer import limits
 from anyformer.train import perf
 
 
-def test_a_cpu_run_divides_by_the_limits_rate_in_its_precision(monkeypatch):
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
+    perf._peak.cache_clear()
+    yield tmp_path
+    perf._peak.cache_clear()
+
+
+def test_a_cpu_run_divides_by_the_limits_rate_in_its_precision(monkeypatch, empty_cache):
     asked = []
 
     def rate(dtype=torch.float32, sizes=None, seconds=None, clock=None):
@@ -15,23 +27,44 @@ def test_a_cpu_run_divides_by_the_limits_rate_in_its_precision(monkeypatch):
         torch.randn(3)  # draws of its own, as the real one's matrices
         return limits.MatmulRate(str(dtype), 123e9 if dtype == torch.float32 else 456e9, 2048)
     monkeypatch.setattr(limits, "matmul_rate", rate)
-    perf._peak.cache_clear()
-    try:
-        assert perf.peak_flops(torch.device("cpu"), "none") == (
-            123e9, "measured: fp32 matmul, the best of 1024 and 2048 products on torch.mm and oneDNN")
-        assert perf.peak_flops(torch.device("cpu"), "none")[0] == 123e9 and asked == [torch.float32]  # once
-        assert perf.peak_flops(torch.device("cpu"), "bf16")[0] == 456e9 and asked[-1] == torch.bfloat16
+    flops, source = perf.peak_flops(torch.device("cpu"), "none")
+    assert flops == 123e9 and re.fullmatch(r"measured: fp32 matmul, the best of 1024 and 2048 products on torch.mm "
+                                           r"and oneDNN \(\d{4}-\d\d-\d\dT\d\d:\d\dZ\)", source)
+    assert perf.peak_flops(torch.device("cpu"), "none")[0] == 123e9 and asked == [torch.float32]  # once
+    assert perf.peak_flops(torch.device("cpu"), "bf16")[0] == 456e9 and asked[-1] == torch.bfloat16
 
-        class Cfg:
-            amp = "none"
-        perf._peak.cache_clear()
-        torch.manual_seed(0)
-        want = torch.rand(2)
-        torch.manual_seed(0)
-        assert perf.Peak(torch.device("cpu"), Cfg()).flops() == 123e9
-        assert torch.equal(torch.rand(2), want)  # the measurement's own draws left the training RNG alone
-    finally:
-        perf._peak.cache_clear()
+    class Cfg:
+        amp = "none"
+    (empty_cache / "limits").rename(empty_cache / "elsewhere")  # nothing kept: this one measures again
+    perf._peak.cache_clear()
+    torch.manual_seed(0)
+    want = torch.rand(2)
+    torch.manual_seed(0)
+    assert perf.Peak(torch.device("cpu"), Cfg()).flops() == 123e9 and len(asked) == 3
+    assert torch.equal(torch.rand(2), want)  # the measurement's own draws left the training RNG alone
+
+
+def test_the_next_run_reads_the_kept_rate_and_says_when_it_was_measured(monkeypatch, empty_cache):
+    asked = []
+    monkeypatch.setattr(limits, "matmul_rate", lambda dtype=torch.float32: asked.append(dtype) or
+                        limits.MatmulRate(str(dtype).removeprefix("torch."), 77e9, 1024, "oneDNN"))
+    first = perf.peak_flops(torch.device("cpu"), "none")
+    perf._peak.cache_clear()  # a new process: it reads the file the first one wrote
+    assert perf.peak_flops(torch.device("cpu"), "none") == first and asked == [torch.float32]
+    assert limits.kept_matmul_rate(torch.float32)[0] == limits.MatmulRate("float32", 77e9, 1024, "oneDNN")
+
+
+def test_a_kept_rate_of_another_machine_or_no_rate_at_all_is_measured_again(monkeypatch, empty_cache):
+    asked = []
+    monkeypatch.setattr(limits, "matmul_rate", lambda dtype=torch.float32: asked.append(dtype) or
+                        limits.MatmulRate(str(dtype).removeprefix("torch."), 5e9, 1024))
+    path = limits.limits_path()
+    path.parent.mkdir(parents=True)
+    for n, text in enumerate(("not json", '{"format": "anyformer-limits/1", "machine": {"cpu": "another"}, '
+                              '"matmul": {"float32": {"flops": 1e15, "when": "2020-01-01T00:00Z"}}}'), 1):
+        path.write_text(text)
+        assert limits.kept_matmul_rate(torch.float32)[0].flops == 5e9 and len(asked) == n  # measured
+        assert limits.kept_matmul_rate(torch.float32)[0].flops == 5e9 and len(asked) == n  # then read back
 
 
 def test_a_known_gpu_takes_its_data_sheet_peak():

@@ -101,6 +101,25 @@ def test_the_custom_op_is_registered_for_tracing_and_autograd():
     torch.testing.assert_close(grad, g_ref, rtol=1e-4, atol=1e-4)
 
 
+@needs_compiler
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_plain_eager_call_skips_the_custom_op_and_gives_its_bits(causal):
+    """Eager calls run the kernels through a bare autograd.Function (no dispatch overhead); a dispatch mode
+    (here torch's FLOP counter) sees the custom op instead. Both are the same kernels, to the bit."""
+    from torch.utils.flop_counter import FlopCounterMode
+    packed = torch.randn(3, 11, 3, 2, 32, generator=torch.Generator().manual_seed(5))
+    dy = torch.randn(3, 11, 64, generator=torch.Generator().manual_seed(6))
+    with torch.profiler.profile() as prof:
+        y, grad = _forward_backward(lambda t: native.attention_packed(t, causal), packed, dy)
+    seen = {e.name for e in prof.events()}
+    assert "anyformer::attention" not in seen and "anyformer::attention_backward" not in seen
+    y_op, g_op = _forward_backward(lambda t: native._attention(t, causal)[0].flatten(2), packed, dy)
+    assert torch.equal(y, y_op) and torch.equal(grad, g_op)
+    with FlopCounterMode(display=False):
+        y_mode, g_mode = _forward_backward(lambda t: native.attention_packed(t, causal), packed, dy)
+    assert torch.equal(y_mode, y) and torch.equal(g_mode, grad)
+
+
 def test_bad_input_says_what_it_takes():
     with pytest.raises(ValueError, match=r"expected qkv of shape \(B, N, 3, H, D_h\), got \(2, 5, 48\)"):
         native.attention_packed(torch.randn(2, 5, 48))

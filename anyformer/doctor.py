@@ -110,6 +110,7 @@ def _entry_lines(key: str, e: dict[str, Any], margin: float) -> list[str]:
 
 def report(p: Planner | None = None) -> str:
     """The report `anyformer doctor` prints; reads the plan file, measures nothing."""
+    from .limits import kept_line
     from .plan import choices, host, native, planner, store
     p = p or planner()
     lines = ["anyformer doctor", "", *_machine_lines(), "", "Plan"]
@@ -139,6 +140,7 @@ def report(p: Planner | None = None) -> str:
         f"{snap['planning_s']:.2f} s in this process",
         "  decisions      " + "; ".join(f"{n}: {' | '.join(d.choices)}" for n, d in sorted(known.items())),
         f"  native kernels attention and GELU (fp32): {native.status()}",
+        kept_line(),
     ]
     if entries:
         lines.append("  measured (median time per call; * fastest; -> the choice at the current margin)")

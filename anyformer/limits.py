@@ -156,6 +156,17 @@ def kept_matmul_rate(dtype: torch.dtype = torch.float32) -> tuple[MatmulRate, st
     return rate, keep(rate)
 
 
+def kept_line() -> str:
+    """`anyformer doctor`'s line on the rates kept for the runs' MFU, read from the file, measuring nothing."""
+    machine = _machine()
+    path = limits_path(machine)
+    kept = _read(path, machine)
+    if not kept:
+        return f"  kept limits    none yet: the first run measures them, `--limits` now ({path})"
+    rates = ", ".join(f"{dtype} {r['flops'] / 1e9:,.1f} GFLOP/s ({r['when']})" for dtype, r in sorted(kept.items()))
+    return f"  kept limits    {rates}: the runs' MFU divides by these; `--limits` measures again ({path})"
+
+
 def limit_lines() -> list[str]:
     """`anyformer doctor --limits`: the rates, measured now (a few seconds), and kept for the runs' MFU."""
     from .plan import host

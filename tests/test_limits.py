@@ -57,6 +57,8 @@ def test_the_copy_counts_each_byte_read_and_written():
 
 def test_doctor_limits_prints_the_rates_measured_now_and_keeps_them(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("ANYFORMER_CACHE", str(tmp_path))
+    assert main(["doctor"]) == 0
+    assert "kept limits    none yet: the first run measures them" in capsys.readouterr().out
     monkeypatch.setattr(limits, "SIZES", (64,))
     monkeypatch.setattr(limits, "SECONDS", 0.01)
     monkeypatch.setattr(limits, "COPY_MIB", 1)
@@ -67,3 +69,6 @@ def test_doctor_limits_prints_the_rates_measured_now_and_keeps_them(capsys, monk
     kept, _ = limits.kept_matmul_rate(torch.float32)  # what the next run's MFU divides by, not measured again
     assert f"{kept.flops / 1e9:,.1f} GFLOP/s sustained (64 x 64 on {kept.library}" in out
     assert str(limits.limits_path()) in out
+    assert main(["doctor"]) == 0  # the report reads them back, measuring nothing
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  kept limits "))
+    assert f"float32 {kept.flops / 1e9:,.1f} GFLOP/s (" in line and str(limits.limits_path()) in line

@@ -149,6 +149,7 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     why["batch_size"] = f"{batch}: at most {IMAGE_BATCH}, and at most a quarter of the {n_train:,} training images"
     # 2e-3 at batch 128 (half and twice it lost, rounds 5 and 6). At batch 64 the unscaled 2e-3 won four CHOOSE
     # folders and lost three, its mean score lower (80.31 points against 80.41), image round 33: the square root stays.
+    # Below it, 1e-3 for colour pictures on new folds won one colour folder and lost two (round 35).
     lr = round(2e-3 * math.sqrt(batch / 128), 6)
     why["lr"] = f"{lr:g}: 2e-3 at batch 128, scaled by the square root of the batch"
     per_epoch = math.ceil(n_train / batch)

@@ -117,7 +117,7 @@ def limits_path(machine: dict[str, Any] | None = None) -> Path:
 
 def _read(path: Path, machine: dict[str, Any]) -> dict[str, dict]:
     """The kept rates by dtype name; {} for a file that is missing, unreadable, another format or another
-    machine's, and without any entry that is not a positive finite rate."""
+    machine's, and without any entry that is not a positive finite rate with its date, size and library."""
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
@@ -127,6 +127,7 @@ def _read(path: Path, machine: dict[str, Any]) -> dict[str, dict]:
     rates = data.get("matmul")
     return {k: v for k, v in rates.items() if isinstance(v, dict) and isinstance(v.get("flops"), (int, float))
             and math.isfinite(v["flops"]) and v["flops"] > 0 and isinstance(v.get("when"), str)
+            and type(v.get("size", 0)) is int and isinstance(v.get("library", ""), str)
             } if isinstance(rates, dict) else {}
 
 

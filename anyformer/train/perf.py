@@ -39,7 +39,7 @@ def spec_peak_flops(name: str) -> float | None:
 
 @functools.lru_cache(maxsize=None)
 def _peak(device_type: str, device_index: int | None, dtype: torch.dtype) -> tuple[float, str]:
-    """(FLOP/s, when measured where it was not measured now: ", measured <date>" or "")."""
+    """(FLOP/s, " (<when it was measured>)" for a CPU's kept rate, "" for a GPU's, measured now)."""
     if device_type == "cpu":
         from ..limits import kept_matmul_rate
         rate, when = kept_matmul_rate(dtype)

@@ -2,6 +2,7 @@
 the benchmarks read against (anyformer.limits), in the run's precision, measured by the first run on the
 machine and kept for the next ones, without moving the training RNG; on a known GPU its data sheet's dense
 bf16 peak."""
+import json
 import re
 
 import pytest
@@ -60,8 +61,11 @@ def test_a_kept_rate_of_another_machine_or_no_rate_at_all_is_measured_again(monk
                         limits.MatmulRate(str(dtype).removeprefix("torch."), 5e9, 1024))
     path = limits.limits_path()
     path.parent.mkdir(parents=True)
+    ours = json.dumps(limits._machine())
     for n, text in enumerate(("not json", '{"format": "anyformer-limits/1", "machine": {"cpu": "another"}, '
-                              '"matmul": {"float32": {"flops": 1e15, "when": "2020-01-01T00:00Z"}}}'), 1):
+                              '"matmul": {"float32": {"flops": 1e15, "when": "2020-01-01T00:00Z"}}}',
+                              '{"format": "anyformer-limits/1", "machine": ' + ours + ', '
+                              '"matmul": {"float32": {"flops": 1e15, "when": "2020-01-01T00:00Z", "size": "big"}}}'), 1):
         path.write_text(text)
         assert limits.kept_matmul_rate(torch.float32)[0].flops == 5e9 and len(asked) == n  # measured
         assert limits.kept_matmul_rate(torch.float32)[0].flops == 5e9 and len(asked) == n  # then read back

@@ -55,7 +55,7 @@ def test_the_next_run_reads_the_kept_rate_and_says_when_it_was_measured(monkeypa
     assert limits.kept_matmul_rate(torch.float32)[0] == limits.MatmulRate("float32", 77e9, 1024, "oneDNN")
 
 
-def test_a_kept_rate_of_another_machine_or_no_rate_at_all_is_measured_again(monkeypatch, empty_cache):
+def test_a_kept_rate_unreadable_of_another_machine_or_malformed_is_measured_again(monkeypatch, empty_cache):
     asked = []
     monkeypatch.setattr(limits, "matmul_rate", lambda dtype=torch.float32: asked.append(dtype) or
                         limits.MatmulRate(str(dtype).removeprefix("torch."), 5e9, 1024))

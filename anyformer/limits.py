@@ -131,11 +131,11 @@ def _read(path: Path, machine: dict[str, Any]) -> dict[str, dict]:
             } if isinstance(rates, dict) else {}
 
 
-def keep(rate: MatmulRate) -> str:
+def keep(rate: MatmulRate, machine: dict[str, Any] | None = None) -> str:
     """Write `rate` into this machine's limits file (beside the other dtypes' rates); returns when it was
     measured, as recorded. A cache that cannot be written is passed over: the next run measures again."""
     from .files import atomic_write_text
-    machine, when = _machine(), _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    machine, when = machine or _machine(), _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     path = limits_path(machine)
     rates = {**_read(path, machine), rate.dtype: {**asdict(rate), "when": when}}
     try:
@@ -154,7 +154,7 @@ def kept_matmul_rate(dtype: torch.dtype = torch.float32) -> tuple[MatmulRate, st
         return MatmulRate(entry.get("dtype", str(dtype)), float(entry["flops"]), int(entry.get("size", 0)),
                           str(entry.get("library", "torch.mm"))), entry["when"]
     rate = matmul_rate(dtype)
-    return rate, keep(rate)
+    return rate, keep(rate, machine)
 
 
 def kept_line() -> str:

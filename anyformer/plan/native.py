@@ -34,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -280,11 +281,18 @@ def _setup(ctx, inputs, output) -> None:
     ctx.causal = causal
 
 
-def _backward(ctx, grad_out: Tensor, grad_lse: Tensor | None):
+def _packed_grad(ctx, grad_out: Tensor, backward: Callable[..., Tensor]) -> Tensor:
+    """The gradient of the packed projection from the saved forward, by `backward` (the custom op or its bare
+    kernel), or by torch's maths where the backward records a graph (create_graph=True: see
+    _attention_grad_by_torch)."""
     qkv, out, lse = ctx.saved_tensors
-    if torch.is_grad_enabled():  # create_graph=True: see _attention_grad_by_torch
-        return _attention_grad_by_torch(qkv, grad_out, ctx.causal), None
-    return _attention_backward(qkv, out, lse, grad_out, ctx.causal), None
+    if torch.is_grad_enabled():
+        return _attention_grad_by_torch(qkv, grad_out, ctx.causal)
+    return backward(qkv, out, lse, grad_out, ctx.causal)
+
+
+def _backward(ctx, grad_out: Tensor, grad_lse: Tensor | None):
+    return _packed_grad(ctx, grad_out, _attention_backward), None
 
 
 def _attention_grad_by_torch(qkv: Tensor, grad: Tensor, causal: bool) -> Tensor:
@@ -316,15 +324,14 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        qkv, out, lse = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph=True: see _attention_grad_by_torch
-            return _attention_grad_by_torch(qkv, grad_out, ctx.causal), None
-        return _attention_backward_kernel(qkv, out, lse, grad_out, ctx.causal), None
+        return _packed_grad(ctx, grad_out, _attention_backward_kernel), None
 
 
 def _plain_eager(t: Tensor) -> bool:
     """A plain tensor outside torch.compile, jit tracing, torch.func transforms and dispatch modes (a
-    FakeTensor's, a FLOP counter's): where the kernels may be called bare, with no custom op to be seen."""
+    FakeTensor's, a FLOP counter's): where the kernels may be called bare, with no custom op to be seen.
+    layers.plain_eager(t, autocast_ok=True) asks the same, but layers imports this module (and its tests
+    stand in for torch.compile by patching its own names), so this public function asks for itself."""
     return type(t) is Tensor and not (torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None
                                       or torch._C._are_functorch_transforms_active()
                                       or torch._C._len_torch_dispatch_stack())

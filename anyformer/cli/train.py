@@ -43,8 +43,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--min-lr-ratio", type=float, metavar="R",
                    help="the cosine schedule ends at the rate times R, not at zero (default 0)")
     t.add_argument("--label-smoothing", type=float)
-    t.add_argument("--augment-strength", type=float, help="images, --augment digits: the shifts (2/28 of the side), "
-                   "rotations (10 degrees) and scalings (0.9-1.1) times this (default 1)")
+    t.add_argument("--augment-strength", type=float, help="images: --augment digits' shifts (2/28 of the side), "
+                   "rotations (10 degrees) and scalings (0.9-1.1), or crop_flip's pad (4 px), times this (default 1)")
     t.add_argument("--mixup", type=float, help="images: mixup's Beta alpha (DeiT: 0.8; 0: off)")
     t.add_argument("--cutmix", type=float, help="images: CutMix's Beta alpha (DeiT: 1.0; 0: off); with --mixup, "
                                                   "each batch takes one of the two")

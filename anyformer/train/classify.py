@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..data import (DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip, random_erasing,
                     random_resized_crop_flip)
-from ..data.images.augment import AFFINE_ROTATE_DEG, AFFINE_SCALE, AFFINE_SHIFT
+from ..data.images.augment import AFFINE_ROTATE_DEG, AFFINE_SCALE, AFFINE_SHIFT, CROP_PAD
 from ..data.images.mix import mix_batch
 from ..data.images.preprocess import ImagePreprocess
 from ..data.images.vision import source_splits, warn_skipped
@@ -80,8 +80,8 @@ class ImageClassification(ClassifierReport):
         g = step_generator(self.cfg.seed, step)
         if self.cfg.augment == "digits":
             x = digits_affine(x, self.cfg.augment_strength, g, self._black)
-        elif self.cfg.augment == "crop_flip":
-            x = random_crop_flip(x, generator=g)
+        elif self.cfg.augment == "crop_flip":  # CIFAR's 4-pixel pad at strength 1, scaled by it
+            x = random_crop_flip(x, pad=crop_pad(self.cfg.augment_strength, x.shape[-2:]), generator=g)
         elif self.cfg.augment == "resized_crop":
             x = random_resized_crop_flip(x, generator=g)
         if self.cfg.random_erasing:  # after the warp, on normalised pixels: the noise is at the data's scale
@@ -337,3 +337,9 @@ def digits_affine(x: Tensor, strength: float, generator: torch.Generator, fill: 
     return random_affine(x, max_shift=AFFINE_SHIFT * strength, max_rotate_deg=AFFINE_ROTATE_DEG * strength,
                          scale=(1 - AFFINE_SCALE * strength, 1 + AFFINE_SCALE * strength), generator=generator,
                          fill=fill)
+
+
+def crop_pad(strength: float, size: tuple[int, int]) -> int:
+    """The colour pictures' crop (`--augment crop_flip`): CIFAR's 4-pixel pad times `strength`, rounded, and at most
+    one pixel under the shorter side (a reflected pad cannot reach further)."""
+    return min(round(CROP_PAD * strength), min(size) - 1)

@@ -36,7 +36,8 @@ class TrainConfig:
     grad_clip: float | None = None
     sam: float = 0.0                         # sharpness-aware minimisation's radius (train/sam.py); 0: off
     augment: str = "none"
-    augment_strength: float = 1.0            # images, augment=digits: the shifts, rotations and scalings times this
+    augment_strength: float = 1.0            # images: digits' shifts, rotations and scalings, or crop_flip's pad,
+                                             # times this
     mixup: float = 0.0                       # images: mixup's Beta alpha (0: off; data/images/mix.py)
     cutmix: float = 0.0                      # images: CutMix's Beta alpha (0: off; with mixup, even odds a batch)
     random_erasing: float = 0.0              # images: the chance that a picture has a rectangle replaced by noise
@@ -96,8 +97,8 @@ class TrainConfig:
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {valid}")
         if not 0 <= self.augment_strength < 7:  # at 7 a shift reaches half the side and a scaling 0.3
-            raise ValueError(f"augment_strength scales the shifts, rotations and scalings: expected 0 to 7, got "
-                             f"{self.augment_strength}")
+            raise ValueError(f"augment_strength scales the shifts, rotations and scalings or the crop's pad: expected "
+                             f"0 to 7, got {self.augment_strength}")
         if self.mixup < 0 or self.cutmix < 0:
             raise ValueError(f"mixup and cutmix take a Beta alpha >= 0 (0: off), got {self.mixup} and {self.cutmix}")
         if not 0 <= self.random_erasing <= 1:

@@ -17,6 +17,7 @@ from torch import nn
 from anyformer.data import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip
 from anyformer.train import Trainer
 from anyformer.train.batches import epoch_order, step_generator
+from anyformer.train.classify import crop_pad
 from anyformer.train.build import TRUNK, build_model
 from anyformer.train.distributed import Distributed
 from anyformer.train.tasks import ImageClassification
@@ -106,6 +107,12 @@ def test_augment_transforms_the_batch_as_named(tmp_path, mnist_slice):
     none = ImageClassification(short(tmp_path, augment="digits", augment_strength=0.0), torch.device("cpu"),
                                *mnist_slice).batch(3)[0][0]
     torch.testing.assert_close(none, plain, rtol=0, atol=1e-4)  # strength 0: the identity (resampled in float32)
+    # The crop's pad scales too: 4 px at strength 1, 2 px at 0.5, and at most the side less one pixel.
+    half = ImageClassification(short(tmp_path, augment="crop_flip", augment_strength=0.5), torch.device("cpu"),
+                               *mnist_slice).batch(3)[0][0]
+    assert torch.equal(half, random_crop_flip(plain, pad=2, generator=step_generator(0, 3)))
+    assert not torch.equal(half, crop_flip)
+    assert crop_pad(6.9, (16, 20)) == 15 and crop_pad(2.0, (64, 64)) == 8 and crop_pad(0.0, (8, 8)) == 0
     _, resized = batch("resized_crop")
     assert torch.equal(resized, random_resized_crop_flip(plain, generator=step_generator(0, 3)))
     assert not torch.equal(digits, plain) and not torch.equal(crop_flip, plain) and not torch.equal(resized, plain)

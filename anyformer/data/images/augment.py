@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..transfer import to_device
 
-__all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "random_affine", "random_crop_flip",
+__all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "CROP_PAD", "random_affine", "random_crop_flip",
            "random_erasing", "random_resized_crop_flip"]
 
 # random_affine's default ranges (grey digits and glyphs: +-2 px on 28x28, +-10 degrees, 0.9-1.1 zoom); the
@@ -27,6 +27,7 @@ __all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "random_affine",
 AFFINE_SHIFT = 2 / 28
 AFFINE_ROTATE_DEG = 10.0
 AFFINE_SCALE = 0.1
+CROP_PAD = 4  # random_crop_flip's pad: CIFAR's 4 pixels (1/8 of a 32-pixel side)
 
 
 def _draw(fn, *args, generator: torch.Generator | None, device: torch.device, **kwargs) -> torch.Tensor:
@@ -110,7 +111,7 @@ def random_affine(
 
 def random_crop_flip(
     x: torch.Tensor,
-    pad: int = 4,
+    pad: int = CROP_PAD,
     flip: bool = True,
     generator: torch.Generator | None = None,
     *,

@@ -18,9 +18,9 @@ For each MEASURE folder (built first: `python benchmarks/image_sets.py DIR`):
   - ResNet-18: timm's `resnet18` (random weights, in_chans and num_classes of the folder), trained from scratch
     for as many seconds as anyformer's training took (its summary's train_seconds; --resnet-seconds to set
     them), with anyformer's batch size, AdamW (lr 1e-3, weight decay 0.05), label smoothing 0.1, a 5% warm-up
-    and a cosine decay over the seconds, the run's own augmentation (its config's `augment`) and
-    normalisation; images under 32 px a side are scaled up to 32 (the network strides 32); the same seed
-    (--seed, default 0) and threads; scored once, at the end.
+    and a cosine decay over the seconds, the run's own augmentation (its config's `augment` at its
+    `augment_strength`) and normalisation; images under 32 px a side are scaled up to 32 (the network strides
+    32); the same seed (--seed, default 0) and threads; scored once, at the end.
 
 `--seed K` measures another split: anyformer runs with `--seed K` (the seed draws its held-out share and its
 initialisation alike) and the peers are fitted on that split; the ResNet-18 is seeded with K. A held-out share
@@ -117,8 +117,9 @@ def train_resnet(task, meta: dict, seconds: float, threads: int, seed: int = 0) 
     import torch
     import torch.nn.functional as F
 
-    from anyformer.data import random_affine, random_crop_flip
+    from anyformer.data import random_crop_flip
     from anyformer.interop._torchvision_compat import ensure_torchvision_importable
+    from anyformer.train.classify import crop_pad, digits_affine
     ensure_torchvision_importable()
     import timm
 
@@ -132,6 +133,7 @@ def train_resnet(task, meta: dict, seconds: float, threads: int, seed: int = 0) 
     batch = int(train_cfg.get("batch_size") or 128)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     augment = train_cfg.get("augment")
+    strength = float(train_cfg.get("augment_strength", 1.0))
     black = float(task.normalise(torch.zeros(c, 1, 1, dtype=torch.uint8))[0, 0, 0])
 
     def prepare(x: torch.Tensor) -> torch.Tensor:
@@ -153,9 +155,9 @@ def train_resnet(task, meta: dict, seconds: float, threads: int, seed: int = 0) 
         idx = torch.randint(0, n, (min(batch, n),), generator=g)
         x = task.normalise(task.train.images[idx])
         if augment == "digits":
-            x = random_affine(x, generator=g, fill=black)
+            x = digits_affine(x, strength, g, black)
         elif augment == "crop_flip":
-            x = random_crop_flip(x, generator=g)
+            x = random_crop_flip(x, pad=crop_pad(strength, (h, w)), generator=g)
         loss = F.cross_entropy(model(prepare(x)), task.train.labels[idx], label_smoothing=0.1)
         opt.zero_grad(set_to_none=True)
         loss.backward()

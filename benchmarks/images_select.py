@@ -89,6 +89,7 @@ from bench_common import (
     table,
     wait_for_quiet,
 )
+from choosing import ranks as choosing_ranks
 from choosing import resolve_rules, verdict
 from image_sets import CHOOSE, MEASURE, folder_of
 
@@ -299,7 +300,6 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
     (folder, fold)'s facts as anyformer derives them now, which the rules are resolved with, as the runs were
     (a row's own facts are those of the code it ran with: a rule over `side` reads 8 in a row written before
     8x8 pictures were derived at 16); without them, the row's."""
-    import pandas as pd
     latest = {key(r): r for r in rows}
     names = [*candidates, *REFERENCES]
     flags = {**candidates, **{r: None for r in REFERENCES}}
@@ -327,7 +327,7 @@ def summarise(rows: list[dict], folders: list[str], candidates: dict[str, str], 
     ranks: dict[str, dict[str, float]] = {c: {} for c in candidates}
     for f in folders:
         scored = {c: scores[(f, c)] for c in candidates if scores[(f, c)] is not None}
-        for c, rank in pd.Series(scored, dtype=float).rank(ascending=False, method="average").items():
+        for c, rank in choosing_ranks(scored).items():
             ranks[c][f] = float(rank)
     means = {}
     for c in names:

@@ -64,7 +64,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 for _p in (str(ROOT), str(ROOT / "benchmarks")):
@@ -73,6 +72,7 @@ for _p in (str(ROOT), str(ROOT / "benchmarks")):
 
 from bench_common import RESULTS, cpu_words, load_average, processor_folder, table  # noqa: E402
 from bench_tables import run_anyformer, run_peer  # noqa: E402
+from choosing import ranks as choosing_ranks  # noqa: E402
 from choosing import resolve_rules, verdict  # noqa: E402
 from tables_data import CHOOSE, holdout_split, kfold, load_table, read_pair, write_pair  # noqa: E402
 
@@ -191,7 +191,7 @@ def summarise(rows: list[dict], tables: list[str], candidates: dict[str, str], k
     ranks: dict[str, dict[str, float]] = {c: {} for c in candidates}
     for t in tables:
         scored = {c: scores[(t, c)] for c in candidates if scores[(t, c)] is not None}
-        for c, rank in pd.Series(scored, dtype=float).rank(ascending=False, method="average").items():
+        for c, rank in choosing_ranks(scored).items():
             ranks[c][t] = float(rank)
     means = {}
     for c in names:

@@ -167,6 +167,12 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert "--augment none" in plain.derived["random_erasing"]
     cropped = recipe_config(None, data=str(folder), augment="resized_crop")
     assert cropped.random_erasing == 0.25 and "after the resized_crop" in cropped.derived["random_erasing"]
+    # Colour crops move a picture by up to 2 pixels (image round 37); grey pictures' warps keep strength 1; a flag wins
+    assert cfg.augment_strength == 0.5 and "2 pixels" in cfg.derived["augment_strength"]
+    assert grey.augment_strength == 1.0 and "augment_strength" not in grey.derived
+    assert cropped.augment_strength == 1.0
+    strong = recipe_config(None, data=str(folder), augment_strength=2.0)
+    assert strong.augment_strength == 2.0 and "augment_strength" not in strong.derived
 
 
 def test_tiny_pictures_are_scaled_up_to_give_the_tokens_of_larger_ones(tmp_path):

@@ -17,8 +17,8 @@ from torch import nn
 from anyformer.data import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip
 from anyformer.train import Trainer
 from anyformer.train.batches import epoch_order, step_generator
-from anyformer.train.classify import crop_pad
 from anyformer.train.build import TRUNK, build_model
+from anyformer.train.classify import crop_pad
 from anyformer.train.distributed import Distributed
 from anyformer.train.tasks import ImageClassification
 

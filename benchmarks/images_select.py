@@ -89,8 +89,7 @@ from bench_common import (
     table,
     wait_for_quiet,
 )
-from choosing import ranks as choosing_ranks
-from choosing import resolve_rules, verdict
+from choosing import ranks as choosing_ranks, resolve_rules, verdict
 from image_sets import CHOOSE, MEASURE, folder_of
 
 REFERENCES = ("LogReg", "SVM")

@@ -72,8 +72,7 @@ for _p in (str(ROOT), str(ROOT / "benchmarks")):
 
 from bench_common import RESULTS, cpu_words, load_average, processor_folder, table  # noqa: E402
 from bench_tables import run_anyformer, run_peer  # noqa: E402
-from choosing import ranks as choosing_ranks  # noqa: E402
-from choosing import resolve_rules, verdict  # noqa: E402
+from choosing import ranks as choosing_ranks, resolve_rules, verdict  # noqa: E402
 from tables_data import CHOOSE, holdout_split, kfold, load_table, read_pair, write_pair  # noqa: E402
 
 REFERENCE = "LightGBM"

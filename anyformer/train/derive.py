@@ -192,9 +192,11 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     # Crops of a picture padded by 2 pixels (reflected), half CIFAR's 4, at every size: ahead on cifar-8 and clip art,
     # level on the textures, behind on cifar-a; 78.92 points (mean rank 1.44) against 78.85 (1.56), image round 37.
     # Round 36's 1/8 of the side (2 px at 16, 8 at 64) won cifar-8 and lost clip art, its mean score lower (78.79).
-    strength = 0.5 if kind == "crop_flip" else 1.0
+    strength = 1.0  # the grey pictures' warps: measured on both sides (rounds 11 and 12)
     if kind == "crop_flip":
-        why["augment_strength"] = "0.5: the crops move a picture by up to 2 pixels (half CIFAR's 4), at every size"
+        strength = 0.5
+        why["augment_strength"] = (f"{strength:g}: the crops move a picture by up to 2 pixels (half CIFAR's 4), at "
+                                   "every size")
     # DeiT's random erasing on top of either: ahead on five of the eight CHOOSE folders, behind on two, level on
     # one; 79.97 points (mean rank 1.31) against 79.54 (1.69), image round 24.
     erasing = asked.get("random_erasing")

@@ -249,3 +249,29 @@ def test_the_subpackages_are_attributes_of_a_fresh_import():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["prepare", "ViT", "read_idx", "anyformer.viz", "open_run", "Trainer",
                                   "True", "train"]
+
+
+@pytest.mark.slow
+def test_a_language_model_run_imports_no_image_or_table_reader(tmp_path):
+    """A run on text (one step, in a fresh process) never imports Pillow or pandas: the readers of other
+    kinds of data cost about 0.4 s of every start."""
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 200)
+    code = ("import sys, anyformer as af\n"
+            f"af.train.train('shakespeare-char', data={str(text)!r}, out={str(tmp_path / 'run')!r}, max_steps=1, "
+            "eval_iters=1, batch_size=2, seq_len=16, progress=False, plots=False, "
+            "model_overrides=dict(width=32, depth=1, heads=2, context=16))\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'PIL', 'pandas'}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_name_the_data_packages_list_is_reached_on_first_use():
+    """anyformer.data and anyformer.data.images import their names lazily: each listed name resolves."""
+    import anyformer.data as data
+    import anyformer.data.images as images
+    for package in (data, images):
+        assert set(package._EXPORTS) <= set(package.__all__)
+        for name in package.__all__:
+            assert getattr(package, name) is not None, f"{package.__name__}.{name}"

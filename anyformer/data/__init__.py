@@ -10,15 +10,25 @@
   device), `errors` (`DataError`, `DataWarning`).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The light modules now (`download` the function, not the module of that name, is the package's attribute);
+# the rest on first use, as the package `anyformer` does: a language model's run reads text and should not
+# pay for Pillow and pandas, which the image and table readers import (0.4 s together).
 from .download import download, sha256_file
 from .errors import DataError, DataWarning
-from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset, load_numpy_pickle,
-                     parse_idx, random_affine, random_crop_flip, random_erasing, random_resized_crop_flip,
-                     read_idx)
 from .locations import default_cache_dir
-from .text import (TEXT_NAMES, BPETokenizer, CharTokenizer, TokenCorpus, load_corpus, load_tokenizer, read_text,
-                   tokenizer_from_info)
 
+_EXPORTS = {
+    **dict.fromkeys(("DATASET_NAMES", "ImageDataset", "ImagePreprocess", "load_image", "load_image_dataset",
+                     "load_numpy_pickle", "parse_idx", "random_affine", "random_crop_flip", "random_erasing",
+                     "random_resized_crop_flip", "read_idx"), "images"),
+    **dict.fromkeys(("TEXT_NAMES", "BPETokenizer", "CharTokenizer", "TokenCorpus", "load_corpus", "load_tokenizer",
+                     "read_text", "tokenizer_from_info"), "text"),
+}
 __all__ = [
     "BPETokenizer",
     "CharTokenizer",
@@ -46,3 +56,26 @@ __all__ = [
     "load_tokenizer",
     "tokenizer_from_info",
 ]
+_SUBPACKAGES = ("images", "text", "series", "tables", "detect", "download", "errors", "locations", "split",
+                "transfer")
+
+if TYPE_CHECKING:
+    from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset,
+                         load_numpy_pickle, parse_idx, random_affine, random_crop_flip, random_erasing,
+                         random_resized_crop_flip, read_idx)
+    from .text import (TEXT_NAMES, BPETokenizer, CharTokenizer, TokenCorpus, load_corpus, load_tokenizer, read_text,
+                       tokenizer_from_info)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_SUBPACKAGES})

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from ..data.detect import detect_kind
 from ..data.split import holdout_fraction
 from .sam import passes_per_step
 
@@ -69,6 +68,7 @@ def auto_settings(data: str, asked: dict[str, Any], series_recipe: dict[str, Any
     """(what the data is, the recipe-like settings for it, why each derived one was chosen). `asked`
     holds the flags given (None where not): a value given is taken as it is and not derived.
     `series_recipe`: the series recipe's settings, which series data starts from."""
+    from ..data.detect import detect_kind  # here: it reads every kind of file, and a named recipe reads none
     kind = detect_kind(data, asked.get("label_column"))
     forced = asked.get("objective")  # --task text / table / lm: the kind of data, as the user says
     flag = f"--task {forced}"

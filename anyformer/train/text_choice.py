@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..data.errors import DataError
 from ..data.split import MIN_HELD_OUT_PER_CLASS
-from ..data.text.labelled import LabelledTexts
 from .config import TrainConfig
+
+if TYPE_CHECKING:  # named in annotations only: its module reads tables, with pandas
+    from ..data.text.labelled import LabelledTexts
 
 CHOOSE = "choose"
 CHOICE_FRACTION = 0.2

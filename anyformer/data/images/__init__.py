@@ -14,18 +14,22 @@ One file a question:
   training images; `augment`: batched augmentation on the device.
 """
 
-from .augment import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip
-from .dataset import ImageDataset
-from .drawn import Framing, fit_framing
-from .folders import IMAGE_EXTS
-from .idx import parse_idx, read_idx
-from .numpy_pickle import load_numpy_pickle
-from .picture import UnreadableImage, fit_image, read_picture
-from .preprocess import ImagePreprocess
-from .registry import DATASET_NAMES
-from .scan import ImageFolderScan, derive_image_size, scan_images
-from .vision import load_image, load_image_dataset, source_splits, warn_skipped
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names are imported on first use: `registry` (which names there are) and `folders`' extensions are read
+# by runs on other data too, which need not pay for Pillow.
+_EXPORTS = {
+    **dict.fromkeys(("random_affine", "random_crop_flip", "random_erasing", "random_resized_crop_flip"), "augment"),
+    "ImageDataset": "dataset", "Framing": "drawn", "fit_framing": "drawn", "IMAGE_EXTS": "folders",
+    "parse_idx": "idx", "read_idx": "idx", "load_numpy_pickle": "numpy_pickle",
+    "UnreadableImage": "picture", "fit_image": "picture", "read_picture": "picture",
+    "ImagePreprocess": "preprocess", "DATASET_NAMES": "registry",
+    "ImageFolderScan": "scan", "derive_image_size": "scan", "scan_images": "scan",
+    **dict.fromkeys(("load_image", "load_image_dataset", "source_splits", "warn_skipped"), "vision"),
+}
 __all__ = [
     "DATASET_NAMES",
     "Framing",
@@ -51,3 +55,32 @@ __all__ = [
     "source_splits",
     "warn_skipped",
 ]
+_MODULES = ("augment", "cache", "dataset", "decode_process", "drawn", "folders", "idx", "mix", "numpy_pickle",
+            "picture", "preprocess", "readers", "registry", "scan", "vision")
+
+if TYPE_CHECKING:
+    from .augment import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip
+    from .dataset import ImageDataset
+    from .drawn import Framing, fit_framing
+    from .folders import IMAGE_EXTS
+    from .idx import parse_idx, read_idx
+    from .numpy_pickle import load_numpy_pickle
+    from .picture import UnreadableImage, fit_image, read_picture
+    from .preprocess import ImagePreprocess
+    from .registry import DATASET_NAMES
+    from .scan import ImageFolderScan, derive_image_size, scan_images
+    from .vision import load_image, load_image_dataset, source_splits, warn_skipped
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_MODULES})

@@ -56,8 +56,9 @@ __all__ = [
     "load_tokenizer",
     "tokenizer_from_info",
 ]
-_SUBPACKAGES = ("images", "text", "series", "tables", "detect", "download", "errors", "locations", "split",
-                "transfer")
+# The folders and modules below, reachable as attributes (`af.data.images`) without importing each first
+# (`download`, `errors` and `locations` are loaded already).
+_MODULES = ("images", "text", "series", "tables", "detect", "split", "transfer")
 
 if TYPE_CHECKING:
     from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset,
@@ -72,10 +73,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
         globals()[name] = value
         return value
-    if name in _SUBPACKAGES:
+    if name in _MODULES:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, *_SUBPACKAGES})
+    return sorted({*globals(), *_EXPORTS, *_MODULES})

@@ -19,8 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# Names are imported on first use: `registry` (which names there are) and `folders`' extensions are read
-# by runs on other data too, which need not pay for Pillow.
+# Names are imported on first use: `registry` (which names there are), which reads no picture, is imported
+# by runs on text too, which need not pay for Pillow.
 _EXPORTS = {
     **dict.fromkeys(("random_affine", "random_crop_flip", "random_erasing", "random_resized_crop_flip"), "augment"),
     "ImageDataset": "dataset", "Framing": "drawn", "fit_framing": "drawn", "IMAGE_EXTS": "folders",

@@ -204,9 +204,13 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
         erasing = 0.0
         why["random_erasing"] = "0: --augment none asks for the training pictures as they are"
     elif erasing is None:
-        erasing = 0.25
-        why["random_erasing"] = (f"{erasing:g}: a quarter of the training pictures have one rectangle (2% to 33% of "
-                                 f"the picture) replaced by noise, after the {kind} augmentation (DeiT's setting)")
+        # Half the grey pictures: ahead on mnist-8, the lowercase glyphs and tabler, level on mnist-s (the colour
+        # folders untouched); 79.24 points (mean rank 1.31) against 78.92 (1.69), image round 39.
+        erasing = 0.25 if scan.colour else 0.5
+        share = "a quarter" if scan.colour else "half"
+        why["random_erasing"] = (f"{erasing:g}: {share} of the training pictures have one rectangle (2% to 33% of "
+                                 f"the picture) replaced by noise, after the {kind} augmentation (DeiT's setting"
+                                 + (")" if scan.colour else ", twice as often for grey pictures)"))
     values = dict(task="classify", model="vit-mnist-fast", data=data, image_size=size, val_fraction=fraction,
                   batch_size=batch, lr=lr, epochs=epochs, warmup_steps=warmup, eval_every=eval_every,
                   augment=augment, augment_strength=strength, random_erasing=erasing, weight_decay=0.05,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The light modules now (`download` the function, not the module of that name, is the package's attribute);
-# the rest on first use, as the package `anyformer` does: a language model's run reads text and should not
-# pay for Pillow and pandas, which the image and table readers import (0.4 s together).
+# `download`, `errors` and `locations` load now: they are light, and `download` must be the function, not its
+# module of the same name. The rest load on first use, as the package `anyformer`'s names do: a language model's
+# run reads text and should not pay for Pillow and pandas, which the image and table readers import (0.4 s).
 from .download import download, sha256_file
 from .errors import DataError, DataWarning
 from .locations import default_cache_dir

@@ -36,7 +36,7 @@ def test_every_registered_task_has_every_member_of_the_protocol(name):
     assert "info" in inspect.signature(cls.__init__).parameters
 
 
-def test_the_registry_names_every_built_in_tasks_pictures_without_importing_it():
+def test_the_registrys_own_list_of_pictures_is_what_its_tasks_draw():
     from anyformer.train.tasks import PICTURES, task_pictures
     builtin = {p for name in TASKS for p in TASKS[name].pictures}
     assert builtin == set(PICTURES) and set(task_pictures()) == builtin

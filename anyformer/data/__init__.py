@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
 
 # `download`, `errors` and `locations` load now: they are light, and `download` must be the function, not its
 # module of the same name. The rest load on first use, as the package `anyformer`'s names do: a language model's
@@ -68,15 +69,4 @@ if TYPE_CHECKING:
                        tokenizer_from_info)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    if name in _MODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, *_MODULES})
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, _MODULES)

@@ -16,8 +16,9 @@ One file a question:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ...lazy import lazy_names
 
 # Names are imported on first use: `registry` (which names there are), which reads no picture, is imported
 # by runs on text too, which need not pay for Pillow.
@@ -72,15 +73,4 @@ if TYPE_CHECKING:
     from .vision import load_image, load_image_dataset, source_splits, warn_skipped
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    if name in _MODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, *_MODULES})
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, _MODULES)

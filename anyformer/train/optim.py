@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from .config import TrainConfig
 
@@ -41,6 +41,27 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, impl: str = "foreach") ->
     # Decoupled weight decay in both cases: Keras's Adam(weight_decay=...), which Turner's (2023) MNIST ViT
     # uses, decouples it too.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **{impl: True})
+
+
+@torch.no_grad()
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> Tensor:
+    """`torch.nn.utils.clip_grad_norm_(params, max_norm)`: the gradients scaled by min(1, max_norm / (norm +
+    1e-6)) in place, and their total 2-norm returned. Where every gradient is a plain tensor of one device and
+    dtype (any single-process or DDP run), the same four operations torch runs (each tensor's norm, the norm
+    of those norms, the clamped coefficient, one multiply), so the same bits, without its per-call checks
+    and grouping by device and dtype: a quarter less time on nanoGPT's CPU recipe model, 52 tensors (390
+    against 525 us a call; benchmarks/bench_clip.py). Anything else (FSDP's sharded gradients, mixed dtypes)
+    goes to torch's own."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    first = grads[0]
+    plain = all(type(g) is Tensor and g.device == first.device and g.dtype == first.dtype for g in grads)
+    if not plain or first.device.type not in ("cpu", "cuda"):
+        return nn.utils.clip_grad_norm_(params, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
+    return total
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:

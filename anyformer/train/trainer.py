@@ -32,7 +32,7 @@ from .config import TrainConfig
 from .distributed import Distributed
 from .ema import EMA
 from .kept import KeptWeights
-from .optim import lr_at, make_optimizer
+from .optim import clip_grad_norm, lr_at, make_optimizer
 from .perf import Peak
 from .planning import StepPlan, adamw_kernel, prepare_for_training, stand_ins
 from .precision import autocast, deterministic_kernels, fast_fp32_matmuls, make_scaler, settle_amp
@@ -139,6 +139,7 @@ class Trainer:
         self.forward_model: nn.Module = self.dist.wrap(self.model)
         # After wrapping: FSDP replaces the parameters with sharded ones, which the optimiser must hold.
         self.optimizer = make_optimizer(self.model, cfg, adamw_kernel(self.model, cfg, self.device))
+        self.trained = list(self.model.parameters())  # what each step clips: the same tensors the optimiser holds
 
     # ---------------------------------------------------------------- the plan
     def tune(self) -> dict[str, Any]:
@@ -191,7 +192,7 @@ class Trainer:
         if self.scaler is not None and cfg.grad_clip:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
         if cfg.grad_clip:
-            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            clip_grad_norm(self.trained, cfg.grad_clip)
         if self.scaler is None:
             self.optimizer.step()
         else:  # skips the update if a gradient overflowed, then adjusts the scale

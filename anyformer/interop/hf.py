@@ -170,6 +170,8 @@ def _check_vit_exportable(vit: ViT, architecture: str) -> None:
         problems.append(f"activation={c.activation!r}")
     if c.attn_locality:
         problems.append("attn_locality (HF ViT's attention has no learned temperature or masked diagonal)")
+    if c.shifted_patches:
+        problems.append("shifted_patches (HF ViT's patch embedding sees the image alone)")
     if architecture == "ViTForImageClassification" and c.head_hidden:
         problems.append("head_hidden (ViTForImageClassification has a single linear classifier; "
                         "use architecture='ViTModel' to export the pre-logits layer as its pooler)")

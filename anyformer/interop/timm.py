@@ -154,6 +154,8 @@ def _check_exportable(vit: ViT) -> None:
         problems.append("bias=False (timm's patch embedding always has a bias)")
     if c.attn_locality:
         problems.append("attn_locality (timm's attention has no learned temperature or masked diagonal)")
+    if c.shifted_patches:
+        problems.append("shifted_patches (timm's patch embedding sees the image alone)")
     if problems:
         raise ValueError(f"this ViT has no timm VisionTransformer equivalent: {'; '.join(problems)}")
 

@@ -38,6 +38,7 @@ class ViTConfig:
     stem_channels: int = 0           # the conv stem's last-stage channels (0: width / 2)
     stem_convs: int = 1              # the conv stem's 3x3 convolutions a stage (the first stride 2, the rest 1)
     stem_norm: str = "none"          # none | batch: BatchNorm after each of the conv stem's 3x3 convolutions
+    shifted_patches: bool = False    # the stem also sees four copies moved half a patch diagonally (Lee et al. 2021)
     position: str = "learned"        # learned | concat | sinusoidal (2-D) | none
     pos_width: int = 0               # channels of concatenated positions (position="concat")
     class_token: bool = True
@@ -71,6 +72,8 @@ class ViTConfig:
             raise ValueError(f"stem_convs must be a positive integer (3x3 convolutions a stage), got {self.stem_convs!r}")
         if self.stem_norm not in STEM_NORMS:
             raise ValueError(f"unknown stem_norm {self.stem_norm!r}; expected one of {STEM_NORMS}")
+        if not isinstance(self.shifted_patches, bool):
+            raise ValueError(f"shifted_patches must be true or false, got {self.shifted_patches!r}")
         if isinstance(self.shift_average, bool) or not isinstance(self.shift_average, int) or not (
                 0 <= self.shift_average < min(pair(self.image_size))):
             raise ValueError(f"shift_average must be 0 (none) or a shift in pixels under the image's shorter side "
@@ -92,9 +95,10 @@ class ViT(Model):
         super().__init__()
         self.config = c = config
         token_width = c.width - (c.pos_width if c.position == "concat" else 0)
-        self.patch_embed = (PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias) if c.stem == "patch"
+        self.patch_embed = (PatchEmbedding(c.patch_size, c.in_chans, token_width, bias=c.bias,
+                                           shifted=c.shifted_patches) if c.stem == "patch"
                             else ConvStem(c.patch_size, c.in_chans, token_width, c.stem_channels, c.stem_convs,
-                                          c.stem_norm))
+                                          c.stem_norm, shifted=c.shifted_patches))
         self.prefix = ClassToken(token_width, c.num_registers, c.class_token)
         n = c.grid[0] * c.grid[1] + self.prefix.num_prefix
         self.pos = {"learned": lambda: LearnedPosition(n, c.width),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..shapes import pair
 
@@ -57,17 +58,42 @@ class LinearEmbedding(nn.Module):
         return self.proj(x)
 
 
+SHIFTED_COPIES = 5  # the image and its four diagonal copies
+
+
+def shifted_copies(x: Tensor, shift: int) -> Tensor:
+    """(B, C, H, W) -> (B, 5C, H, W): the images, then their copies moved `shift` pixels diagonally
+    (the content moved down-right, down-left, up-right, up-left), each gap filled with zeros.
+
+    The input of Lee et al.'s shifted patch tokenisation ("Vision Transformer for Small-Size
+    Datasets", 2021): a patch cut from these channels also holds the pixels half a patch beyond
+    each corner, so every token sees across its patch's borders.
+    """
+    if shift < 1:
+        raise ValueError(f"a shift of at least 1 pixel is needed, got {shift}")
+    h, w = x.shape[-2:]
+    padded = F.pad(x, (shift, shift, shift, shift))
+    corners = [padded[..., top:top + h, left:left + w] for top in (0, 2 * shift) for left in (0, 2 * shift)]
+    return torch.cat([x, *corners], dim=1)
+
+
 class PatchEmbedding(nn.Module):
     """Images (B, C, H, W) -> patch tokens (B, H/p * W/p, D), row-major over the patch grid.
 
     Any H and W divisible by the patch (non-square too) and any channel count fixed at build.
+    `shifted=True` first stacks each image with its four copies moved half a patch diagonally
+    (`shifted_copies`), Lee et al.'s shifted patch tokenisation, without their LayerNorm of each
+    flattened patch: the projection sees 5 x C channels.
     """
 
-    def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int, bias: bool = True) -> None:
+    def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int, bias: bool = True,
+                 shifted: bool = False) -> None:
         super().__init__()
         self.patch_size = pair(patch_size)
         self.in_chans = in_chans
-        self.proj = nn.Conv2d(in_chans, width, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
+        self.shift = shift_of(self.patch_size, shifted)
+        self.proj = nn.Conv2d(in_chans * (SHIFTED_COPIES if self.shift else 1), width,
+                              kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
 
     def grid(self, height: int, width: int) -> tuple[int, int]:
         ph, pw = self.patch_size
@@ -83,7 +109,19 @@ class PatchEmbedding(nn.Module):
         if not x.is_floating_point():
             raise TypeError(f"images must be a floating-point tensor, got dtype {x.dtype}")
         self.grid(x.shape[2], x.shape[3])
+        if self.shift:
+            x = shifted_copies(x, self.shift)
         return self.proj(x).flatten(2).transpose(1, 2)
+
+
+def shift_of(patch_size: tuple[int, int], shifted: bool) -> int:
+    """The shifted copies' offset: half the (shorter side of the) patch, 0 where not shifted."""
+    if not shifted:
+        return 0
+    if min(patch_size) < 2:
+        raise ValueError(f"shifted patches move the image half a patch, so the patch needs a side of at least 2, "
+                         f"got {patch_size[0]}x{patch_size[1]}")
+    return min(patch_size) // 2
 
 
 class ClassToken(nn.Module):

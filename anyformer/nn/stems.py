@@ -15,7 +15,7 @@ import math
 from torch import nn
 
 from ..shapes import pair
-from .embeddings import PatchEmbedding
+from .embeddings import SHIFTED_COPIES, PatchEmbedding, shift_of
 
 
 STEM_NORMS = ("none", "batch")
@@ -28,12 +28,12 @@ class ConvStem(PatchEmbedding):
     projection to D. `norm="batch"`: each 3x3 convolution (then without its bias) is followed by
     BatchNorm before its GELU, as in Xiao et al.
 
-    Everything but the projection (shape checks, the token grid, the flattening) is the patch
-    embedding's: the stem is a deeper `proj`.
+    Everything but the projection (shape checks, the token grid, the flattening, the shifted
+    copies where `shifted`) is the patch embedding's: the stem is a deeper `proj`.
     """
 
     def __init__(self, patch_size: int | tuple[int, int], in_chans: int, width: int,
-                 channels: int = 0, convs: int = 1, norm: str = "none") -> None:
+                 channels: int = 0, convs: int = 1, norm: str = "none", shifted: bool = False) -> None:
         ph, pw = pair(patch_size)
         if ph != pw or ph < 2 or ph & (ph - 1):
             raise ValueError(f"a conv stem needs a square power-of-two patch size, got {ph}x{pw}")
@@ -44,10 +44,11 @@ class ConvStem(PatchEmbedding):
         # Not PatchEmbedding.__init__: its single conv would be built and thrown away, drawing from the RNG.
         nn.Module.__init__(self)
         self.patch_size, self.in_chans = (ph, pw), in_chans
+        self.shift = shift_of(self.patch_size, shifted)
         layers: list[nn.Module] = []
         steps = int(math.log2(ph))
         last = channels or width // 2
-        have = in_chans
+        have = in_chans * (SHIFTED_COPIES if self.shift else 1)
         for i in range(steps):
             out = max(8, last // 2 ** (steps - 1 - i))
             for j in range(convs):

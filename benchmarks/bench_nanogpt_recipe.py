@@ -109,6 +109,14 @@ def printed_loss(log: Path, pattern: str) -> float:
     return float(found[-1])
 
 
+def precision(log: Path) -> str:
+    """The precision an anyformer run says it trains in, on its first line ("... | fp32 | 2,000 steps ..."): the
+    speed plan takes bf16 autocast where the processor has bf16 and measures it faster, and nanoGPT on a CPU
+    trains in fp32, so a reader must see which maths each row is."""
+    parts = log.read_text().splitlines()[0].split(" | ") if log.read_text().strip() else []
+    return parts[2] if len(parts) > 3 else "(not printed)"
+
+
 def windows(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Every whole (CONTEXT + 1)-token window, not overlapping: inputs and next-token targets."""
     n = (len(ids) - 1) // CONTEXT
@@ -170,7 +178,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     tree = prepare_nanogpt(args.nanogpt.resolve(), args.text, args.work)
 
-    rows, ratios = [], []
+    rows, ratios, precisions = [], [], []
     load_before = load_average()
     for r in range(args.rounds):
         order = ["nanoGPT", "anyformer"] if r % 2 == 0 else ["anyformer", "nanoGPT"]
@@ -190,6 +198,7 @@ def main() -> None:
                 seconds[who] = timed([sys.executable, "-m", "anyformer", "train", *anyformer_args(args.max_iters),
                                       "--data", str(args.text), "--out", str(out)], ROOT, log)
                 own[who] = printed_loss(log, r"val loss ([0-9.]+)")
+                precisions.append(precision(log))
                 ours[who] = anyformer_val_loss(out, text)
             print(f"round {r}: {who} {seconds[who]:.1f} s, val loss printed {own[who]:.4f}, "
                   f"every window {ours[who]:.4f}", flush=True)
@@ -212,6 +221,8 @@ def main() -> None:
              "nanoGPT command": "`python train.py " + " ".join(nanogpt_args(args.max_iters)) + " --out_dir=...`",
              "anyformer command": "`python -m anyformer train " + " ".join(anyformer_args(args.max_iters))
                                   + f" --data {args.text.name} --out ...`",
+             "anyformer's precision (its speed plan's choice here; nanoGPT's is fp32 on a CPU)":
+                 ", ".join(sorted(set(precisions))),
              "this script": "`python benchmarks/bench_nanogpt_recipe.py " + " ".join(sys.argv[1:]) + "`"}
     write_results(ROOT / "benchmarks" / "results" / "nanogpt_recipe.md",
                   "nanoGPT's own code on its CPU recipe against anyformer on the same recipe",

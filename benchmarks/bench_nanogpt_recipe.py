@@ -113,7 +113,8 @@ def precision(log: Path) -> str:
     """The precision an anyformer run says it trains in, on its first line ("... | fp32 | 2,000 steps ..."): the
     speed plan takes bf16 autocast where the processor has bf16 and measures it faster, and nanoGPT on a CPU
     trains in fp32, so a reader must see which maths each row is."""
-    parts = log.read_text().splitlines()[0].split(" | ") if log.read_text().strip() else []
+    lines = log.read_text().splitlines()
+    parts = lines[0].split(" | ") if lines else []
     return parts[2] if len(parts) > 3 else "(not printed)"
 
 

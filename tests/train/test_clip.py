@@ -44,6 +44,7 @@ def test_the_clip_gives_torchs_norm_and_gradients_bit_for_bit(scale, mixed) -> N
     else:  # under it: multiplied by exactly 1
         assert not any(changed)
 
+
 def test_no_gradient_at_all_is_a_norm_of_zero() -> None:
     m = _model()
     assert float(clip_grad_norm(list(m.parameters()), 1.0)) == 0.0

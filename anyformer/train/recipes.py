@@ -104,8 +104,8 @@ RECIPES: dict[str, dict[str, Any]] = {
         eval_every=600, model_overrides=dict(stem="kernels", pool="mean", kernel_features=10_000)),
     # Flow-matching generators (a DiT; see train/flow.py), sized for a 2-core CPU.
     # 7x7 patches (16 tokens, not 49) predicting the clean image (Li & He 2025: large patches need it) for
-    # 1,600 steps: 0.37 of the 4x4 recipe's arithmetic, for the AVX2 hosts' 15 minutes, chosen on held-out
-    # training images by the judge's consistency (benchmarks/results/amd-epyc/mnist_gen_recipe_round2.md).
+    # 1,600 steps: 0.37 of the 4x4 recipe's training time under AVX2, for those hosts' 15 minutes; chosen on
+    # held-out training images by a judge's consistency (benchmarks/results/amd-epyc/mnist_gen_recipe_round2.md).
     "mnist-gen": dict(
         about="class-conditional MNIST digits by flow matching: a small DiT on 7x7 patches, EMA weights, "
               "bf16 where faster",

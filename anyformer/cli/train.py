@@ -50,6 +50,9 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
                                                   "each batch takes one of the two")
     t.add_argument("--random-erasing", type=float, metavar="P",
                    help="images: the chance that a picture has one rectangle replaced by noise (DeiT: 0.25; 0: off)")
+    t.add_argument("--random-stroke", type=float, metavar="P",
+                   help="images: the chance that a picture's strokes are made thicker or thinner, by up to a pixel "
+                        "a side, before its other augmentation (0: off, the default)")
     t.add_argument("--grad-clip", type=float)
     t.add_argument("--sam", type=float, metavar="RHO",
                    help="sharpness-aware minimisation (Foret et al. 2021): each step's gradient taken again at the "

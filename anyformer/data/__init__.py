@@ -26,7 +26,7 @@ from .locations import default_cache_dir
 _EXPORTS = {
     **dict.fromkeys(("DATASET_NAMES", "ImageDataset", "ImagePreprocess", "load_image", "load_image_dataset",
                      "load_numpy_pickle", "parse_idx", "random_affine", "random_crop_flip", "random_erasing",
-                     "random_resized_crop_flip", "read_idx"), "images"),
+                     "random_resized_crop_flip", "random_stroke_width", "read_idx"), "images"),
     **dict.fromkeys(("TEXT_NAMES", "BPETokenizer", "CharTokenizer", "TokenCorpus", "load_corpus", "load_tokenizer",
                      "read_text", "tokenizer_from_info"), "text"),
 }
@@ -48,6 +48,7 @@ __all__ = [
     "random_crop_flip",
     "random_erasing",
     "random_resized_crop_flip",
+    "random_stroke_width",
     "read_idx",
     "read_text",
     "sha256_file",
@@ -64,7 +65,7 @@ _MODULES = ("images", "text", "series", "tables", "detect", "split", "transfer")
 if TYPE_CHECKING:
     from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset,
                          load_numpy_pickle, parse_idx, random_affine, random_crop_flip, random_erasing,
-                         random_resized_crop_flip, read_idx)
+                         random_resized_crop_flip, random_stroke_width, read_idx)
     from .text import (TEXT_NAMES, BPETokenizer, CharTokenizer, TokenCorpus, load_corpus, load_tokenizer, read_text,
                        tokenizer_from_info)
 

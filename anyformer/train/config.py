@@ -42,6 +42,8 @@ class TrainConfig:
     cutmix: float = 0.0                      # images: CutMix's Beta alpha (0: off; with mixup, even odds a batch)
     random_erasing: float = 0.0              # images: the chance that a picture has a rectangle replaced by noise
                                              # (DeiT: 0.25; 0: off; data/images/augment.py random_erasing)
+    random_stroke: float = 0.0               # images: the chance that a picture's strokes are made thicker or
+                                             # thinner (0: off; data/images/augment.py random_stroke_width)
     normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1];
                                              # series (time series only): then each series by its own
     eval_every: int = 0                      # steps between evaluations; 0 = each epoch
@@ -104,6 +106,9 @@ class TrainConfig:
         if not 0 <= self.random_erasing <= 1:
             raise ValueError(f"random_erasing is the chance that a picture is erased in part: expected 0 to 1, got "
                              f"{self.random_erasing}")
+        if not 0 <= self.random_stroke <= 1:
+            raise ValueError(f"random_stroke is the chance that a picture's strokes change width: expected 0 to 1, "
+                             f"got {self.random_stroke}")
         if self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError(f"batch_size and grad_accum must be >= 1, got {self.batch_size}, {self.grad_accum}")
         if self.batch_size % self.grad_accum:

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anyformer.data import random_affine, random_crop_flip, random_erasing, random_resized_crop_flip, read_idx
+from anyformer.data import (random_affine, random_crop_flip, random_erasing, random_resized_crop_flip,
+                            random_stroke_width, read_idx)
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
 
@@ -231,6 +232,53 @@ def test_erasing_rejects_bad_input() -> None:
         random_erasing(torch.zeros(1, 1, 8, 8), ratio=(2.0, 1.0))
     with pytest.raises(ValueError, match="floating point"):
         random_erasing(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
+
+
+# --------------------------------------------------------------------------- random_stroke_width
+
+
+def test_stroke_width_thickens_or_thins_each_digit_by_a_share_of_a_pixel(digits: torch.Tensor) -> None:
+    # p=1: every digit moves one way, by a share in [0, 1) of the way to its 3x3 maximum (thicker light strokes on
+    # MNIST's black) or minimum (thinner), both ways about equally often, the share spread over the range.
+    y = random_stroke_width(digits, p=1.0, generator=_gen(3))
+    dilated = F.max_pool2d(digits, 3, stride=1, padding=1)
+    eroded = -F.max_pool2d(-digits, 3, stride=1, padding=1)
+    thicker = (y >= digits).flatten(1).all(1)
+    thinner = (y <= digits).flatten(1).all(1)
+    assert bool((thicker | thinner).all()) and 0.4 < float(thicker.float().mean()) < 0.6
+    target = torch.where(thicker[:, None, None, None], dilated, eroded)
+    gap = (target - digits).flatten(1)
+    share = ((y - digits).flatten(1) * gap).sum(1) / (gap * gap).sum(1)  # how far along the way to the filter
+    assert torch.allclose(y, digits + share[:, None, None, None] * (target - digits), atol=1e-6)
+    assert float(share.min()) >= 0 and float(share.max()) < 1 and float(share.std()) > 0.2  # uniform: std 0.29
+    ink = y.flatten(1).sum(1) - digits.flatten(1).sum(1)
+    assert bool((ink[thicker & (share > 0.1)] > 0).all()) and bool((ink[thinner & (share > 0.1)] < 0).all())
+
+
+def test_stroke_width_changes_about_p_of_the_pictures_and_p0_is_the_identity(digits: torch.Tensor) -> None:
+    x = digits.repeat(8, 1, 1, 1)
+    share = (random_stroke_width(x, p=0.25, generator=_gen(4)) != x).flatten(1).any(1).float().mean()
+    assert abs(float(share) - 0.25) < 0.04
+    assert random_stroke_width(x, p=0.0, generator=_gen(4)) is x
+
+
+def test_stroke_width_commutes_with_a_positive_normalisation(digits: torch.Tensor) -> None:
+    # The trainer applies it to normalised pixels: (x - mean) / std with std > 0 keeps the filters' order.
+    mean, std = 0.13, 0.31
+    a = random_stroke_width((digits - mean) / std, p=0.5, generator=_gen(5))
+    b = (random_stroke_width(digits, p=0.5, generator=_gen(5)) - mean) / std
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_stroke_width_shape_dtype_determinism(digits: torch.Tensor) -> None:
+    _same_seed_same_batch(lambda x, generator: random_stroke_width(x, p=0.5, generator=generator), digits[:32])
+
+
+def test_stroke_width_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="p is a probability"):
+        random_stroke_width(torch.zeros(1, 1, 8, 8), p=-0.1)
+    with pytest.raises(ValueError, match="floating point"):
+        random_stroke_width(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
 
 
 # --------------------------------------------------------------------------- speed

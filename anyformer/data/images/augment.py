@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..transfer import to_device
 
 __all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "CROP_PAD", "random_affine", "random_crop_flip",
-           "random_erasing", "random_resized_crop_flip"]
+           "random_erasing", "random_resized_crop_flip", "random_stroke_width"]
 
 # random_affine's default ranges (grey digits and glyphs: +-2 px on 28x28, +-10 degrees, 0.9-1.1 zoom); the
 # trainer's `--augment-strength` scales these (train/classify.py digits_affine).
@@ -224,3 +224,26 @@ def random_erasing(
     erased = (inside_rows[:, :, None] & inside_cols[:, None, :]) & (u[:, 0] < p)[:, None, None]
     noise = _draw(torch.randn, b, c, h, w, generator=generator, device=x.device, dtype=x.dtype)
     return torch.where(erased[:, None], noise, x)
+
+
+def random_stroke_width(x: torch.Tensor, p: float = 0.5, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Strokes made thicker or thinner (glyphs in another face's weight, a pen pressed harder): each sample, with
+    probability `p`, is moved towards its grey-level dilation (a 3x3 maximum filter) or its erosion (a 3x3
+    minimum filter), each direction alike likely, by a share drawn uniform in [0, 1). Dilation widens the bright
+    strokes of light-on-dark writing by up to a pixel a side and narrows dark-on-light ones; erosion the other way,
+    so the result does not depend on which of the two a folder holds. Monotone in the pixel values, so it may run
+    before or after a positive per-channel normalisation alike.
+
+    Returns a new tensor of the same shape and dtype; `p=0` returns `x` unchanged and draws nothing.
+    """
+    _check_batch(x, "random_stroke_width", need_float=True)
+    if not 0 <= p <= 1:
+        raise ValueError(f"random_stroke_width: p is a probability in [0, 1], got {p}")
+    if p == 0:
+        return x
+    u = _draw(torch.rand, x.shape[0], 3, generator=generator, device=x.device, dtype=x.dtype)
+    share = (u[:, 1] * (u[:, 0] < p))[:, None, None, None]
+    thicker = (u[:, 2] < 0.5)[:, None, None, None]
+    dilated = F.max_pool2d(x, 3, stride=1, padding=1)  # max_pool pads with -inf: the border is not a stroke
+    eroded = -F.max_pool2d(-x, 3, stride=1, padding=1)
+    return torch.lerp(x, torch.where(thicker, dilated, eroded), share)

@@ -53,6 +53,9 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--random-stroke", type=float, metavar="P",
                    help="images: the chance that a picture's strokes are made thicker or thinner, by up to a pixel "
                         "a side, before its other augmentation (0: off, the default)")
+    t.add_argument("--random-elastic", type=float, metavar="P",
+                   help="images: the chance that a picture is distorted elastically (Simard et al. 2003: a smooth "
+                        "random displacement of about 1/20 of the side), before its warp or crop (0: off, the default)")
     t.add_argument("--grad-clip", type=float)
     t.add_argument("--sam", type=float, metavar="RHO",
                    help="sharpness-aware minimisation (Foret et al. 2021): each step's gradient taken again at the "

@@ -25,7 +25,7 @@ from .locations import default_cache_dir
 
 _EXPORTS = {
     **dict.fromkeys(("DATASET_NAMES", "ImageDataset", "ImagePreprocess", "load_image", "load_image_dataset",
-                     "load_numpy_pickle", "parse_idx", "random_affine", "random_crop_flip", "random_erasing",
+                     "load_numpy_pickle", "parse_idx", "random_affine", "random_crop_flip", "random_elastic", "random_erasing",
                      "random_resized_crop_flip", "random_stroke_width", "read_idx"), "images"),
     **dict.fromkeys(("TEXT_NAMES", "BPETokenizer", "CharTokenizer", "TokenCorpus", "load_corpus", "load_tokenizer",
                      "read_text", "tokenizer_from_info"), "text"),
@@ -46,6 +46,7 @@ __all__ = [
     "parse_idx",
     "random_affine",
     "random_crop_flip",
+    "random_elastic",
     "random_erasing",
     "random_resized_crop_flip",
     "random_stroke_width",
@@ -64,8 +65,8 @@ _MODULES = ("images", "text", "series", "tables", "detect", "split", "transfer")
 
 if TYPE_CHECKING:
     from .images import (DATASET_NAMES, ImageDataset, ImagePreprocess, load_image, load_image_dataset,
-                         load_numpy_pickle, parse_idx, random_affine, random_crop_flip, random_erasing,
-                         random_resized_crop_flip, random_stroke_width, read_idx)
+                         load_numpy_pickle, parse_idx, random_affine, random_crop_flip, random_elastic,
+                         random_erasing, random_resized_crop_flip, random_stroke_width, read_idx)
     from .text import (TEXT_NAMES, BPETokenizer, CharTokenizer, TokenCorpus, load_corpus, load_tokenizer, read_text,
                        tokenizer_from_info)
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import (DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip, random_erasing,
-                    random_resized_crop_flip, random_stroke_width)
+from ..data import (DataError, ImageDataset, load_image_dataset, random_affine, random_crop_flip, random_elastic,
+                    random_erasing, random_resized_crop_flip, random_stroke_width)
 from ..data.images.augment import AFFINE_ROTATE_DEG, AFFINE_SCALE, AFFINE_SHIFT, CROP_PAD
 from ..data.images.mix import mix_batch
 from ..data.images.preprocess import ImagePreprocess
@@ -80,6 +80,8 @@ class ImageClassification(ClassifierReport):
         g = step_generator(self.cfg.seed, step)
         if self.cfg.random_stroke:  # first, on the picture as drawn: a face's weight, before it is warped or cut
             x = random_stroke_width(x, self.cfg.random_stroke, generator=g)
+        if self.cfg.random_elastic:  # the hand's wobble, then where the picture sits (the warp or the crop)
+            x = random_elastic(x, self.cfg.random_elastic, generator=g)
         if self.cfg.augment == "digits":
             x = digits_affine(x, self.cfg.augment_strength, g, self._black)
         elif self.cfg.augment == "crop_flip":  # CIFAR's 4-pixel pad at strength 1, scaled by it

@@ -44,6 +44,8 @@ class TrainConfig:
                                              # (DeiT: 0.25; 0: off; data/images/augment.py random_erasing)
     random_stroke: float = 0.0               # images: the chance that a picture's strokes are made thicker or
                                              # thinner (0: off; data/images/augment.py random_stroke_width)
+    random_elastic: float = 0.0              # images: the chance that a picture is distorted elastically
+                                             # (Simard et al. 2003; 0: off; data/images/augment.py random_elastic)
     normalize: str = "dataset"               # dataset: per-channel mean/std; symmetric: pixels in [-1, 1];
                                              # series (time series only): then each series by its own
     eval_every: int = 0                      # steps between evaluations; 0 = each epoch
@@ -109,6 +111,9 @@ class TrainConfig:
         if not 0 <= self.random_stroke <= 1:
             raise ValueError(f"random_stroke is the chance that a picture's strokes change width: expected 0 to 1, "
                              f"got {self.random_stroke}")
+        if not 0 <= self.random_elastic <= 1:
+            raise ValueError(f"random_elastic is the chance that a picture is distorted elastically: expected 0 to "
+                             f"1, got {self.random_elastic}")
         if self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError(f"batch_size and grad_accum must be >= 1, got {self.batch_size}, {self.grad_accum}")
         if self.batch_size % self.grad_accum:

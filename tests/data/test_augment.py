@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anyformer.data import (random_affine, random_crop_flip, random_erasing, random_resized_crop_flip,
+from anyformer.data import (random_affine, random_crop_flip, random_elastic, random_erasing, random_resized_crop_flip,
                             random_stroke_width, read_idx)
 
 SHARED = Path(os.environ.get("ANYFORMER_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
@@ -279,6 +279,62 @@ def test_stroke_width_rejects_bad_input() -> None:
         random_stroke_width(torch.zeros(1, 1, 8, 8), p=-0.1)
     with pytest.raises(ValueError, match="floating point"):
         random_stroke_width(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
+
+
+# --------------------------------------------------------------------------- random_elastic
+
+
+def _moves(h: int, w: int, seed: int, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """The displacement, in pixels along each axis, that random_elastic gives each pixel of 64 pictures: read
+    through pictures whose values are their own column (row) index, which bilinear resampling reproduces."""
+    cols = torch.arange(w, dtype=torch.float64).expand(64, 1, h, w)
+    rows = torch.arange(h, dtype=torch.float64)[:, None].expand(64, 1, h, w)
+    # The same seed draws the same field for both, so they read one displacement's two axes.
+    return (random_elastic(cols, generator=_gen(seed), **kw) - cols,
+            random_elastic(rows, generator=_gen(seed), **kw) - rows)
+
+
+def test_elastic_moves_pixels_by_a_smooth_field_of_the_asked_size() -> None:
+    # p=1: about 1.4 px a pixel on 28 x 28 (magnitude 1.4/28 of the side), neighbours moving nearly alike,
+    # pixels far apart independently; on a wide picture each axis scaled by its own side.
+    dx, dy = _moves(28, 28, 7, p=1.0)
+    inner = (slice(None), 0, slice(4, 24), slice(4, 24))  # away from the border, where moves are clamped
+    for d in (dx[inner], dy[inner]):
+        assert 0.8 < float(d.std()) < 1.6
+        step = (d[:, :, 1:] - d[:, :, :-1]).std()
+        assert float(step) < 0.25 * float(d.std())  # smooth: a pixel's neighbour moves nearly alike
+        far = torch.corrcoef(torch.stack([d[:, :, 0].flatten(), d[:, :, 19].flatten()]))[0, 1]
+        assert abs(float(far)) < 0.3  # 19 px apart: unrelated
+    wide_x, wide_y = _moves(28, 56, 7, p=1.0)
+    assert 1.6 < float(wide_x[:, 0, 4:24, 8:48].std()) / float(wide_y[:, 0, 4:24, 8:48].std()) < 2.5
+    still, _ = _moves(28, 28, 7, p=1.0, magnitude=0.0)
+    assert float(still.abs().max()) < 1e-9
+
+
+def test_elastic_distorts_about_p_of_the_pictures_and_leaves_the_rest_bit_for_bit(digits: torch.Tensor) -> None:
+    x = digits.repeat(4, 1, 1, 1)
+    y = random_elastic(x, p=0.25, generator=_gen(8))
+    changed = (y != x).flatten(1).any(1)
+    assert abs(float(changed.float().mean()) - 0.25) < 0.06
+    assert torch.equal(y[~changed], x[~changed])
+    # A digit is bent, not wiped out or doubled: its ink grows where the field stretches it and shrinks where it
+    # squeezes, by about a tenth in the median, never twice over.
+    ink = (y[changed].flatten(1).sum(1) / x[changed].flatten(1).sum(1) - 1).abs()
+    assert 0.02 < float(ink.median()) < 0.2 and float(ink.max()) < 1
+    assert random_elastic(x, p=0.0, generator=_gen(8)) is x
+
+
+def test_elastic_shape_dtype_determinism(digits: torch.Tensor) -> None:
+    _same_seed_same_batch(lambda x, generator: random_elastic(x, p=0.5, generator=generator), digits[:32])
+
+
+def test_elastic_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="p is a probability"):
+        random_elastic(torch.zeros(1, 1, 8, 8), p=1.5)
+    with pytest.raises(ValueError, match="spacing in"):
+        random_elastic(torch.zeros(1, 1, 8, 8), spacing=0.0)
+    with pytest.raises(ValueError, match="floating point"):
+        random_elastic(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
 
 
 # --------------------------------------------------------------------------- speed

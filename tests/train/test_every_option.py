@@ -56,6 +56,8 @@ OPTION_PINS: dict[str, list[str]] = {
         "tests/train/test_every_option_step.py::test_random_erasing_erases_the_augmented_batch_with_the_steps_draws"],
     "random_stroke": [
         "tests/train/test_every_option_step.py::test_random_stroke_changes_the_strokes_first_with_the_steps_draws"],
+    "random_elastic": [
+        "tests/train/test_every_option_step.py::test_random_elastic_bends_the_pictures_after_the_strokes_before_the_warp"],
     "augment": ["tests/train/test_every_option_step.py::test_augment_transforms_the_batch_as_named"],
     "augment_strength": ["tests/train/test_every_option_step.py::test_augment_transforms_the_batch_as_named",
                          "tests/train/test_every_option_step.py::test_an_augment_strength_out_of_range_is_refused"],

@@ -14,7 +14,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from torch import nn
 
-from anyformer.data import (random_affine, random_crop_flip, random_erasing, random_resized_crop_flip,
+from anyformer.data import (random_affine, random_crop_flip, random_elastic, random_erasing, random_resized_crop_flip,
                             random_stroke_width)
 from anyformer.train import Trainer
 from anyformer.train.batches import epoch_order, step_generator
@@ -149,6 +149,23 @@ def test_random_stroke_changes_the_strokes_first_with_the_steps_draws(tmp_path, 
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="random_stroke is the chance"):
             short(tmp_path, random_stroke=bad)
+
+
+def test_random_elastic_bends_the_pictures_after_the_strokes_before_the_warp(tmp_path, mnist_slice):
+    # From the same step generator: the strokes' draws, then the elastic field's, then the digits' warp.
+    def batch(**kw):
+        task = ImageClassification(short(tmp_path, augment="digits", **kw), torch.device("cpu"), *mnist_slice)
+        return task, task.batch(3)[0][0]
+    task, warped = batch()
+    g = step_generator(0, 3)
+    plain = task.normalise(task.images[epoch_order(320, 0, 0)[96:128]])
+    bent = random_elastic(random_stroke_width(plain, 0.5, generator=g), 0.5, generator=g)
+    expected = random_affine(bent, generator=g, fill=task._black)
+    _, both = batch(random_stroke=0.5, random_elastic=0.5)
+    assert torch.equal(both, expected) and not torch.equal(both, warped)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="random_elastic is the chance"):
+            short(tmp_path, random_elastic=bad)
 
 def test_grad_accum_splits_the_step_into_that_many_chunks(tmp_path, mnist_slice):
     trainer = make_trainer(short(tmp_path, grad_accum=4), mnist_slice)

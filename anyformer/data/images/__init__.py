@@ -23,8 +23,8 @@ from ...lazy import lazy_names
 # Names are imported on first use: `registry` (which names there are), which reads no picture, is imported
 # by runs on text too, which need not pay for Pillow.
 _EXPORTS = {
-    **dict.fromkeys(("random_affine", "random_crop_flip", "random_erasing", "random_resized_crop_flip",
-                    "random_stroke_width"), "augment"),
+    **dict.fromkeys(("random_affine", "random_crop_flip", "random_elastic", "random_erasing",
+                     "random_resized_crop_flip", "random_stroke_width"), "augment"),
     "ImageDataset": "dataset", "Framing": "drawn", "fit_framing": "drawn", "IMAGE_EXTS": "folders",
     "parse_idx": "idx", "read_idx": "idx", "load_numpy_pickle": "numpy_pickle",
     "UnreadableImage": "picture", "fit_image": "picture", "read_picture": "picture",
@@ -49,6 +49,7 @@ __all__ = [
     "parse_idx",
     "random_affine",
     "random_crop_flip",
+    "random_elastic",
     "random_erasing",
     "random_resized_crop_flip",
     "random_stroke_width",
@@ -62,7 +63,7 @@ _MODULES = ("augment", "cache", "dataset", "decode_process", "drawn", "folders",
             "picture", "preprocess", "readers", "registry", "scan", "vision")
 
 if TYPE_CHECKING:
-    from .augment import (random_affine, random_crop_flip, random_erasing, random_resized_crop_flip,
+    from .augment import (random_affine, random_crop_flip, random_elastic, random_erasing, random_resized_crop_flip,
                           random_stroke_width)
     from .dataset import ImageDataset
     from .drawn import Framing, fit_framing

@@ -19,8 +19,9 @@ import torch.nn.functional as F
 
 from ..transfer import to_device
 
-__all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "CROP_PAD", "random_affine", "random_crop_flip",
-           "random_erasing", "random_resized_crop_flip", "random_stroke_width"]
+__all__ = ["AFFINE_ROTATE_DEG", "AFFINE_SCALE", "AFFINE_SHIFT", "CROP_PAD", "ELASTIC_MAGNITUDE", "ELASTIC_SPACING",
+           "random_affine", "random_crop_flip", "random_elastic", "random_erasing", "random_resized_crop_flip",
+           "random_stroke_width"]
 
 # random_affine's default ranges (grey digits and glyphs: +-2 px on 28x28, +-10 degrees, 0.9-1.1 zoom); the
 # trainer's `--augment-strength` scales these (train/classify.py digits_affine).
@@ -28,6 +29,12 @@ AFFINE_SHIFT = 2 / 28
 AFFINE_ROTATE_DEG = 10.0
 AFFINE_SCALE = 0.1
 CROP_PAD = 4  # random_crop_flip's pad: CIFAR's 4 pixels (1/8 of a 32-pixel side)
+# random_elastic's defaults, as shares of the side: Simard et al. (2003) smoothed MNIST's random displacement
+# fields with a Gaussian of 4 px and scaled them by 34, which leaves each pixel moved by about 1.4 px (a standard
+# deviation) and neighbours within about 7 px moving together; here control points 7/28 of the side apart,
+# each moved by a normal draw of standard deviation 1.4/28 of the side.
+ELASTIC_MAGNITUDE = 1.4 / 28
+ELASTIC_SPACING = 7 / 28
 
 
 def _draw(fn, *args, generator: torch.Generator | None, device: torch.device, **kwargs) -> torch.Tensor:
@@ -247,3 +254,38 @@ def random_stroke_width(x: torch.Tensor, p: float = 0.5, generator: torch.Genera
     dilated = F.max_pool2d(x, 3, stride=1, padding=1)  # max_pool pads with -inf: the border is not a stroke
     eroded = -F.max_pool2d(-x, 3, stride=1, padding=1)
     return torch.lerp(x, torch.where(thicker, dilated, eroded), share)
+
+
+def random_elastic(x: torch.Tensor, p: float = 0.5, magnitude: float = ELASTIC_MAGNITUDE,
+                   spacing: float = ELASTIC_SPACING, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Elastic distortion (Simard et al. 2003, "Best practices for convolutional neural networks applied to visual
+    document analysis"): each sample, with probability `p`, is resampled through a smooth random displacement
+    field, the wobble of a hand that never draws a stroke twice alike. The field: control points on a grid
+    `spacing` of the side apart (the corners included), each moved along each axis by a normal draw with standard
+    deviation `magnitude` of that axis's side, interpolated bicubically between them (Simard smoothed per-pixel
+    noise with a Gaussian; a coarse grid gives a field of the same kind in one small draw). Bilinear resampling;
+    pixels moved in from outside take the nearest border pixel's value, so light-on-dark and dark-on-light
+    pictures are treated alike and no normalised background value is needed.
+
+    Returns a new tensor of the same shape and dtype; `p=0` returns `x` unchanged and draws nothing.
+    """
+    _check_batch(x, "random_elastic", need_float=True)
+    if not 0 <= p <= 1:
+        raise ValueError(f"random_elastic: p is a probability in [0, 1], got {p}")
+    if not magnitude >= 0 or not 0 < spacing <= 1:
+        raise ValueError(f"random_elastic: magnitude >= 0 and spacing in (0, 1] (shares of the side), got "
+                         f"{magnitude} and {spacing}")
+    if p == 0:
+        return x
+    b, _, h, w = x.shape
+    points = math.ceil(1 / spacing) + 1  # control points an axis, corners included
+    chosen = _draw(torch.rand, b, generator=generator, device=x.device, dtype=x.dtype) < p
+    field = _draw(torch.randn, b, 2, points, points, generator=generator, device=x.device, dtype=x.dtype)
+    # grid_sample reads positions in [-1, 1] on each axis: a move of m of the side is 2m there.
+    field = field * (2 * magnitude) * chosen[:, None, None, None]
+    field = F.interpolate(field, size=(h, w), mode="bicubic", align_corners=True)  # (B, 2: x then y, H, W)
+    identity = F.affine_grid(torch.eye(2, 3, dtype=x.dtype, device=x.device).expand(b, 2, 3), [b, 1, h, w],
+                             align_corners=False)
+    grid = identity + field.permute(0, 2, 3, 1)
+    moved = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return torch.where(chosen[:, None, None, None], moved, x)  # the rest bit for bit, not resampled at 0 shift

@@ -25,8 +25,8 @@ from .locations import default_cache_dir
 
 _EXPORTS = {
     **dict.fromkeys(("DATASET_NAMES", "ImageDataset", "ImagePreprocess", "load_image", "load_image_dataset",
-                     "load_numpy_pickle", "parse_idx", "random_affine", "random_crop_flip", "random_elastic", "random_erasing",
-                     "random_resized_crop_flip", "random_stroke_width", "read_idx"), "images"),
+                     "load_numpy_pickle", "parse_idx", "random_affine", "random_crop_flip", "random_elastic",
+                     "random_erasing", "random_resized_crop_flip", "random_stroke_width", "read_idx"), "images"),
     **dict.fromkeys(("TEXT_NAMES", "BPETokenizer", "CharTokenizer", "TokenCorpus", "load_corpus", "load_tokenizer",
                      "read_text", "tokenizer_from_info"), "text"),
 }

@@ -6,7 +6,7 @@ Python, the data and the profiler's own bookkeeping between them.
 
     python benchmarks/profile_step.py --isa avx2 --tag nanogpt-recipe -- shakespeare-char --set context=64 \\
         --set width=128 --set depth=4 --set heads=4 --seq-len 64 --batch-size 12 --max-steps 300 --no-progress
-    python benchmarks/profile_step.py --isa avx2 --tag vit-mnist --skip 20 --steps 20 -- mnist --max-steps 80
+    python benchmarks/profile_step.py --isa avx2 --tag mnist-recipe --skip 10 --steps 20 -- mnist --max-steps 50
 
 ARGS are `anyformer train`'s (after `--`); their --max-steps must leave room for skip + 2 x steps. --isa avx2 runs
 every library's AVX2 code (bench_common.ISA_ENV), so an AVX2 host's profile can be taken on an AVX-512 one. The

@@ -122,12 +122,10 @@ def test_augment_transforms_the_batch_as_named(tmp_path, mnist_slice):
 def test_random_erasing_erases_the_augmented_batch_with_the_steps_draws(tmp_path, mnist_slice):
     # After the warp, from the same step generator: the digits' warp first, then the erasing's draws.
     def batch(**kw):
-        task = ImageClassification(short(tmp_path, augment="digits", **kw), torch.device("cpu"), *mnist_slice)
-        return task, task.batch(3)[0][0]
+        return _digits_batch(tmp_path, mnist_slice, **kw)
     task, warped = batch()
     g = step_generator(0, 3)
-    expected = random_erasing(random_affine(task.normalise(task.images[epoch_order(320, 0, 0)[96:128]]), generator=g,
-                                            fill=task._black), 0.5, generator=g)
+    expected = random_erasing(random_affine(_plain_step3(task), generator=g, fill=task._black), 0.5, generator=g)
     _, erased = batch(random_erasing=0.5)
     assert torch.equal(erased, expected) and not torch.equal(erased, warped)
     for bad in (-0.1, 1.5):
@@ -135,14 +133,24 @@ def test_random_erasing_erases_the_augmented_batch_with_the_steps_draws(tmp_path
             short(tmp_path, random_erasing=bad)
 
 
+def _digits_batch(tmp_path, mnist_slice, **kw) -> tuple[ImageClassification, torch.Tensor]:
+    """A digits-augmented task with the options `kw`, and the pictures of its batch at step 3 (seed 0)."""
+    task = ImageClassification(short(tmp_path, augment="digits", **kw), torch.device("cpu"), *mnist_slice)
+    return task, task.batch(3)[0][0]
+
+
+def _plain_step3(task: ImageClassification) -> torch.Tensor:
+    """Step 3's 32 pictures, normalised and not augmented: the fourth batch of epoch 0's order."""
+    return task.normalise(task.images[epoch_order(320, 0, 0)[96:128]])
+
+
 def test_random_stroke_changes_the_strokes_first_with_the_steps_draws(tmp_path, mnist_slice):
     # Before the warp, from the same step generator: the strokes' draws first, then the digits' warp.
     def batch(**kw):
-        task = ImageClassification(short(tmp_path, augment="digits", **kw), torch.device("cpu"), *mnist_slice)
-        return task, task.batch(3)[0][0]
+        return _digits_batch(tmp_path, mnist_slice, **kw)
     task, warped = batch()
     g = step_generator(0, 3)
-    plain = task.normalise(task.images[epoch_order(320, 0, 0)[96:128]])
+    plain = _plain_step3(task)
     expected = random_affine(random_stroke_width(plain, 0.5, generator=g), generator=g, fill=task._black)
     _, stroked = batch(random_stroke=0.5)
     assert torch.equal(stroked, expected) and not torch.equal(stroked, warped)
@@ -154,11 +162,10 @@ def test_random_stroke_changes_the_strokes_first_with_the_steps_draws(tmp_path, 
 def test_random_elastic_bends_the_pictures_after_the_strokes_before_the_warp(tmp_path, mnist_slice):
     # From the same step generator: the strokes' draws, then the elastic field's, then the digits' warp.
     def batch(**kw):
-        task = ImageClassification(short(tmp_path, augment="digits", **kw), torch.device("cpu"), *mnist_slice)
-        return task, task.batch(3)[0][0]
+        return _digits_batch(tmp_path, mnist_slice, **kw)
     task, warped = batch()
     g = step_generator(0, 3)
-    plain = task.normalise(task.images[epoch_order(320, 0, 0)[96:128]])
+    plain = _plain_step3(task)
     bent = random_elastic(random_stroke_width(plain, 0.5, generator=g), 0.5, generator=g)
     expected = random_affine(bent, generator=g, fill=task._black)
     _, both = batch(random_stroke=0.5, random_elastic=0.5)
@@ -166,6 +173,7 @@ def test_random_elastic_bends_the_pictures_after_the_strokes_before_the_warp(tmp
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="random_elastic is the chance"):
             short(tmp_path, random_elastic=bad)
+
 
 def test_grad_accum_splits_the_step_into_that_many_chunks(tmp_path, mnist_slice):
     trainer = make_trainer(short(tmp_path, grad_accum=4), mnist_slice)

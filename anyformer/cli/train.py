@@ -56,6 +56,8 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--random-elastic", type=float, metavar="P",
                    help="images: the chance that a picture is distorted elastically (Simard et al. 2003: a smooth "
                         "random displacement of about 1/20 of the side), before its warp or crop (0: off, the default)")
+    t.add_argument("--betas", type=float, nargs=2, metavar=("B1", "B2"),
+                   help="AdamW's decay rates of its gradient averages (default: 0.9 0.999, or the recipe's)")
     t.add_argument("--grad-clip", type=float)
     t.add_argument("--sam", type=float, metavar="RHO",
                    help="sharpness-aware minimisation (Foret et al. 2021): each step's gradient taken again at the "

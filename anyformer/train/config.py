@@ -173,6 +173,9 @@ class TrainConfig:
             raise ValueError(f"resume must be true, false or \"auto\", got {self.resume!r}")
         if not isinstance(self.fsdp, bool):
             raise TypeError(f"fsdp must be true or false, got {self.fsdp!r}")
+        if not (isinstance(self.betas, (list, tuple)) and len(self.betas) == 2
+                and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in self.betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1) (AdamW's B1 B2), got {self.betas!r}")
         self.betas = tuple(self.betas)
 
     def to_dict(self) -> dict[str, Any]:

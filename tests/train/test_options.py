@@ -41,6 +41,19 @@ def test_the_floor_is_set_from_the_command_line():
     assert recipe_config("mnist", **settings(parser().parse_args(["train", "mnist"]))).min_lr_ratio == 0.0
 
 
+def test_the_betas_are_set_from_the_command_line_and_checked():
+    """`anyformer train --betas B1 B2` reaches TrainConfig.betas over the recipe's own; a rate outside [0, 1)
+    is refused with both numbers named."""
+    from anyformer.cli import parser
+    from anyformer.cli.train import settings
+    from anyformer.train import recipe_config
+    asked = settings(parser().parse_args(["train", "mnist", "--betas", "0.8", "0.99"]))
+    assert recipe_config("mnist", **asked).betas == (0.8, 0.99)
+    assert recipe_config("mnist", **settings(parser().parse_args(["train", "mnist"]))).betas == (0.9, 0.999)
+    with pytest.raises(ValueError, match=r"betas must be two numbers in \[0, 1\).*0\.9, 1\.0"):
+        recipe_config("mnist", **settings(parser().parse_args(["train", "mnist", "--betas", "0.9", "1.0"])))
+
+
 def test_a_constant_schedule_holds_the_rate_after_the_warm_up():
     cfg = config(schedule="constant")
     assert lr_at(5, 100, cfg) == pytest.approx(6e-4)

@@ -23,19 +23,23 @@
 #include "simd.h"
 
 static const int RMAX = 4;  // rows in a block
+// Keys are padded to a whole register vector (8 with AVX2, 16 with AVX-512), not to the layouts' W = 16: a small
+// ViT's 50 keys are then 56 with AVX2, not 64, an eighth less of the scores' and the softmax's work. The padded
+// keys' probabilities are zeros either way, so every sum is the same (the same bits).
+static const int KP = WN;
+static inline long padded(long M) { return (M + KP - 1) / KP * KP; }
 static const float ONES[RMAX] = {1.0f, 1.0f, 1.0f, 1.0f};  // outputs not scaled (x * 1 is x)
 
 struct Head { const float *p; long sn; const float *row(long n) const { return p + n * sn; } };
 
-// s[r][0..mp) = scale * q_r . kt[:, j] for the R rows of a block   (kt: D x Mp, zero padded).
+// s[r][0..jn_end*WN) = scale * q_r . kt[:, j] for the R rows of a block   (kt: D x Mp, zero padded).
 // Two key vectors at a time where there are two: an FMA takes 4 cycles and two issue per cycle, so
 // R chains alone (R = 4) leave most of the multiply-add slots idle; 2R independent chains fill them.
 // The key vectors are the register's (vn): 2R accumulators of 16 floats fit AVX-512's 32 registers, and
 // of 8 floats AVX2's 16.
 template <int DV, int R>
-static inline void scores(const float *const *qr, const float *kt, long Mp, long jv_end, float scale, float *s) {
+static inline void scores(const float *const *qr, const float *kt, long Mp, long jn_end, float scale, float *s) {
     const int D = DV * W;
-    const long jn_end = jv_end * (W / WN);
     long jn = 0;
     for (; jn + 1 < jn_end; jn += 2) {
         vn a[R], b[R];
@@ -156,14 +160,14 @@ static inline long keys_seen(long i, long N, long M, int causal) { return causal
 template <int DV, int R>
 static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, long N, long M, float scale,
                      int causal, float *kt, float *s) {
-    const long D = DV * W, Mp = (M + W - 1) / W * W;
+    const long D = DV * W, Mp = padded(M);
     transpose(k, M, D, Mp, kt);
     for (long i0 = 0; i0 < N; i0 += R) {
         const float *qr[R]; long m[R];
         for (int r = 0; r < R; r++) { long i = i0 + r < N ? i0 + r : N - 1; qr[r] = q.row(i); m[r] = keys_seen(i, N, M, causal); }
         long mmax = m[R - 1] > m[0] ? m[R - 1] : m[0];
-        long jv_end = (mmax + W - 1) / W;
-        scores<DV, R>(qr, kt, Mp, jv_end, scale, s);
+        long jn_end = padded(mmax) / WN;  // the key vectors the block's rows reach
+        scores<DV, R>(qr, kt, Mp, jn_end, scale, s);
         float inv[R];
         for (int r = 0; r < R; r++) {
             float *sr = s + r * Mp;
@@ -181,7 +185,7 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
                 if (jn == je - 1) e = keep > 0 ? e : vn{};  // select: inf * 0 would be NaN
                 st(sr + jn * WN, e); sum += e;
             }
-            for (long jn = je; jn < jv_end * (W / WN); jn++) st(sr + jn * WN, vn{});
+            for (long jn = je; jn < jn_end; jn++) st(sr + jn * WN, vn{});
             float tot = hsum(sum);
             inv[r] = 1.f / tot;
             if (i0 + r < N) lse[i0 + r] = mr + std::log(tot);
@@ -197,7 +201,7 @@ template <int DV, int R>
 static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, float *dq, long dqsn,
                      float *dk, long dksn, float *dv, long dvsn, long N, long M, float scale, int causal,
                      float *kt, float *vt, float *pm, float *dsm) {
-    const long D = DV * W, Mp = (M + W - 1) / W * W;
+    const long D = DV * W, Mp = padded(M);
     transpose(k, M, D, Mp, kt); transpose(v, M, D, Mp, vt);
     for (long i0 = 0; i0 < N; i0 += R) {
         const float *qr[R], *gr[R]; long m[R]; float l[R], delta[R]; bool live[R];
@@ -209,10 +213,10 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
             delta[r] = hsum(dl);
         }
         long mmax = m[R - 1] > m[0] ? m[R - 1] : m[0];
-        long jv_end = (mmax + W - 1) / W;
+        long jn_end = padded(mmax) / WN;  // the key vectors the block's rows reach
         float *p = pm + i0 * Mp, *dp = dsm + i0 * Mp;  // rows i0..i0+3 (the buffers have room past N)
-        scores<DV, R>(qr, kt, Mp, jv_end, scale, p);
-        scores<DV, R>(gr, vt, Mp, jv_end, 1.0f, dp);
+        scores<DV, R>(qr, kt, Mp, jn_end, scale, p);
+        scores<DV, R>(gr, vt, Mp, jn_end, 1.0f, dp);
         for (int r = 0; r < R; r++) {
             float *pr = p + r * Mp, *dpr = dp + r * Mp;
             long je = live[r] ? (m[r] + WN - 1) / WN : 0;  // the row's key vectors
@@ -301,7 +305,7 @@ int attn_fwd(const float *q, const float *k, const float *v, float *o, float *ls
              long osb, long osh, long osn, float scale, int causal, int nthreads) {
     if (D <= 0 || D % W || D / W > 4) return 1;
     if (causal && M < N) return 2;
-    const long Mp = (M + W - 1) / W * W;
+    const long Mp = padded(M);
     volatile int failed = 0;  // a thread's buffers could not be allocated
     #pragma omp parallel num_threads(nthreads)
     {
@@ -335,7 +339,7 @@ int attn_bwd(const float *q, const float *k, const float *v, const float *o, con
              float scale, int causal, int nthreads) {
     if (D <= 0 || D % W || D / W > 4) return 1;
     if (causal && M < N) return 2;
-    const long Mp = (M + W - 1) / W * W;
+    const long Mp = padded(M);
     volatile int failed = 0;  // a thread's buffers could not be allocated
     #pragma omp parallel num_threads(nthreads)
     {

@@ -8,7 +8,8 @@
 // lowers a select or a comparison on them to one scalar instruction a lane. Built that way (before
 // 2026-11-30), the AVX2 code ran the attention kernel 30 times slower than the AVX-512 code, a decode
 // step's products at half the rate, and the speed plan never chose the kernel on an AVX2 processor.
-// The data layouts keep W = 16 floats as their unit (keys padded to 16), a whole number of vn either way.
+// The head's layout keeps W = 16 floats as its unit (a head is a whole number of W), a whole number of vn either
+// way; the attention kernels pad keys to one vn (kernels.cpp, KP).
 #pragma once
 
 #include <cmath>
@@ -19,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-static const int W = 16;  // floats in the layouts' unit (a key block, a row's chunk)
+static const int W = 16;  // floats in the layouts' unit (a head's row chunk)
 #ifdef __AVX512F__
 typedef float vn __attribute__((vector_size(64)));
 typedef int vni __attribute__((vector_size(64)));

@@ -61,6 +61,22 @@ def add_isa_argument(ap) -> None:
                     "(e.g. avx2 on an AVX-512 processor); results go to results/<processor>-as-<isa>/")
 
 
+def add_bf16_argument(ap, emulated: str) -> None:
+    """The scripts' --bf16 flag: whether the bf16 rows are timed; `emulated` says what an emulated step cost."""
+    ap.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
+                    help=f"time the bf16 rows: auto does where the CPU computes bf16 natively (emulated, {emulated})")
+
+
+def with_bf16(asked: str) -> bool:
+    """--bf16's answer: on, or auto where the CPU computes bf16 natively (not under --isa avx2, whose stand-in
+    host has no bf16 instructions)."""
+    from anyformer.plan import native_bf16
+    return asked == "on" or (asked == "auto" and native_bf16())
+
+
+BF16_NOT_TIMED = "Not timed (--bf16 off, or auto on a CPU without native bf16, where bf16 is emulated through fp32)."
+
+
 def _asked_isa(argv: list[str]) -> str | None:
     for i, a in enumerate(argv):
         if a == "--isa" and i + 1 < len(argv):

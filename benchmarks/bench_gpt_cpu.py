@@ -220,9 +220,7 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="print only; leave results/<processor>/gpt_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
-    ap.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
-                    help="time the bf16 rows: auto does where the CPU computes bf16 natively (emulated, a "
-                         "step took minutes on a 2-core Zen 3)")
+    bench_common.add_bf16_argument(ap, "a step took minutes on a 2-core Zen 3")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     add_isa_argument(ap)
     args = ap.parse_args()
@@ -232,8 +230,7 @@ def main() -> None:
         args.rounds = args.steps = args.infer_rounds = args.infer_steps = 1
         args.no_memory = True
 
-    from anyformer.plan import native_bf16
-    with_bf16 = args.bf16 == "on" or (args.bf16 == "auto" and native_bf16())
+    with_bf16 = bench_common.with_bf16(args.bf16)
     load_before = load_average() if args.no_wait else wait_for_quiet()
     facts = {**machine(), **peak_facts()}  # the peaks measured before any round
     print(json.dumps(facts, indent=1))
@@ -300,7 +297,7 @@ def main() -> None:
     t_train2 = speed_table([by["anyformer"], *d2], "anyformer d0.2", base[:2], "tokens", host_peak("fp32"))
     t_bf16 = (speed_table([by["anyformer"], bf16_train], "anyformer", [base[2]], "tokens", host_peak("bf16"))
               if with_bf16 else
-              "Not timed (--bf16 off, or auto on a CPU without native bf16, where bf16 is emulated through fp32).")
+              bench_common.BF16_NOT_TIMED)
     t_infer = speed_table(infer + ([bf16_infer] if with_bf16 else []), "anyformer", ibase, "tokens", host_peak("fp32"))
     fastest_peer = min((c for c in d0 if not c.name.startswith("anyformer")), key=lambda c: c.median)
     ours = by["anyformer"]

@@ -284,7 +284,7 @@ def run_model(model: str, args) -> tuple[list[tuple[str, str]], list[tuple[str, 
         (f"{title}: training (fp32, AdamW)", speed_table(train, "anyformer", base[:2], "images", host_peak("fp32"))),
         (f"{title}: bf16 autocast training (anyformer only; not the same maths as fp32; CPU MFU of the bf16 rate)",
          speed_table([train[0], *bf16_train], "anyformer", [base[2]], "images", host_peak("bf16")) if args.with_bf16
-         else "Not timed (--bf16 off, or auto on a CPU without native bf16, where bf16 is emulated through fp32)."),
+         else bench_common.BF16_NOT_TIMED),
         (f"{title}: inference (fp32, inference_mode)",
          speed_table(infer + bf16_infer, "anyformer", ibase, "images", host_peak("fp32"))),
     ]
@@ -331,16 +331,13 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="print only; leave results/<processor>/vit_cpu.md alone")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for the load to drop below 2.5")
-    ap.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
-                    help="time the bf16 rows: auto does where the CPU computes bf16 natively (emulated, a step "
-                         "took 5 s under --isa avx2 on a Zen 4, against 0.37 s in fp32)")
+    bench_common.add_bf16_argument(ap, "a step took 5 s under --isa avx2 on a Zen 4, against 0.37 s in fp32")
     ap.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     add_isa_argument(ap)
     args = ap.parse_args()
     if args.memory_child:
         return memory_child(*args.memory_child)
-    from anyformer.plan import native_bf16
-    args.with_bf16 = args.bf16 == "on" or (args.bf16 == "auto" and native_bf16())
+    args.with_bf16 = bench_common.with_bf16(args.bf16)
     args.rounds = {m: args.rounds or (1 if args.quick else {"mnist": 4, "ti16": 3}[m]) for m in MODELS}
     args.steps = {m: args.steps or (1 if args.quick else {"mnist": 2, "ti16": 1}[m]) for m in MODELS}
     args.no_memory = args.no_memory or args.quick

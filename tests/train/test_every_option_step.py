@@ -4,6 +4,7 @@ weights, the data and its augmentation, the step's chunks, loss, clipping and pr
 evaluation's chunks, and where and how the step runs (threads, deterministic kernels, device, FSDP)."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -121,8 +122,7 @@ def test_augment_transforms_the_batch_as_named(tmp_path, mnist_slice):
 
 def test_random_erasing_erases_the_augmented_batch_with_the_steps_draws(tmp_path, mnist_slice):
     # After the warp, from the same step generator: the digits' warp first, then the erasing's draws.
-    def batch(**kw):
-        return _digits_batch(tmp_path, mnist_slice, **kw)
+    batch = functools.partial(_digits_batch, tmp_path, mnist_slice)
     task, warped = batch()
     g = step_generator(0, 3)
     expected = random_erasing(random_affine(_plain_step3(task), generator=g, fill=task._black), 0.5, generator=g)
@@ -146,8 +146,7 @@ def _plain_step3(task: ImageClassification) -> torch.Tensor:
 
 def test_random_stroke_changes_the_strokes_first_with_the_steps_draws(tmp_path, mnist_slice):
     # Before the warp, from the same step generator: the strokes' draws first, then the digits' warp.
-    def batch(**kw):
-        return _digits_batch(tmp_path, mnist_slice, **kw)
+    batch = functools.partial(_digits_batch, tmp_path, mnist_slice)
     task, warped = batch()
     g = step_generator(0, 3)
     plain = _plain_step3(task)
@@ -161,8 +160,7 @@ def test_random_stroke_changes_the_strokes_first_with_the_steps_draws(tmp_path, 
 
 def test_random_elastic_bends_the_pictures_after_the_strokes_before_the_warp(tmp_path, mnist_slice):
     # From the same step generator: the strokes' draws, then the elastic field's, then the digits' warp.
-    def batch(**kw):
-        return _digits_batch(tmp_path, mnist_slice, **kw)
+    batch = functools.partial(_digits_batch, tmp_path, mnist_slice)
     task, warped = batch()
     g = step_generator(0, 3)
     plain = _plain_step3(task)

@@ -170,6 +170,8 @@ def _check_vit_exportable(vit: ViT, architecture: str) -> None:
         problems.append(f"activation={c.activation!r}")
     if c.attn_locality:
         problems.append("attn_locality (HF ViT's attention has no learned temperature or masked diagonal)")
+    if c.mlp_conv:
+        problems.append("mlp_conv (HF ViT's MLP is token-wise: no convolution over the patch grid)")
     if c.shifted_patches:
         problems.append("shifted_patches (HF ViT's patch embedding sees the image alone)")
     if architecture == "ViTForImageClassification" and c.head_hidden:

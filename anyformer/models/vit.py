@@ -14,6 +14,7 @@ from ..nn import (ClassifierHead, ClassToken, ConcatPosition, LearnedPosition, P
                   SinusoidalPosition, Transformer, attention_weights, init_weights)
 from ..shapes import pair, patch_grid
 from ..nn.dropout import Dropout
+from ..nn.mlp import GridMixing
 from ..nn.stems import STEM_NORMS, ConvStem
 from .base import Model, check_seq_len, check_sizes, matmul_weights
 from .eval_views import stack_views, view_count
@@ -55,6 +56,7 @@ class ViTConfig:
     layer_scale: float | None = None
     attn_impl: str = "auto"
     attn_locality: bool = False      # locality self-attention (Lee et al. 2021): learned temperature, no self-key
+    mlp_conv: int = 0                # a depthwise k x k convolution over the patch grid in each MLP (0: none; Mix-FFN's 3)
     flip_average: bool = False       # in eval mode, the logits averaged over each image and its mirror image
     shift_average: int = 0           # in eval mode, also over its shifts by this many pixels up, down, left, right
 
@@ -72,6 +74,11 @@ class ViTConfig:
             raise ValueError(f"stem_convs must be a positive integer (3x3 convolutions a stage), got {self.stem_convs!r}")
         if self.stem_norm not in STEM_NORMS:
             raise ValueError(f"unknown stem_norm {self.stem_norm!r}; expected one of {STEM_NORMS}")
+        if isinstance(self.mlp_conv, bool) or not isinstance(self.mlp_conv, int) or self.mlp_conv < 0 or (
+                self.mlp_conv and self.mlp_conv % 2 == 0):
+            raise ValueError(f"mlp_conv must be 0 (none) or an odd kernel size (3: a 3x3 window), got {self.mlp_conv!r}")
+        if self.mlp_conv and self.mlp_layers != 1:
+            raise ValueError(f"mlp_conv needs MLPs of one hidden layer, got mlp_layers={self.mlp_layers}")
         if not isinstance(self.shifted_patches, bool):
             raise ValueError(f"shifted_patches must be true or false, got {self.shifted_patches!r}")
         if isinstance(self.shift_average, bool) or not isinstance(self.shift_average, int) or not (
@@ -109,7 +116,8 @@ class ViT(Model):
                                     final_norm=c.final_norm, norm_eps=c.norm_eps, activation=c.activation,
                                     bias=c.bias, dropout=c.dropout, attn_dropout=c.attn_dropout,
                                     drop_path=c.drop_path, layer_scale=c.layer_scale, impl=c.attn_impl,
-                                    locality=c.attn_locality)
+                                    locality=c.attn_locality,
+                                    mlp_mixing=GridMixing(c.mlp_conv, c.grid, self.prefix.num_prefix) if c.mlp_conv else None)
         self.pos_drop = Dropout(c.dropout) if c.dropout > 0 else None
         self.head = ClassifierHead(c.width, c.num_classes, pool=c.pool, hidden=c.head_hidden,
                                    activation=c.head_activation, num_prefix=self.prefix.num_prefix)

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from .attention import AttentionImpl, KVCache, MultiHeadAttention
 from .conditioning import AdaLNModulation, modulate
 from .dropout import Dropout
-from .mlp import MLP
+from .mlp import MLP, ConvMLP, GridMixing
 from .positions import RotaryEmbedding
 
 NormPlacement = Literal["pre", "post"]
@@ -49,6 +49,8 @@ class TransformerBlock(nn.Module):
     class-token classifier): outputs for the first n tokens only, which attend to all of them.
     `adaln=True` (pre-norm only): norms without affine parameters, modulated by a condition c
     (B, D) given to forward as `cond`, with gated branches that start closed (the identity).
+    `mlp_mixing`: the MLP also mixes neighbouring patch tokens (`ConvMLP`); it needs every token, so
+    not `queries=n` (a Transformer's `keep` then runs the last block whole).
     """
 
     def __init__(self, width: int, heads: int, *, mlp_hidden: int | None = None, mlp_layers: int = 1,
@@ -56,7 +58,7 @@ class TransformerBlock(nn.Module):
                  bias: bool = True, dropout: float = 0.0, attn_dropout: float = 0.0,
                  drop_path: float = 0.0, layer_scale: float | None = None, cross: bool = False,
                  rotary: RotaryEmbedding | None = None, impl: AttentionImpl = "auto", adaln: bool = False,
-                 locality: bool = False) -> None:
+                 locality: bool = False, mlp_mixing: GridMixing | None = None) -> None:
         super().__init__()
         if norm not in ("pre", "post"):
             raise ValueError(f"unknown norm placement {norm!r}; expected 'pre' or 'post'")
@@ -77,7 +79,11 @@ class TransformerBlock(nn.Module):
         # `dropout` acts where GPT-2, nanoGPT, BERT and HF's ViT put it: on each residual branch's
         # output; not on the MLP's 4x wider hidden activations (as timm also does), nor on the
         # attention matrix unless `attn_dropout` asks (on CPU that forces SDPA off its fast kernel).
-        self.mlp = MLP(width, mlp_hidden or 4 * width, layers=mlp_layers, activation=activation, bias=bias)
+        if mlp_mixing is not None and mlp_layers != 1:
+            raise ValueError(f"an MLP that mixes the patch grid has one hidden layer, got mlp_layers={mlp_layers}")
+        self.mlp = (MLP(width, mlp_hidden or 4 * width, layers=mlp_layers, activation=activation, bias=bias)
+                    if mlp_mixing is None else
+                    ConvMLP(width, mlp_hidden or 4 * width, mlp_mixing, activation=activation, bias=bias))
         # Unused parts are None rather than nn.Identity: each module call costs about a microsecond
         # of Python, and a one-token generation step of gpt2 makes over a hundred of them.
         self.mlp_drop = Dropout(dropout) if dropout > 0 else None
@@ -158,7 +164,7 @@ class Transformer(nn.Module):
                  dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
                  layer_scale: float | None = None, cross: bool = False, rotary: bool = False,
                  max_len: int = 4096, impl: AttentionImpl = "auto", adaln: bool = False,
-                 locality: bool = False) -> None:
+                 locality: bool = False, mlp_mixing: GridMixing | None = None) -> None:
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
@@ -168,7 +174,7 @@ class Transformer(nn.Module):
             TransformerBlock(width, heads, mlp_hidden=mlp_hidden, mlp_layers=mlp_layers, norm=norm,
                              norm_eps=norm_eps, activation=activation, bias=bias, dropout=dropout,
                              attn_dropout=attn_dropout, layer_scale=layer_scale, cross=cross,
-                             rotary=rope, impl=impl, adaln=adaln, locality=locality,
+                             rotary=rope, impl=impl, adaln=adaln, locality=locality, mlp_mixing=mlp_mixing,
                              drop_path=drop_path * i / max(depth - 1, 1))  # deeper blocks drop more
             for i in range(depth))
         # Pre-norm leaves the residual stream unnormalised, so a final norm precedes the heads.
@@ -209,7 +215,9 @@ class Transformer(nn.Module):
         last = self.depth - 1
         # A hooked last layer computes every query row, so that its weights are whole (N x N, as rollout
         # needs them); the tokens beyond `keep` are then dropped, and what comes out is the same.
-        whole = keep is not None and bool(self.blocks[last].attn.hooks_here())
+        # So does a last block whose MLP mixes the patch grid: it needs every token's neighbours.
+        whole = keep is not None and (bool(self.blocks[last].attn.hooks_here())
+                                      or isinstance(self.blocks[last].mlp, ConvMLP))
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, mask=mask, context=context, context_mask=context_mask,
                       cache=cache, layer=i, queries=keep if i == last and not whole else None, cond=cond)

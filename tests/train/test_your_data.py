@@ -151,6 +151,11 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert "shift_average" not in unshifted.model_overrides
     one_grey_view = recipe_config(None, data=str(tmp_path / "grey"), model_overrides={"shift_average": 0})
     assert one_grey_view.model_overrides["shift_average"] == 0 and "moved by" not in one_grey_view.derived["model"]
+    # grey pictures' MLPs mix the patch grid (image round 48); colour ones stay token-wise; a --set wins
+    assert grey.model_overrides["mlp_conv"] == 3 and "depthwise 3x3 convolution" in grey.derived["model"]
+    assert "mlp_conv" not in cfg.model_overrides and "depthwise" not in cfg.derived["model"]
+    token_wise = recipe_config(None, data=str(tmp_path / "grey"), model_overrides={"mlp_conv": 0})
+    assert token_wise.model_overrides["mlp_conv"] == 0 and "depthwise" not in token_wise.derived["model"]
     # The same work under --sam, whose steps each run two forward and backward passes: half the steps.
     grey_sam = recipe_config(None, data=str(tmp_path / "grey"), sam=0.05)
     assert grey_sam.epochs == pytest.approx(grey.epochs / 2, abs=0.01) and grey_sam.sam == 0.05

@@ -7,7 +7,7 @@ from .embeddings import ClassToken, LinearEmbedding, PatchEmbedding, TokenEmbedd
 from .dropout import Dropout
 from .columns import NUMBER_EMBEDDINGS, CategoryEmbedding, NumberEmbedding
 from .heads import ClassifierHead, LMHead, PatchOutput, RegressionHead
-from .mlp import MLP
+from .mlp import MLP, ConvMLP, GridMixing
 from .positions import (POSITION_KINDS, ConcatPosition, LearnedPosition, RotaryEmbedding,
                         SinusoidalPosition, sinusoidal_1d, sinusoidal_2d)
 from .transformer import (LayerScale, Transformer, TransformerBlock, attention_weights, backbone_of, drop_path,
@@ -17,7 +17,7 @@ __all__ = [
     "ATTENTION_FUNCTIONS", "ATTENTION_IMPLS", "KVCache", "MultiHeadAttention", "attention_explicit",
     "ClassToken", "LinearEmbedding", "PatchEmbedding", "TokenEmbedding",
     "ClassifierHead", "LMHead", "PatchOutput", "RegressionHead", "NUMBER_EMBEDDINGS", "CategoryEmbedding",
-    "NumberEmbedding", "MLP", "Dropout",
+    "NumberEmbedding", "MLP", "ConvMLP", "GridMixing", "Dropout",
     "POSITION_KINDS", "ConcatPosition", "LearnedPosition", "RotaryEmbedding", "SinusoidalPosition",
     "sinusoidal_1d", "sinusoidal_2d", "LayerScale", "Transformer", "TransformerBlock", "attention_weights",
     "backbone_of", "drop_path", "init_weights", "AdaLNModulation", "ClassEmbedding", "FinalAdaLN", "TimeEmbedding", "modulate",

@@ -16,6 +16,7 @@ import torch
 from PIL import Image, ImageDraw
 
 import anyformer as af
+from anyformer.data.images import decode_process
 from anyformer.data.images.decode_process import NICE, PictureDecoder
 from anyformer.data.images.preprocess import ImagePreprocess
 from anyformer.models import read_config
@@ -91,9 +92,12 @@ def test_the_child_gives_the_pixels_and_warning_of_the_servers_own_decoding(vit_
 
 
 @pytest.mark.slow
-def test_a_decoder_that_dies_on_a_picture_is_a_clear_error_and_the_next_picture_gets_a_new_one():
+def test_a_decoder_that_dies_on_a_picture_is_a_clear_error_and_the_next_picture_gets_a_new_one(monkeypatch):
     # A "preprocess" whose reading ends its process (sys.exit, as a crash in a decoding library would):
-    # the caller gets a ValueError naming the exit, and the next call runs in a fresh child.
+    # the caller gets a ValueError naming the exit, and the next call runs in a fresh child. The child runs at
+    # nice 19, and under the suite's other workers its exit (torch unloading) once took over the 10 s it is
+    # given; what is checked here is the message and the fresh child, not that wait, so it is made generous.
+    monkeypatch.setattr(decode_process, "EXIT_WAIT_S", 120.0)
     dying = PictureDecoder(types.SimpleNamespace(load_checked=sys.exit))
     try:
         pids = []

@@ -154,6 +154,8 @@ def _check_exportable(vit: ViT) -> None:
         problems.append("bias=False (timm's patch embedding always has a bias)")
     if c.attn_locality:
         problems.append("attn_locality (timm's attention has no learned temperature or masked diagonal)")
+    if c.pool == "attention":
+        problems.append("pool='attention' (timm's ViT pools the class token or the plain mean)")
     if c.mlp_conv:
         problems.append("mlp_conv (timm's MLP is token-wise: no convolution over the patch grid)")
     if c.shifted_patches:

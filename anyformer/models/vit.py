@@ -44,7 +44,7 @@ class ViTConfig:
     pos_width: int = 0               # channels of concatenated positions (position="concat")
     class_token: bool = True
     num_registers: int = 0
-    pool: str = "cls"                # cls | mean
+    pool: str = "cls"                # cls | mean | attention (a learned weighting of the patch tokens)
     head_hidden: int | None = None   # pre-logits layer (ViT-B pre-training: tanh; Turner's MNIST ViT: GELU)
     head_activation: str = "tanh"
     final_norm: bool = True

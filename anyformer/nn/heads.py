@@ -9,12 +9,17 @@ from ..shapes import pair
 from .embeddings import TokenEmbedding
 from .mlp import make_activation
 
-POOLS = ("cls", "mean")
+POOLS = ("cls", "mean", "attention")
 
 
 class ClassifierHead(nn.Module):
-    """(B, N, D) tokens -> (B, classes) logits, pooling the class token or the mean of the rest.
+    """(B, N, D) tokens -> (B, classes) logits, pooling the class token, the mean of the rest, or their
+    attention-weighted mean.
 
+    pool="attention" is the sequence pooling of Hassani et al. (2021, "Escaping the Big Data Paradigm
+    with Compact Transformers"): one learned score a token, softmax over the patch tokens, and their
+    mean under those weights, so the head can lean on the patches that tell classes apart where the
+    mean weighs every patch alike. It starts near the plain mean (small scores: nearly equal weights).
     `hidden` adds a pre-logits layer with an activation: tanh for pre-training as in ViT-B
     (Dosovitskiy et al., 2021), GELU for the final MLP of Turner's (2023) MNIST ViT.
     """
@@ -27,11 +32,18 @@ class ClassifierHead(nn.Module):
         if pool == "cls" and num_prefix < 1:
             raise ValueError("pool='cls' needs a class token; use pool='mean' without one")
         self.pool, self.num_prefix = pool, num_prefix
+        self.score = nn.Linear(width, 1) if pool == "attention" else None
         self.pre_logits = nn.Sequential(nn.Linear(width, hidden), make_activation(activation)) if hidden else None
         self.fc = nn.Linear(hidden or width, num_classes)
 
     def pooled(self, tokens: Tensor) -> Tensor:
-        return tokens[:, 0] if self.pool == "cls" else tokens[:, self.num_prefix:].mean(dim=1)
+        if self.pool == "cls":
+            return tokens[:, 0]
+        patches = tokens[:, self.num_prefix:]
+        if self.score is None:
+            return patches.mean(dim=1)
+        weights = self.score(patches).softmax(dim=1)  # (B, N, 1): a distribution over the patch tokens
+        return (weights.transpose(1, 2) @ patches).squeeze(1)
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = self.pooled(tokens)

@@ -172,3 +172,6 @@ def test_unsupported_timm_variants_are_refused_by_name():
     with pytest.raises(ValueError, match="no timm VisionTransformer equivalent: mlp_conv"):
         af.ViT.from_config(dict(image_size=16, patch_size=8, num_classes=2, width=16, depth=1, heads=2,
                                 mlp_hidden=32, mlp_conv=3)).to_timm()
+    with pytest.raises(ValueError, match="no timm VisionTransformer equivalent: pool='attention'"):
+        af.ViT.from_config(dict(image_size=16, patch_size=8, num_classes=2, width=16, depth=1, heads=2,
+                                mlp_hidden=32, class_token=False, pool="attention")).to_timm()

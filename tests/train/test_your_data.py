@@ -156,6 +156,12 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     assert "mlp_conv" not in cfg.model_overrides and "depthwise" not in cfg.derived["model"]
     token_wise = recipe_config(None, data=str(tmp_path / "grey"), model_overrides={"mlp_conv": 0})
     assert token_wise.model_overrides["mlp_conv"] == 0 and "depthwise" not in token_wise.derived["model"]
+    # grey pictures' head reads the patch tokens' attention-weighted mean (image round 49); colour ones the plain
+    # mean; a --set wins
+    assert grey.model_overrides["pool"] == "attention" and "sequence pooling" in grey.derived["model"]
+    assert cfg.model_overrides["pool"] == "mean" and "the mean of the patch tokens into" in cfg.derived["model"]
+    plain = recipe_config(None, data=str(tmp_path / "grey"), model_overrides={"pool": "mean"})
+    assert plain.model_overrides["pool"] == "mean" and "sequence pooling" not in plain.derived["model"]
     # The same work under --sam, whose steps each run two forward and backward passes: half the steps.
     grey_sam = recipe_config(None, data=str(tmp_path / "grey"), sam=0.05)
     assert grey_sam.epochs == pytest.approx(grey.epochs / 2, abs=0.01) and grey_sam.sam == 0.05

@@ -143,15 +143,17 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     # behind on mnist-8 (94.22 against 94.56); 88.50 points (mean rank 1.25) against 88.15 (1.75), image round 49.
     # Colour pictures keep the plain mean: not measured there.
     weighted = not scan.colour and "pool" not in (asked.get("model_overrides") or {})
+    head = {**PLAIN_HEAD, "pool": "attention"} if weighted else PLAIN_HEAD
     overrides = dict(stem="conv", stem_channels=width, stem_convs=2, stem_norm="batch", patch_size=patch, width=width,
-                     depth=depth, heads=heads, mlp_hidden=mlp, **{**PLAIN_HEAD, **({"pool": "attention"} if weighted else {})})
+                     depth=depth, heads=heads, mlp_hidden=mlp, **head)
     why["model"] = (f"vit-mnist-fast at width {width}, depth {depth}: "
                     + (f"under {LARGE_FOLDER:,} training images (a small model at a fixed work was ahead of a larger "
                        f"one)" if n_train < LARGE_FOLDER else f"{n_train:,} training images (a size not yet measured)")
                     + f"; a conv stem of {int(math.log2(patch))} stages up to {width} channels, each two 3x3 "
                       f"convolutions (stride 2, then 1) with BatchNorm, patch {patch} ({tokens} tokens an image); "
                     + ("the patch tokens' mean weighted by a learned score (sequence pooling)" if weighted
-                       else "the mean of the patch tokens") + " into the head, no class token, fixed 2-D sine-cosine positions")
+                       else "the mean of the patch tokens")
+                    + " into the head, no class token, fixed 2-D sine-cosine positions")
     batch = _batch(n_train, asked, cap=IMAGE_BATCH)
     why["batch_size"] = f"{batch}: at most {IMAGE_BATCH}, and at most a quarter of the {n_train:,} training images"
     # 2e-3 at batch 128 (half and twice it lost, rounds 5 and 6). At batch 64 the unscaled 2e-3 won four CHOOSE

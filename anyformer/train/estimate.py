@@ -9,8 +9,10 @@ not, and the seconds it takes are only the estimate's own (a second or so for a 
 
 The first of the steps is a warm-up (allocator, oneDNN primitives); then steps are timed until at least
 MIN_TIMED of them and MIN_SECONDS have passed (at most MAX_TIMED), and their median is the time a step
-takes: on a 2-core machine shared with other work, single steps of the same run varied 0.06-0.5 s. An evaluation is counted as forward passes over the scored examples at a third
-of a training step's time per example (forward and backward cost about three forwards).
+takes: on a 2-core machine shared with other work, single steps of the same run varied 0.06-0.5 s. An evaluation is
+counted as forward passes over the scored examples at a third of a training step's time per example (forward and
+backward cost about three forwards), once for each test-time view the model scores (a grey picture's five: the
+picture and its four one-pixel shifts; without them the estimate was five times short of the evaluations).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from ..models.eval_views import view_count
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -65,13 +69,19 @@ def expected_line(t: Trainer) -> str:
     evals = sum(1 for s in range(t.step + 1, t.total_steps + 1) if s % t.eval_every == 0 or s == t.total_steps)
     scored = len(getattr(t.task, "test", ()) or ())
     batch = max(1, t.cfg.batch_size)
-    eval_s = evals * scored * per_step / batch / 3
+    eval_s = evals * scored * _views(t.model) * per_step / batch / 3
     total = steps * per_step + eval_s
     budget = (f"; the time budget of {_duration(t.cfg.time_budget)} ends it sooner"
               if t.cfg.time_budget and t.cfg.time_budget < total else "")
     evaluations = f" and {evals} evaluations of {scored:,} images (~{_duration(eval_s)})" if scored else ""
     return (f"expected time: about {_duration(total)} for {steps:,} steps of {per_step:.3g} s (timed on "
             f"{timed} of the run's own steps, then undone){evaluations}{budget}")
+
+
+def _views(model: torch.nn.Module) -> int:
+    """How many views of each picture the model scores in eval mode (1 for a model without test-time views)."""
+    c = getattr(model, "config", None)
+    return view_count(getattr(c, "flip_average", False), getattr(c, "shift_average", 0))
 
 
 def _duration(seconds: float) -> str:

@@ -59,3 +59,14 @@ def test_a_recipe_run_says_no_estimate(tmp_path):
               "--model", "vit-mnist", *TINY)
     assert out.returncode == 0, out.stderr
     assert "expected time" not in out.stdout
+
+
+def test_an_evaluation_counts_each_test_time_view():
+    """A model scored on each picture and its four one-pixel shifts does five forwards' work a picture: the
+    estimate counts them (it was five times short of a grey folder's evaluations without)."""
+    from anyformer.models.vit import ViT, ViTConfig
+    tiny = dict(image_size=8, patch_size=4, in_chans=1, num_classes=3, width=16, depth=1, heads=2, mlp_hidden=32)
+    assert estimate._views(ViT(ViTConfig(**tiny))) == 1
+    assert estimate._views(ViT(ViTConfig(**tiny, shift_average=1))) == 5
+    assert estimate._views(ViT(ViTConfig(**tiny, flip_average=True))) == 2
+    assert estimate._views(ViT(ViTConfig(**tiny, flip_average=True, shift_average=1))) == 6

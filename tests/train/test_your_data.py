@@ -130,6 +130,8 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     n_train = 3 * (12 - round(0.2 * 12))
     per_epoch = -(-n_train // cfg.batch_size)
     assert cfg.batch_size == n_train // 4 and cfg.warmup_steps <= cfg.epochs * per_epoch // 10
+    # scored in forwards of the training batch (its test-time views on top), not the default 1,000 pictures
+    assert cfg.eval_batch_size == cfg.batch_size and cfg.derived["eval_batch_size"].startswith(f"{cfg.batch_size}: ")
     assert cfg.model_overrides["patch_size"] == 8 and cfg.derived["image_size"].startswith("48x48")
     assert cfg.model_overrides["stem_channels"] == cfg.model_overrides["width"] == 64  # image round 4
     assert (cfg.model_overrides["stem_convs"], cfg.model_overrides["stem_norm"]) == (2, "batch")  # image round 13

@@ -228,10 +228,10 @@ def _images(data: str, asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
                                  f"the picture) replaced by noise, after the {kind} augmentation (DeiT's setting"
                                  + (")" if scan.colour else ", twice as often for grey pictures)"))
     # Scored in forwards of the training batch's size (each picture's test-time views on top: 5 for grey, 2 for
-    # colour), which give the same logits as any other size: at the default 1,000 a forward, a grey folder's 5,000
-    # view-pictures a forward, their activations many times the caches' size, scored at about half the speed, and
-    # a run's 20 evaluations took about a quarter of its time (measured on grey pictures: docs/results.md,
-    # 'Measurements behind the code's choices').
+    # colour), the same logits to the bit as at 1,000 with stock kernels: at the default 1,000 a forward, a grey
+    # folder's 5,000 view-pictures a forward, their activations many times the caches' size, scored at about half
+    # the speed, and a run's 20 evaluations took about a quarter of its time (measured on grey pictures:
+    # docs/results.md, 'Measurements behind the code's choices').
     why["eval_batch_size"] = f"{batch}: the training batch, each picture's test-time views on top"
     values = dict(task="classify", model="vit-mnist-fast", data=data, image_size=size, val_fraction=fraction,
                   batch_size=batch, eval_batch_size=batch, lr=lr, epochs=epochs, warmup_steps=warmup,

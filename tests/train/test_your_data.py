@@ -130,6 +130,7 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
     n_train = 3 * (12 - round(0.2 * 12))
     per_epoch = -(-n_train // cfg.batch_size)
     assert cfg.batch_size == n_train // 4 and cfg.warmup_steps <= cfg.epochs * per_epoch // 10
+    assert cfg.warmup_steps == min(per_epoch, round(cfg.epochs * per_epoch) // 10)  # colour: one epoch
     # scored in forwards of the training batch (its test-time views on top), not the default 1,000 pictures
     assert cfg.eval_batch_size == cfg.batch_size and cfg.derived["eval_batch_size"].startswith(f"{cfg.batch_size}: ")
     assert cfg.model_overrides["patch_size"] == 8 and cfg.derived["image_size"].startswith("48x48")
@@ -139,6 +140,11 @@ def test_image_settings_are_derived_from_the_folder(tmp_path):
             "BatchNorm, patch 8 (36 tokens" in cfg.derived["model"])
     grey = recipe_config(None, data=str(photos(tmp_path / "grey", [(28, 28)], colour=False)))
     assert grey.image_size == [28, 28] and grey.augment == "digits" and grey.model_overrides["patch_size"] == 4
+    # grey pictures warm up over a tenth of the run, not one epoch of a few steps (image round 52)
+    grey_per_epoch = -(-n_train // grey.batch_size)  # the same 30 training images
+    grey_total = round(grey.epochs * grey_per_epoch)
+    assert grey.warmup_steps == round(grey_total / 10) > grey_per_epoch  # more than the epoch colour takes
+    assert grey.derived["warmup_steps"].startswith(f"{grey.warmup_steps}: a tenth of the run")
     # colour pictures train with mirror images and are scored on both views; grey ones on one (image round 16)
     assert cfg.augment == "crop_flip" and cfg.model_overrides["flip_average"] is True
     assert "scored on each image and its mirror image" in cfg.derived["model"]

@@ -16,7 +16,9 @@ A run's MFU divides by the same rate (train/perf.py). Measuring it takes about t
 share of a short run, so the first run on a machine keeps what it measured in the user's cache
 (`$ANYFORMER_CACHE/limits/`, named like the speed plan's file by the CPU, torch, its instruction-set
 switches and threads) and later runs read it; `anyformer doctor --limits` always measures afresh and
-replaces it. Only the MFU a run reports reads it: nothing a run computes depends on it."""
+replaces it. A rate measured while other work held the cores is kept too low, and every later run's MFU
+reads too high: so a run whose own steps went faster than the kept rate measures it again at its end and keeps
+the higher (`measured_above`). Only the MFU a run reports reads it: nothing a run computes depends on it."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -155,6 +157,13 @@ def kept_matmul_rate(dtype: torch.dtype = torch.float32) -> tuple[MatmulRate, st
                           str(entry.get("library", "torch.mm"))), entry["when"]
     rate = matmul_rate(dtype)
     return rate, keep(rate, machine)
+
+
+def measured_above(dtype: torch.dtype, kept: float) -> tuple[MatmulRate, str] | None:
+    """The rate in `dtype` measured now and kept, with when, if it is above `kept`; None (and the file left
+    as it is) if it is not: the cores were busy now, or the kept rate was right and a step beat it."""
+    rate = matmul_rate(dtype)
+    return (rate, keep(rate)) if rate.flops > kept else None
 
 
 def kept_line() -> str:

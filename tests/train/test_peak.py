@@ -71,6 +71,33 @@ def test_a_kept_rate_unreadable_of_another_machine_or_malformed_is_measured_agai
         assert limits.kept_matmul_rate(torch.float32)[0].flops == 5e9 and len(asked) == n  # then read back
 
 
+def test_a_run_whose_steps_beat_the_kept_rate_measures_it_again_and_keeps_the_higher(monkeypatch, empty_cache):
+    measured = iter([50e9, 80e9, 60e9])  # kept while the cores were busy, then the host's, then busy again
+
+    def rate(dtype=torch.float32):
+        torch.randn(3)
+        return limits.MatmulRate("float32", next(measured), 1024)
+    monkeypatch.setattr(limits, "matmul_rate", rate)
+
+    class Cfg:
+        amp = "none"
+    peak = perf.Peak(torch.device("cpu"), Cfg())
+    assert peak.flops() == 50e9
+    peak.recheck(40e9)  # below the kept rate: nothing is measured
+    assert peak.flops() == 50e9 and next(iter(limits._read(limits.limits_path(), limits._machine()).values()))[
+        "flops"] == 50e9
+    torch.manual_seed(0)
+    want = torch.rand(2)
+    torch.manual_seed(0)
+    peak.recheck(70e9)  # the steps beat it: measured again, higher, kept and read from here on
+    assert torch.equal(torch.rand(2), want)
+    assert peak.flops() == 80e9 and peak.source().startswith("measured: fp32 matmul")
+    perf._peak.cache_clear()
+    assert limits.kept_matmul_rate(torch.float32)[0].flops == 80e9  # what the next run reads
+    peak.recheck(90e9)  # measured again, lower than the kept: the kept one stands
+    assert peak.flops() == 80e9 and limits.kept_matmul_rate(torch.float32)[0].flops == 80e9
+
+
 def test_a_known_gpu_takes_its_data_sheet_peak():
     assert perf.spec_peak_flops("NVIDIA H100 PCIe") == 756e12 and perf.spec_peak_flops("NVIDIA H200") == 989.4e12
     assert perf.spec_peak_flops("Some Card") is None

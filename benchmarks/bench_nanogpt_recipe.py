@@ -17,6 +17,13 @@ printed it at the last step (20 random batches, so noisy), and by this script on
 mean next-character cross-entropy over every whole 64-character window of the validation text (the last 10% of
 the characters, nanoGPT's split and anyformer's), from each run's saved weights.
 
+How near the processor's limit each is, and how far a faster step could take the ratio: each contestant's
+training loop (its steps alone: anyformer's `train_seconds`, nanoGPT's printed iteration times less the ones
+that evaluated) as ms a step, GFLOP/s and a CPU MFU against the host's fp32 product rate (anyformer.limits,
+measured here before the rounds); and the floor, the step's matrix products alone (the same shapes, bare, on
+MKL and on oneDNN, timed after each round): no same-maths step goes below it, so nanoGPT's time over a run whose
+every step took the floor bounds the ratio any fp32 code could reach on this host.
+
 nanoGPT's data step (data/shakespeare_char/prepare.py) downloads the text when input.txt is missing; here the
 checkout is copied into --work and the text put there first, so nothing is downloaded. nanoGPT's checkpoint is
 read with torch.load(weights_only=True): tensors and plain values only, no code.
@@ -39,8 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_common import (add_isa_argument, load_average, machine, on_all_cores, setup_env, table,  # noqa: E402
-                          write_results)
+from bench_common import (add_isa_argument, attention_matmuls, linear_matmuls, load_average,  # noqa: E402
+                          machine, matmul_baseline, matmul_flops, on_all_cores, setup_env, table, write_results)
 
 setup_env()  # before torch: the same allocator, thread and instruction-set settings for both processes
 
@@ -48,18 +55,22 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 CONTEXT = 64
+VOCAB, WIDTH, DEPTH, HEADS, BATCH = 65, 128, 4, 4, 12  # the recipe's model and batch (Tiny Shakespeare's 65 characters)
+EVAL_INTERVAL = 250  # the config's; nanoGPT's iterations at multiples of it also evaluated
+FLOOR_REPEATS = 30   # the floor's step, timed this many times after each round (its median kept)
 INTRO = ("nanoGPT's own train.py on its README's CPU recipe (Tiny Shakespeare characters, 4 layers x 4 heads x 128, "
          "context 64, batch 12, 2,000 iterations, no compile) and `anyformer train shakespeare-char` set to the same "
          "recipe, each a process of its own, in alternated rounds. Time: each process's wall time, start to exit. "
          "Loss: as each printed it at the last step (20 batches), and scored here from the saved weights on every "
-         "whole 64-character window of the validation text (the last 10%).")
+         "whole 64-character window of the validation text (the last 10%). Each training loop's ms a step, GFLOP/s "
+         "and CPU MFU, and the floor: the step's matrix products alone.")
 
 
 def nanogpt_args(max_iters: int) -> list[str]:
     """nanoGPT README's CPU recipe, its numbers as they are, and one switch: a checkpoint at every evaluation
     (`always_save_checkpoint`; the config keeps only improvements), so that the model scored is the last one,
     as anyformer's is. Fewer iterations (a dry run) evaluate at the last one too."""
-    extra = [f"--eval_interval={max_iters}"] if max_iters < 250 else []
+    extra = [f"--eval_interval={max_iters}"] if max_iters < EVAL_INTERVAL else []
     return ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
             "--log_interval=1", f"--block_size={CONTEXT}", "--batch_size=12", "--n_layer=4", "--n_head=4",
             "--n_embd=128", f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}", "--dropout=0.0",
@@ -73,7 +84,7 @@ def anyformer_args(max_iters: int) -> list[str]:
     return ["shakespeare-char", "--set", f"context={CONTEXT}", "--set", "width=128", "--set", "depth=4",
             "--set", "heads=4", "--set", "dropout=0", "--set", "attn_dropout=0", "--seq-len", str(CONTEXT),
             "--batch-size", "12", "--max-steps", str(max_iters), "--lr", "1e-3", "--warmup-steps", "100",
-            "--weight-decay", "0.1", "--grad-clip", "1.0", "--eval-every", str(min(250, max_iters)),
+            "--weight-decay", "0.1", "--grad-clip", "1.0", "--eval-every", str(min(EVAL_INTERVAL, max_iters)),
             "--eval-iters", "20", "--no-progress", "--no-plots"]
 
 
@@ -116,6 +127,47 @@ def precision(log: Path) -> str:
     lines = log.read_text().splitlines()
     parts = lines[0].split(" | ") if lines else []
     return parts[2] if len(parts) > 3 else "(not printed)"
+
+
+def step_shapes() -> list:
+    """Every matrix product of one training step of the recipe's model (forward and backward, the LM head too)."""
+    tokens, m = BATCH * CONTEXT, []
+    for fan_in, fan_out in ((WIDTH, 3 * WIDTH), (WIDTH, WIDTH), (WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)):
+        m += linear_matmuls(tokens, fan_in, fan_out, train=True, count=DEPTH)
+    m += attention_matmuls(BATCH, HEADS, CONTEXT, CONTEXT, WIDTH // HEADS, train=True, count=DEPTH)
+    return m + linear_matmuls(tokens, WIDTH, VOCAB, train=True)
+
+
+def floor_seconds(steps: dict[str, object], repeats: int = FLOOR_REPEATS) -> dict[str, list[float]]:
+    """Each bare step of products timed `repeats` times (after one warm-up), by library."""
+    out: dict[str, list[float]] = {}
+    for name, step in steps.items():
+        step()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        out[name] = times
+    return out
+
+
+def nanogpt_step_seconds(log: Path, max_iters: int) -> float:
+    """nanoGPT's mean training iteration, from its printed times ("iter N: loss X, time T ms"), the iterations
+    that also evaluated (N a multiple of the evaluation interval: its timer spans the evaluation) left out."""
+    interval = min(EVAL_INTERVAL, max_iters)
+    times = [float(t) for n, t in re.findall(r"iter (\d+): loss [0-9.]+, time ([0-9.]+)ms", log.read_text())
+             if int(n) % interval]
+    if not times:
+        raise SystemExit(f"{log}: no iteration times printed (expected lines like 'iter 1: loss ..., time ...ms')")
+    return statistics.fmean(times) / 1e3
+
+
+def anyformer_step_seconds(run_dir: Path) -> float:
+    """anyformer's mean training step: its summary's seconds in steps (evaluations and planning left out) over its steps."""
+    import json
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary["train_seconds"] / summary["steps"]
 
 
 def windows(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,11 +231,15 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     tree = prepare_nanogpt(args.nanogpt.resolve(), args.text, args.work)
 
-    rows, ratios, precisions = [], [], []
+    from bench_common import host_peak
+    peak, flops = host_peak("fp32"), matmul_flops(step_shapes())
+    bare = {"MKL": matmul_baseline(step_shapes()), "oneDNN": matmul_baseline(step_shapes(), backend="onednn")}
+    floors: dict[str, list[float]] = {name: [] for name in bare}
+    rows, ratios, precisions, walls, loops = [], [], [], {"nanoGPT": [], "anyformer": []}, []
     load_before = load_average()
     for r in range(args.rounds):
         order = ["nanoGPT", "anyformer"] if r % 2 == 0 else ["anyformer", "nanoGPT"]
-        seconds, own, ours = {}, {}, {}
+        seconds, own, ours, step_s = {}, {}, {}, {}
         for who in order:
             log = args.work / f"{who}-r{r}.log"
             if who == "nanoGPT":
@@ -193,6 +249,7 @@ def main() -> None:
                                      tree, log)
                 own[who] = printed_loss(log, r"step \d+: train loss [0-9.]+, val loss ([0-9.]+)")
                 ours[who] = nanogpt_val_loss(tree, out, text)
+                step_s[who] = nanogpt_step_seconds(log, args.max_iters)
             else:
                 out = args.work / f"anyformer-r{r}"
                 shutil.rmtree(out, ignore_errors=True)
@@ -201,20 +258,29 @@ def main() -> None:
                 own[who] = printed_loss(log, r"val loss ([0-9.]+)")
                 precisions.append(precision(log))
                 ours[who] = anyformer_val_loss(out, text)
+                step_s[who] = anyformer_step_seconds(out)
+                loops.append(step_s[who] * args.max_iters)
+            walls[who].append(seconds[who])
             print(f"round {r}: {who} {seconds[who]:.1f} s, val loss printed {own[who]:.4f}, "
-                  f"every window {ours[who]:.4f}", flush=True)
+                  f"every window {ours[who]:.4f}, {step_s[who] * 1e3:.1f} ms a step", flush=True)
         ratios.append(seconds["nanoGPT"] / seconds["anyformer"])
-        rows += [[f"{r}", who, f"{seconds[who]:.1f}", f"{own[who]:.4f}", f"{ours[who]:.4f}",
+        rows += [[f"{r}", who, f"{seconds[who]:.1f}", f"{step_s[who] * 1e3:.1f}", f"{flops / step_s[who] / 1e9:.1f}",
+                  f"{flops / step_s[who] / peak * 100:.0f}%", f"{own[who]:.4f}", f"{ours[who]:.4f}",
                   f"x{ratios[-1]:.2f}" if who == "anyformer" else "-"] for who in order]
+        for name, times in floor_seconds(bare).items():
+            floors[name] += times
     load_after = load_average()
 
     median = statistics.median(ratios)
     summary = (f"nanoGPT's wall time over anyformer's: median **x{median:.2f}** over {len(ratios)} rounds "
                f"({', '.join(f'x{q:.2f}' for q in ratios)}); the goal (issue 58) is x1.5 or more on every host")
     print(summary)
-    result = table(["round", "contestant", "wall s", "val loss (printed, 20 batches)",
-                    f"val loss (every {CONTEXT}-char window)", "nanoGPT's time / anyformer's"], rows)
+    result = table(["round", "contestant", "wall s", "loop ms a step", "GFLOP/s", "CPU MFU",
+                    "val loss (printed, 20 batches)", f"val loss (every {CONTEXT}-char window)",
+                    "nanoGPT's time / anyformer's"], rows)
     print(result)
+    limit = floor_text(floors, flops, peak, walls, loops, args.max_iters)
+    print(limit)
     if args.no_write:
         return
     facts = {**machine(), "load before / after": f"{load_before} / {load_after}",
@@ -227,7 +293,26 @@ def main() -> None:
              "this script": "`python benchmarks/bench_nanogpt_recipe.py " + " ".join(sys.argv[1:]) + "`"}
     write_results(ROOT / "benchmarks" / "results" / "nanogpt_recipe.md",
                   "nanoGPT's own code on its CPU recipe against anyformer on the same recipe",
-                  INTRO, facts, [("Result", summary + "\n\n" + result)])
+                  INTRO, facts, [("Result", summary + "\n\n" + result), ("The floor", limit)])
+
+
+def floor_text(floors: dict[str, list[float]], flops: float, peak: float, walls: dict[str, list[float]],
+               loops: list[float], steps: int) -> str:
+    """The step's products alone by library, and the ratio a run of anyformer's whose every step took the
+    lower of them (the rest of its run, start-up and evaluations, as it was) would have had."""
+    medians = {name: statistics.median(t) for name, t in floors.items()}
+    rows = [[name, f"{s * 1e3:.1f}", f"{flops / s / 1e9:.1f}", f"{flops / s / peak * 100:.0f}%"]
+            for name, s in medians.items()]
+    floor = min(medians.values())
+    rest = statistics.median(w - loop for w, loop in zip(walls["anyformer"], loops))
+    bound = statistics.median(walls["nanoGPT"]) / (rest + steps * floor)
+    return (f"The recipe's step does {flops / 1e9:.2f} GFLOP of matrix products (forward and backward, causal "
+            f"attention counted in full); the host's fp32 product rate here is {peak / 1e9:.1f} GFLOP/s. The same "
+            f"products alone, bare (median of {len(next(iter(floors.values())))} timings after the rounds):\n\n"
+            + table(["library", "ms a step", "GFLOP/s", "of the product rate"], rows)
+            + f"\n\nWere every one of anyformer's {steps:,} steps as short as the faster of these ({floor * 1e3:.1f} ms) "
+              f"and the rest of its run (start-up, evaluations, checkpoints: {rest:.1f} s, the median) as it was, "
+              f"nanoGPT's median time would be **x{bound:.2f}** of it: no fp32 step with these products beats that.")
 
 
 def _git_head(checkout: Path) -> str:

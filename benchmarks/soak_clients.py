@@ -67,6 +67,16 @@ class Tally:
     lost: int = 0
     hung: int = 0
 
+    def merge(self, other: "Tally") -> None:
+        """Add another tally's counts and timings (clients run in another process) to this one."""
+        self.sent += other.sent
+        self.status.update(other.status)
+        for kind, outcomes in other.kinds.items():
+            self.kinds[kind].update(outcomes)
+        self.light_ms += other.light_ms
+        self.heavy_s += other.heavy_s
+        self.left, self.lost, self.hung = self.left + other.left, self.lost + other.lost, self.hung + other.hung
+
     def add(self, kind: str, outcome: int | str) -> None:
         self.sent += 1
         self.kinds[kind][outcome] += 1
@@ -173,6 +183,20 @@ async def light_client(client, mix: Mix, tally: Tally, stop: float) -> None:
         if outcome == 200:
             tally.light_ms.append(1000 * seconds)
         i += 1
+
+
+def light_alone(url: str, info: dict, seconds: float, light: int) -> Tally:
+    """`light` light clients for `seconds` on an event loop of their own (run in a process of its own): their
+    timings then hold the server's latency and not the wait for a loop busy sending the heavy uploads."""
+    mix, tally = Mix(url, info), Tally()
+
+    async def run() -> None:
+        stop = time.monotonic() + seconds
+        limits = httpx.Limits(max_connections=light + 1)
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=mix.hang_seconds) as client:
+            await asyncio.gather(*[light_client(client, mix, tally, stop) for _ in range(light)])
+    asyncio.run(run())
+    return tally
 
 
 async def heavy_client(client, mix: Mix, tally: Tally, stop: float, n: int) -> None:

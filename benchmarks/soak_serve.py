@@ -9,6 +9,8 @@ Starts the real command (`python -m anyformer serve RUN`) on a free port of 127.
 3. still serving: a light request and /healthz answered after the load;
 4. SIGTERM mid-load: light and heavy requests in flight, SIGTERM, then every one must be answered
    (200 or 503) and the server must exit 0.
+The light clients run in a process of their own, on an event loop of their own (--light-in-loop: on the
+others'), so that their timings hold the server's latency and not waits for a loop busy sending uploads.
 Prints a table: requests sent, answered by status, none lost or hung, light p50/p99 idle and under
 load, server RSS before and after; writes benchmarks/results/<processor>/serve_soak.md.
 
@@ -20,17 +22,19 @@ import argparse
 import asyncio
 import collections
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import httpx
 
 from bench_common import ROOT, load_average, machine, write_results
-from soak_clients import Mix, Tally, abuse_client, light_client, heavy_client, quantile
+from soak_clients import Mix, Tally, abuse_client, heavy_client, light_alone, light_client, quantile
 
 
 def free_port() -> int:
@@ -65,11 +69,15 @@ def start_server(run: str, port: int, extra: list[str]) -> tuple[subprocess.Pope
 
 
 async def phase(mix: Mix, seconds: float, light: int, heavy: int, abuse: int,
-                rss: tuple[int, list[float]] | None = None) -> Tally:
+                rss: tuple[int, list[float]] | None = None, apart: ProcessPoolExecutor | None = None) -> Tally:
     """The clients for `seconds`; with `rss` (pid, list), the server's RSS is sampled into the list
-    every second, to tell a plateau (the allocator's high-water mark) from a leak."""
+    every second, to tell a plateau (the allocator's high-water mark) from a leak. With `apart`, the light
+    clients run in that pool's process, on an event loop of their own (`light_alone`)."""
     tally = Tally()
     stop = time.monotonic() + seconds
+    light_apart = (asyncio.get_running_loop().run_in_executor(apart, light_alone, mix.url, mix.info, seconds, light)
+                   if apart is not None else None)
+    light_here = 0 if apart is not None else light
 
     async def sample_rss() -> None:
         while rss is not None and time.monotonic() < stop:
@@ -77,9 +85,11 @@ async def phase(mix: Mix, seconds: float, light: int, heavy: int, abuse: int,
             await asyncio.sleep(1)
     limits = httpx.Limits(max_connections=light + heavy + abuse + 4)
     async with httpx.AsyncClient(base_url=mix.url, limits=limits, timeout=mix.hang_seconds) as client:
-        await asyncio.gather(*[light_client(client, mix, tally, stop) for _ in range(light)],
+        await asyncio.gather(*[light_client(client, mix, tally, stop) for _ in range(light_here)],
                              *[heavy_client(client, mix, tally, stop, i) for i in range(heavy)],
                              *[abuse_client(client, mix, tally, stop, i) for i in range(abuse)], sample_rss())
+    if light_apart is not None:
+        tally.merge(await light_apart)
     return tally
 
 
@@ -118,6 +128,9 @@ def main() -> int:
     p.add_argument("--abuse", type=int, default=3, help="abusive clients (malformed, oversized, slow, leaving)")
     p.add_argument("--sigterm-requests", type=int, default=8, help="requests in flight when SIGTERM comes")
     p.add_argument("--server-args", default="--threads 1", help="extra `anyformer serve` flags")
+    p.add_argument("--light-in-loop", action="store_true",
+                   help="the light clients on the heavy and abusive ones' event loop (before 2026-12-04: their "
+                        "timings then include waits for that loop), not in a process of their own")
     p.add_argument("--no-write", action="store_true")
     a = p.parse_args()
 
@@ -125,14 +138,16 @@ def main() -> int:
     server, start_seconds = start_server(a.run, port, a.server_args.split())
     url = f"http://127.0.0.1:{port}"
     load_before = load_average()
+    # The light clients' own process, started (its imports done) before any timing.
+    apart = None if a.light_in_loop else ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     try:
         mix = Mix.for_server(url)
-        asyncio.run(phase(mix, 2, a.light, 0, 0))  # first connections, allocator warm-up
+        asyncio.run(phase(mix, 2, a.light, 0, 0, apart=apart))  # first connections, allocator warm-up
         rss_before = rss_mb(server.pid)
-        idle = asyncio.run(phase(mix, a.idle_seconds, a.light, 0, 0))
+        idle = asyncio.run(phase(mix, a.idle_seconds, a.light, 0, 0, apart=apart))
         mix.warm()  # the clients' bodies made now, not in the middle of the timing
         rss_during: list[float] = []
-        loaded = asyncio.run(phase(mix, a.seconds, a.light, a.heavy, a.abuse, (server.pid, rss_during)))
+        loaded = asyncio.run(phase(mix, a.seconds, a.light, a.heavy, a.abuse, (server.pid, rss_during), apart))
         method, path, body, headers = mix.light(0)
         after = httpx.request(method, url + path, content=body, headers=headers, timeout=60)
         health = httpx.get(url + "/healthz", timeout=10)
@@ -141,6 +156,8 @@ def main() -> int:
         metrics_text = httpx.get(url + "/metrics", timeout=10).text
         term = asyncio.run(sigterm_mid_load(mix, server, a.sigterm_requests))
     finally:
+        if apart is not None:
+            apart.shutdown()
         if server.poll() is None:
             server.kill()
             server.wait()
@@ -176,7 +193,9 @@ def main() -> int:
                  "server": f"anyformer serve {a.server_args} (ready after {start_seconds:.1f} s: load, warm-up)",
                  "limits": json.dumps(info["limits"]), "measured at warm-up (s)": json.dumps(info["measured_seconds"]),
                  "clients": f"{a.light} light, {a.heavy} heavy, {a.abuse} abusive; {a.seconds:g} s of load after "
-                            f"{a.idle_seconds:g} s of light alone", "requests": mix.describe(),
+                            f"{a.idle_seconds:g} s of light alone; the light clients "
+                            + ("on the others' event loop" if a.light_in_loop else "in a process of their own"),
+                 "requests": mix.describe(),
                  "load average (1, 5, 15 min) before": load_before, "after": load_after}
         write_results(ROOT / "benchmarks" / "results" / f"serve_soak_{info['family']}.md",
                       "Soak test of `anyformer serve`",

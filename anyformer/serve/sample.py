@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from starlette.requests import Request
@@ -66,6 +66,14 @@ def routes(ctx: Context) -> list[Route]:
         out = images.permute(0, 2, 3, 1).cpu().numpy()
         return [png_data_url(im[..., 0] if im.shape[-1] == 1 else im) for im in out]
 
+    def steps_then_encoded(steps: Iterator[torch.Tensor]) -> Iterator[list[str] | None]:
+        """The sampler's steps, then its images encoded: the request's whole work in one place of its lane
+        (worker.Lane.place). Encoded in a call of its own, they waited behind every request queued after."""
+        images = None
+        for images in steps:
+            yield None
+        yield encode(images)
+
     async def sample(request: Request) -> JSONResponse:
         if media_type(request) != "application/json":
             raise ApiError(415, f"expected Content-Type application/json, got {media_type(request) or 'none'}")
@@ -89,9 +97,9 @@ def routes(ctx: Context) -> list[Route]:
                               f"ask for at most {max(1, int(ctx.limits.max_work_seconds / per_step))} steps "
                               f"of {n} samples, or fewer samples")
         labels = torch.full((n,), label, dtype=torch.long)
-        *_, images = await ctx.worker.collect(request, lane, flow.sample_steps(ctx.model, labels, steps=steps,
-                                                                             cfg=cfg, seed=seed))
-        return JSONResponse({"class": classes[label], "images": await ctx.worker.call(encode, images, lane=lane)})
+        *_, encoded = await ctx.worker.collect(request, lane, steps_then_encoded(
+            flow.sample_steps(ctx.model, labels, steps=steps, cfg=cfg, seed=seed)))
+        return JSONResponse({"class": classes[label], "images": encoded})
 
     return [Route("/api/sample", sample, methods=["POST"])]
 

@@ -15,8 +15,9 @@ on top of turns brought long generations close to their deadline at about the sa
 (measured: docs/results.md, 'Measurements behind the code's choices').
 Each lane admits at most its running calls plus `queue` waiting requests; past that a request is
 refused at once with 503 and Retry-After, not queued without end. Heavy work is a sequence of
-short steps (one token, one ODE step), run in slices of about SLICE_S a call, so it can be stopped
-between slices: by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or by
+short steps (one token, one ODE step), run in slices of about SLICE_S a call; a request holds its place
+in the lane across its slices, so that a lane serves requests whole, in the order they came, and the work
+can be stopped between slices: by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or by
 the client going away (watched here while the answer is computed).
 """
 from __future__ import annotations
@@ -123,22 +124,41 @@ class Lane:
                 return
             await anyio.sleep(min(wait, TURN_POLL_S))
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    @asynccontextmanager
+    async def place(self) -> AsyncIterator[None]:
+        """One of the lane's `concurrency` places, held by a request of many calls across all of them
+        (`call(..., held=True)`), so that the lane serves such requests whole, in the order they came. Place by
+        call, they ran in turns, and more of them than the lane could finish within the deadline all ran
+        past it: in a soak with 4 heavy sampling clients, not one was answered in 60 s (docs/results.md)."""
+        borrower = object()  # not the task: a stream's generator may be closed from another one
+        await self.limiter.acquire_on_behalf_of(borrower)
+        try:
+            yield
+        finally:
+            self.limiter.release_on_behalf_of(borrower)
+
+    async def call(self, fn: Callable[..., T], *args: Any, held: bool = False) -> T:
+        """fn(*args) in one of the lane's places (`held`: in the one the caller holds, see `place`)."""
+        if held:
+            return await self._call(fn, *args)
         async with self.limiter:
-            await self._turn()
-            self.running += 1
-            try:
-                # Not abandoned on cancellation: the step in hand finishes (it is short), then the
-                # cancellation lands, so no work goes on in the background after an answer.
-                if self._threads is None:
-                    return await anyio.to_thread.run_sync(fn, *args, limiter=None)
-                with anyio.CancelScope(shield=True):
-                    result, busy = await asyncio.wrap_future(self._threads.submit(_busy, fn, *args))
-                self._next_turn = time.perf_counter() + busy * (1 - self.share) / self.share
-                await anyio.lowlevel.checkpoint_if_cancelled()
-                return result
-            finally:
-                self.running -= 1
+            return await self._call(fn, *args)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        await self._turn()
+        self.running += 1
+        try:
+            # Not abandoned on cancellation: the step in hand finishes (it is short), then the
+            # cancellation lands, so no work goes on in the background after an answer.
+            if self._threads is None:
+                return await anyio.to_thread.run_sync(fn, *args, limiter=None)
+            with anyio.CancelScope(shield=True):
+                result, busy = await asyncio.wrap_future(self._threads.submit(_busy, fn, *args))
+            self._next_turn = time.perf_counter() + busy * (1 - self.share) / self.share
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return result
+        finally:
+            self.running -= 1
 
 
 def _busy(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
@@ -210,11 +230,12 @@ def _slice(items: Iterator[T]) -> tuple[list[T], bool]:
 
 async def _steps(lane: Lane, items: Iterator[T]) -> AsyncIterator[T]:
     try:
-        done = False
-        while not done:
-            batch, done = await lane.call(_slice, items)
-            for item in batch:
-                yield item
+        async with lane.place():
+            done = False
+            while not done:
+                batch, done = await lane.call(_slice, items, held=True)
+                for item in batch:
+                    yield item
     finally:
         close = getattr(items, "close", None)
         if close is not None:

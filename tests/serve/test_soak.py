@@ -79,13 +79,14 @@ def test_sigterm_answers_every_request_in_flight_and_exits_0(lm_run):
 
     long = {"prompt": "ROMEO:", "max_new_tokens": 1000, "temperature": 0}
     asks = {"stream": {**long, "stream": True}, "whole": long, "short": {"prompt": "KING:", "max_new_tokens": 3}}
-    threads = [threading.Thread(target=ask, args=item) for item in asks.items()]
-    for t in threads:
-        t.start()
-    assert streaming.wait(60)  # the stream has begun; the other long one takes turns with it, token by token
+    threads = {name: threading.Thread(target=ask, args=(name, body)) for name, body in asks.items()}
+    threads["stream"].start()
+    assert streaming.wait(60)  # the stream has begun; the other long one waits for the heavy lane behind it
+    threads["whole"].start()
+    threads["short"].start()
     time.sleep(0.2)
     server.send_signal(signal.SIGTERM)
-    for t in threads:
+    for t in threads.values():
         t.join(timeout=60)
     code = server.wait(timeout=60)
     stderr = server.stderr.read()
@@ -94,5 +95,5 @@ def test_sigterm_answers_every_request_in_flight_and_exits_0(lm_run):
     assert not any(isinstance(v, Exception) for v in results.values()), results
     status, text = results["stream"]
     assert status == 200 and 0 < len(text) < 1000  # begun, then ended cleanly (a well-formed chunked body)
-    assert results["whole"][0] == 503 and results["whole"][1] == "1"  # stopped mid-way, told to retry
+    assert results["whole"][0] == 503 and results["whole"][1] == "1"  # stopped while it waited, told to retry
     assert results["short"][0] in (200, 503)

@@ -84,6 +84,28 @@ def test_a_waiting_heavy_step_goes_once_the_light_requests_have_left():
     assert anyio.run(go) < 1.0
 
 
+def test_requests_of_many_slices_are_served_whole_in_the_order_they_came():
+    """Two heavy requests of several slices each: the second's steps wait until the first has had all of
+    its own (in turns, slice by slice, both ran past a deadline that one of them alone would have met)."""
+    worker = ModelWorker(2)
+    order: list[str] = []
+    client = SimpleNamespace(receive=anyio.sleep_forever, scope={})  # a client that stays
+
+    def steps(name: str):
+        for _ in range(12):  # 12 steps of 5 ms: 3 slices or more
+            burn(0.005)
+            order.append(name)
+            yield name
+
+    async def go() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.collect, client, "heavy", steps("first"))
+            await anyio.sleep(0.002)
+            tg.start_soon(worker.collect, client, "heavy", steps("second"))
+    anyio.run(go)
+    assert order == ["first"] * 12 + ["second"] * 12, order
+
+
 def test_a_share_outside_0_to_1_is_refused():
     with pytest.raises(ValueError, match="share of the time, in \\(0, 1\\], got 1.5"):
         Limits(heavy_share=1.5)

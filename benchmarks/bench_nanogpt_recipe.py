@@ -164,7 +164,8 @@ def nanogpt_step_seconds(log: Path, max_iters: int) -> float:
 
 
 def anyformer_step_seconds(run_dir: Path) -> float:
-    """anyformer's mean training step: its summary's seconds in steps (evaluations and planning left out) over its steps."""
+    """anyformer's mean training step: its summary's seconds in steps (evaluations and planning left out) over
+    its steps."""
     import json
     summary = json.loads((run_dir / "summary.json").read_text())
     return summary["train_seconds"] / summary["steps"]
@@ -310,9 +311,10 @@ def floor_text(floors: dict[str, list[float]], flops: float, peak: float, walls:
             f"attention counted in full); the host's fp32 product rate here is {peak / 1e9:.1f} GFLOP/s. The same "
             f"products alone, bare (median of {len(next(iter(floors.values())))} timings after the rounds):\n\n"
             + table(["library", "ms a step", "GFLOP/s", "of the product rate"], rows)
-            + f"\n\nWere every one of anyformer's {steps:,} steps as short as the faster of these ({floor * 1e3:.1f} ms) "
-              f"and the rest of its run (start-up, evaluations, checkpoints: {rest:.1f} s, the median) as it was, "
-              f"nanoGPT's median time would be **x{bound:.2f}** of it: no fp32 step with these products beats that.")
+            + f"\n\nWere every one of anyformer's {steps:,} steps as short as the faster of these "
+              f"({floor * 1e3:.1f} ms) and the rest of its run (start-up, evaluations, checkpoints: {rest:.1f} s, "
+              f"the median) as it was, nanoGPT's median time would be **x{bound:.2f}** of it: no fp32 step with "
+              f"these products beats that.")
 
 
 def _git_head(checkout: Path) -> str:

@@ -63,7 +63,8 @@ def eval_message(t: Trainer, line: dict[str, Any]) -> str:
 
 def summary(t: Trainer, line: dict[str, Any], resumed: bool) -> dict[str, Any]:
     """The run's summary.json: its settings' outcome, speed and plan, then the task's own fields."""
-    t.peak.recheck(line.get("flops_per_s", 0.0))  # a kept rate below the run's own steps is measured again
+    if t.dist.is_main:  # a kept rate below the run's own steps is measured again (the summary is the main rank's)
+        t.peak.recheck(line.get("flops_per_s", 0.0))
     cfg, peak, unit = t.cfg, t.peak.flops(), f"{t.task.unit}_per_s"
     # A module of the user's own is named by its class, not by the preset the data would have derived.
     s = {"recipe": cfg.recipe, "model": type(t.model).__name__ if is_own(t.model) else cfg.model, "steps": t.step,

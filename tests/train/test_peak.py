@@ -98,6 +98,27 @@ def test_a_run_whose_steps_beat_the_kept_rate_measures_it_again_and_keeps_the_hi
     assert peak.flops() == 80e9 and limits.kept_matmul_rate(torch.float32)[0].flops == 80e9
 
 
+@pytest.mark.slow
+def test_a_run_that_beats_the_kept_rate_reports_its_mfu_against_the_rate_measured_again(tmp_path, monkeypatch,
+                                                                                         empty_cache):
+    """End to end: a kept rate of 1 kFLOP/s (as if measured while other work held the cores) is measured again
+    at the run's end, and the summary divides by what was measured and kept."""
+    from anyformer.cli import main
+    from tests.conftest import SHARED_DATA
+    from tests.train.test_run_settings import TINY
+    monkeypatch.setenv("ANYFORMER_DATA", str(SHARED_DATA))
+    monkeypatch.setattr(limits, "SIZES", (128,))
+    monkeypatch.setattr(limits, "SECONDS", 0.01)
+    limits.keep(limits.MatmulRate("float32", 1e3, 1024))
+    i = TINY.index("--threads")
+    run = tmp_path / "run"
+    assert main(["train", "mnist", "--max-steps", "2", "--eval-every", "2", "--out", str(run),
+                 *TINY[:i], *TINY[i + 2:]]) == 0  # the process's own threads: the limits file named by them
+    summary = json.loads((run / "summary.json").read_text())
+    kept = limits.kept_matmul_rate(torch.float32)[0].flops
+    assert summary["peak_flops"] == kept > 1e3 and summary["mfu"] < 1e3
+
+
 def test_a_known_gpu_takes_its_data_sheet_peak():
     assert perf.spec_peak_flops("NVIDIA H100 PCIe") == 756e12 and perf.spec_peak_flops("NVIDIA H200") == 989.4e12
     assert perf.spec_peak_flops("Some Card") is None

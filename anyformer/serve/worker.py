@@ -127,9 +127,10 @@ class Lane:
     @asynccontextmanager
     async def place(self) -> AsyncIterator[None]:
         """One of the lane's `concurrency` places, held by a request of many calls across all of them
-        (`call(..., held=True)`), so that the lane serves such requests whole, in the order they came. Place by
-        call, they ran in turns, and more of them than the lane could finish within the deadline all ran
-        past it: in a soak with 4 heavy sampling clients, not one was answered in 60 s (docs/results.md)."""
+        (`call(..., held=True)`), so that the lane serves such requests whole, in the order they came. With a
+        place taken call by call they ran in turns, and when there were more than the lane could finish within
+        the deadline, all ran past it: in a soak with 4 heavy sampling clients, not one was answered in 60 s
+        (docs/results.md)."""
         borrower = object()  # not the task: a stream's generator may be closed from another one
         await self.limiter.acquire_on_behalf_of(borrower)
         try:

@@ -138,7 +138,7 @@ def main() -> int:
     server, start_seconds = start_server(a.run, port, a.server_args.split())
     url = f"http://127.0.0.1:{port}"
     load_before = load_average()
-    # The light clients' own process, started (its imports done) before any timing.
+    # The light clients' own process: started (its imports done) in the untimed warm-up phase below.
     apart = None if a.light_in_loop else ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     try:
         mix = Mix.for_server(url)

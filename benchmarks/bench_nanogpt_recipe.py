@@ -36,6 +36,7 @@ read with torch.load(weights_only=True): tensors and plain values only, no code.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import statistics
@@ -46,8 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_common import (add_isa_argument, attention_matmuls, linear_matmuls, load_average,  # noqa: E402
-                          machine, matmul_baseline, matmul_flops, on_all_cores, setup_env, table, write_results)
+from bench_common import (Contestant, add_isa_argument, alternate, attention_matmuls, host_peak,  # noqa: E402
+                          linear_matmuls, load_average, machine, matmul_baseline, matmul_flops, on_all_cores,
+                          setup_env, table, write_results)
 
 setup_env()  # before torch: the same allocator, thread and instruction-set settings for both processes
 
@@ -57,7 +59,7 @@ import torch.nn.functional as F  # noqa: E402
 CONTEXT = 64
 VOCAB, WIDTH, DEPTH, HEADS, BATCH = 65, 128, 4, 4, 12  # the recipe's model and batch (Tiny Shakespeare's 65 characters)
 EVAL_INTERVAL = 250  # the config's; nanoGPT's iterations at multiples of it also evaluated
-FLOOR_REPEATS = 30   # the floor's step, timed this many times after each round (its median kept)
+FLOOR_REPEATS = 30   # the floor's step, timed this many times per library after each round (alternated)
 INTRO = ("nanoGPT's own train.py on its README's CPU recipe (Tiny Shakespeare characters, 4 layers x 4 heads x 128, "
          "context 64, batch 12, 2,000 iterations, no compile) and `anyformer train shakespeare-char` set to the same "
          "recipe, each a process of its own, in alternated rounds. Time: each process's wall time, start to exit. "
@@ -138,20 +140,6 @@ def step_shapes() -> list:
     return m + linear_matmuls(tokens, WIDTH, VOCAB, train=True)
 
 
-def floor_seconds(steps: dict[str, object], repeats: int = FLOOR_REPEATS) -> dict[str, list[float]]:
-    """Each bare step of products timed `repeats` times (after one warm-up), by library."""
-    out: dict[str, list[float]] = {}
-    for name, step in steps.items():
-        step()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
-        out[name] = times
-    return out
-
-
 def nanogpt_step_seconds(log: Path, max_iters: int) -> float:
     """nanoGPT's mean training iteration, from its printed times ("iter N: loss X, time T ms"), the iterations
     that also evaluated (N a multiple of the evaluation interval: its timer spans the evaluation) left out."""
@@ -166,7 +154,6 @@ def nanogpt_step_seconds(log: Path, max_iters: int) -> float:
 def anyformer_step_seconds(run_dir: Path) -> float:
     """anyformer's mean training step: its summary's seconds in steps (evaluations and planning left out) over
     its steps."""
-    import json
     summary = json.loads((run_dir / "summary.json").read_text())
     return summary["train_seconds"] / summary["steps"]
 
@@ -232,10 +219,9 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     tree = prepare_nanogpt(args.nanogpt.resolve(), args.text, args.work)
 
-    from bench_common import host_peak
     peak, flops = host_peak("fp32"), matmul_flops(step_shapes())
-    bare = {"MKL": matmul_baseline(step_shapes()), "oneDNN": matmul_baseline(step_shapes(), backend="onednn")}
-    floors: dict[str, list[float]] = {name: [] for name in bare}
+    floors = [Contestant("MKL", matmul_baseline(step_shapes()), BATCH * CONTEXT, flops),
+              Contestant("oneDNN", matmul_baseline(step_shapes(), backend="onednn"), BATCH * CONTEXT, flops)]
     rows, ratios, precisions, walls, loops = [], [], [], {"nanoGPT": [], "anyformer": []}, []
     load_before = load_average()
     for r in range(args.rounds):
@@ -268,8 +254,7 @@ def main() -> None:
         rows += [[f"{r}", who, f"{seconds[who]:.1f}", f"{step_s[who] * 1e3:.1f}", f"{flops / step_s[who] / 1e9:.1f}",
                   f"{flops / step_s[who] / peak * 100:.0f}%", f"{own[who]:.4f}", f"{ours[who]:.4f}",
                   f"x{ratios[-1]:.2f}" if who == "anyformer" else "-"] for who in order]
-        for name, times in floor_seconds(bare).items():
-            floors[name] += times
+        alternate(floors, rounds=FLOOR_REPEATS, steps=1, verbose=False)  # each adds to its .times
     load_after = load_average()
 
     median = statistics.median(ratios)
@@ -297,11 +282,11 @@ def main() -> None:
                   INTRO, facts, [("Result", summary + "\n\n" + result), ("The floor", limit)])
 
 
-def floor_text(floors: dict[str, list[float]], flops: float, peak: float, walls: dict[str, list[float]],
+def floor_text(floors: list[Contestant], flops: float, peak: float, walls: dict[str, list[float]],
                loops: list[float], steps: int) -> str:
     """The step's products alone by library, and the ratio a run of anyformer's whose every step took the
     lower of them (the rest of its run, start-up and evaluations, as it was) would have had."""
-    medians = {name: statistics.median(t) for name, t in floors.items()}
+    medians = {c.name: c.median for c in floors}
     rows = [[name, f"{s * 1e3:.1f}", f"{flops / s / 1e9:.1f}", f"{flops / s / peak * 100:.0f}%"]
             for name, s in medians.items()]
     floor = min(medians.values())
@@ -309,7 +294,7 @@ def floor_text(floors: dict[str, list[float]], flops: float, peak: float, walls:
     bound = statistics.median(walls["nanoGPT"]) / (rest + steps * floor)
     return (f"The recipe's step does {flops / 1e9:.2f} GFLOP of matrix products (forward and backward, causal "
             f"attention counted in full); the host's fp32 product rate here is {peak / 1e9:.1f} GFLOP/s. The same "
-            f"products alone, bare (median of {len(next(iter(floors.values())))} timings after the rounds):\n\n"
+            f"products alone, bare (median of {len(floors[0].times)} timings after the rounds):\n\n"
             + table(["library", "ms a step", "GFLOP/s", "of the product rate"], rows)
             + f"\n\nWere every one of anyformer's {steps:,} steps as short as the faster of these "
               f"({floor * 1e3:.1f} ms) and the rest of its run (start-up, evaluations, checkpoints: {rest:.1f} s, "

@@ -32,7 +32,8 @@ if [ -d .whl ] && [ -z "$DRY" ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-{ date -u; nvidia-smi 2>&1 | head -15; $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"; } > "$OUT/env.txt" 2>&1
+# The host's processor too: the launch-bound figures (eager steps, HF generate) follow it, not the GPU.
+{ date -u; nvidia-smi 2>&1 | head -15; lscpu 2>&1 | grep -E "^(Model name|CPU\(s\)):"; $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
 left() { echo $((DEADLINE - (SECONDS - START))); }

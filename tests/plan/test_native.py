@@ -362,7 +362,7 @@ def test_a_gradient_penalty_through_the_native_gelu_steps_aside_to_atens_backwar
 @pytest.mark.parametrize("rows", [1, 2, 4])
 @pytest.mark.parametrize("in_features, out_features", [(384, 1152), (37, 5), (16, 2)])
 def test_linear_rows_is_f_linear(rows, in_features, out_features):
-    """One pass over W, 32 then 16 floats at a time and a scalar tail: every size, bias or none."""
+    """One pass over W, a vector at a time and a scalar tail, a group of rows at once: every size, bias or none."""
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 1, in_features, generator=g)
     w, b = torch.randn(out_features, in_features, generator=g), torch.randn(out_features, generator=g)
@@ -370,6 +370,18 @@ def test_linear_rows_is_f_linear(rows, in_features, out_features):
     torch.testing.assert_close(native.linear_rows(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
     strided = torch.randn(rows, 2 * in_features, generator=g)[:, ::2]  # rows read in place or copied
     torch.testing.assert_close(native.linear_rows(strided, w, b), F.linear(strided, w, b), rtol=1e-5, atol=1e-4)
+
+
+@needs_compiler
+def test_an_output_of_linear_rows_has_the_same_bits_whatever_rows_come_with_it():
+    """The kernel streams a group of W's rows at once (16 or 8) and the last, smaller group apart: an
+    output's sum must not depend on which group its row fell in, so every count of rows from 1 to 40
+    gives the first outputs of the 40-row product bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 1, 389, generator=g), torch.randn(40, 389, generator=g)
+    whole = native.linear_rows(x, w)
+    for out in range(1, 40):
+        assert torch.equal(native.linear_rows(x, w[:out]), whole[..., :out]), out
 
 
 @needs_compiler

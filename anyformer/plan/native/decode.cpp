@@ -20,6 +20,7 @@
 
 enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC1_W, FC1_B, FC2_W, FC2_B, K_CACHE,
             V_CACHE, SLOTS };
+static_assert(WN % ROWS == 0, "FC1 takes a vector's outputs in whole groups of ROWS rows");
 enum Activation { GELU = 0, GELU_TANH = 1, RELU = 2 };
 
 // y = (x - mean) / sqrt(var + eps) * w + b over D floats, the moments summed in double

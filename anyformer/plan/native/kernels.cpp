@@ -278,16 +278,17 @@ static void gelu_bwd_t(const float *x, const float *g, float *dx, long n, int nt
 }
 
 // y[r] = W x[r] (+ b) for a few rows x (a generation step's products): one pass over W (out x in,
-// row-major), each thread a contiguous block of its rows, each W row read once from memory and kept
-// in L1 for the few x rows.
+// row-major), each thread a contiguous block of its rows, ROWS of them streamed at once (simd.h's dots)
+// and kept in L1 for the few x rows.
 static void rows_linear(const float *x, const float *w, const float *b, float *y, long rows, long in, long out,
                         long xs, long ys, int nthreads) {
     #pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (long o = 0; o < out; o++) {
-        const float *wo = w + o * in;
+    for (long g = 0; g < (out + ROWS - 1) / ROWS; g++) {
+        const long o0 = g * ROWS, k = out - o0 < ROWS ? out - o0 : ROWS;
         for (long r = 0; r < rows; r++) {
-            float s = dot(wo, x + r * xs, in);
-            y[r * ys + o] = b ? s + b[o] : s;
+            float s[ROWS];
+            dots(w + o0 * in, in, x + r * xs, k, s);
+            for (long j = 0; j < k; j++) y[r * ys + o0 + j] = b ? s[j] + b[o0 + j] : s[j];
         }
     }
 }

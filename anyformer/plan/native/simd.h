@@ -80,34 +80,32 @@ static inline float dot(const float *a, const float *b, long n) {
     return s;
 }
 
-// y[r] = dot(w + r n, x, n) for the k <= ROWS consecutive rows of w from its first: the same sums in the same
-// order as dot's, row for row (the same bits), but the rows' chains interleaved, so that each vector of x is
-// loaded once for all of them and ROWS weight rows stream at once. A matrix-vector product reads each weight
-// once from memory; one row at a time kept fewer loads in flight than the memory system takes, and the
-// decode step read its weights at 69% of the bandwidth (bench_generate.py, 2-core Intel Xeon, 2026-12-01).
-// ROWS x the chains stays within the register file: 8 accumulators of 16 floats, or 8 of 8 with AVX2.
-static const int ROWS = WN == 16 ? 4 : 2;
+// y[r] = w_r . x for the k <= ROWS consecutive rows w_r of w (n floats each) from its first: each row's sum
+// in one chain of vectors, then its lanes (hsum), then the tail, so that a row's bits do not depend on how
+// many rows came with it. A matrix-vector product is bound by reading its weights from memory, once, and
+// what bounds that is how many rows stream at once: each vector of x is loaded once for ROWS rows, and
+// ROWS is the accumulators the register file holds (16 zmm, 8 ymm), one independent FMA chain a row,
+// enough to hide the FMA's latency. Two rows of four chains each (AVX2) read a char GPT's decode step's
+// weights in 2.34 ms, eight rows of one chain in 1.58 ms; with AVX-512, four rows of two chains 2.19 ms,
+// sixteen of one 1.77 ms (2-core Zen 4, bench_generate.py's shape, alternated rounds; 12 or 16 rows under
+// AVX2 were no faster than 8). One row at a time read them at 69% of the bandwidth (2-core Intel Xeon).
+static const int ROWS = ACC;
 static inline void dots(const float *w, long n, const float *x, long k, float *y) {
-    if (k < ROWS) {
-        for (long r = 0; r < k; r++) y[r] = dot(w + r * n, x, n);
-        return;
-    }
-    constexpr int K = 32 / WN;  // chains a row, as dot's
-    vn acc[ROWS][K] = {};
+    vn acc[ROWS] = {};
     long i = 0;
-    for (; i + K * WN <= n; i += K * WN)
-        for (int c = 0; c < K; c++) {
-            const vn xv = ld(x + i + c * WN);
-            for (int r = 0; r < ROWS; r++) acc[r][c] += ld(w + r * n + i + c * WN) * xv;
+    if (k == ROWS) {  // the bound known to the compiler: the accumulators stay in registers
+        for (; i + WN <= n; i += WN) {
+            const vn xv = ld(x + i);
+            for (int r = 0; r < ROWS; r++) acc[r] += ld(w + r * n + i) * xv;
         }
-    for (; i + WN <= n; i += WN) {
-        const vn xv = ld(x + i);
-        for (int r = 0; r < ROWS; r++) acc[r][0] += ld(w + r * n + i) * xv;
+    } else {  // the last rows of a matrix: the same sums in the same order
+        for (; i + WN <= n; i += WN) {
+            const vn xv = ld(x + i);
+            for (long r = 0; r < k; r++) acc[r] += ld(w + r * n + i) * xv;
+        }
     }
-    for (int r = 0; r < ROWS; r++) {
-        for (int step = 1; step < K; step *= 2)
-            for (int c = 0; c + step < K; c += 2 * step) acc[r][c] += acc[r][c + step];
-        float s = hsum(acc[r][0]);
+    for (long r = 0; r < k; r++) {
+        float s = hsum(acc[r]);
         for (long j = i; j < n; j++) s += w[r * n + j] * x[j];
         y[r] = s;
     }

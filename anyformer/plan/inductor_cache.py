@@ -9,6 +9,13 @@ the ViT benchmark aborted the same way after an `--isa avx2` run; with a fresh f
 outlives a change of processor (a machine image moved to another host) would hand one CPU's kernels to another
 in the same way. So before anyformer's first compile the cache is pointed at a folder of this processor's and
 instruction set's own, unless the user chose one: no process reads what another instruction set compiled.
+
+torch writes its default folder into TORCHINDUCTOR_CACHE_DIR itself the first time anything asks for it, and
+importing torch._dynamo asks (torch 2.13's torch/_dynamo/package.py, at import): the plan's measurements and
+Hugging Face's `generate` import it long before a compile. That value is torch's, not a user's choice. Taken
+for one (before 2026-12-04), every process that had planned before its first compile compiled into the shared
+folder, AVX2-held ones too, and `bench_generate.py` on a 2-core Zen 4 aborted with heap corruption in its
+compiled decode step in 12 of 20 such runs; of 8 runs started with a folder of their own, none did.
 """
 from __future__ import annotations
 
@@ -36,9 +43,11 @@ def isa_key() -> str:
 
 def keep_apart() -> Path | None:
     """Set TORCHINDUCTOR_CACHE_DIR to <tmp>/torchinductor_<user>/anyformer-<isa_key> where the user has not set
-    it, and return it (None where the user's folder is kept). Inductor reads the variable at its first compile,
-    so this is called before anyformer's first torch.compile (plan/compiled.py)."""
-    if os.environ.get(ENV):
+    it, and return it (None where the user's folder is kept). Inductor reads the variable whenever it looks for
+    its folder, so this is called before anyformer's first torch.compile (plan/compiled.py). torch's own default folder,
+    which importing torch._dynamo writes into the variable, counts as not set."""
+    chosen = os.environ.get(ENV)
+    if chosen and not _torch_default(chosen):
         return None
     try:
         user = getpass.getuser()
@@ -48,3 +57,12 @@ def keep_apart() -> Path | None:
     path = base / f"anyformer-{isa_key()}"
     os.environ[ENV] = str(path)
     return path
+
+
+def _torch_default(folder: str) -> bool:
+    """Whether `folder` is the one torch falls back to (and writes into the variable on first use)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch: its folder cannot be told apart, so it is kept
+        return False
+    return os.path.abspath(folder) == os.path.abspath(default_cache_dir())

@@ -30,8 +30,24 @@ def test_the_cache_folder_is_keyed_by_the_instruction_set_and_a_users_own_is_kep
     assert keep_apart() is None and os.environ[ENV] == str(tmp_path / "mine")
 
 
+def test_torchs_own_default_in_the_variable_is_not_taken_for_a_users_folder(monkeypatch, tmp_path):
+    """Importing torch._dynamo writes torch's default folder into the variable (the plan's measurements and
+    Hugging Face import it before any compile): that is still kept apart; a user's folder is still kept."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+    monkeypatch.setattr(inductor_cache.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # torch's default is under the temporary folder too
+    monkeypatch.setattr("tempfile.tempdir", None)
+    cache_dir()  # what the import does
+    assert os.environ[ENV] == os.path.abspath(default_cache_dir())
+    own = keep_apart()
+    assert own is not None and own.name == f"anyformer-{isa_key()}" and os.environ[ENV] == str(own)
+    assert cache_dir() == str(own)  # inductor now compiles there
+
+
 STEP = """
 import torch, torch.nn as nn, torch.nn.functional as F
+import torch._dynamo  # as the plan's measurements and Hugging Face import it: it sets the folder variable
 from anyformer.plan.compiled import _compile
 torch.manual_seed(0)
 m = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.LayerNorm(256), nn.GELU(), nn.Linear(256, 10))

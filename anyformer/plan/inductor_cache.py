@@ -43,11 +43,12 @@ def isa_key() -> str:
 
 def keep_apart() -> Path | None:
     """Set TORCHINDUCTOR_CACHE_DIR to <tmp>/torchinductor_<user>/anyformer-<isa_key> where the user has not set
-    it, and return it (None where the user's folder is kept). Inductor reads the variable whenever it looks for
-    its folder, so this is called before anyformer's first torch.compile (plan/compiled.py). torch's own default folder,
-    which importing torch._dynamo writes into the variable, counts as not set."""
+    it, and return it (None where the user's folder is kept). Inductor reads the variable whenever it looks
+    for its folder, so this is called before anyformer's first torch.compile (plan/compiled.py). Not a
+    user's folder: torch's own default, which importing torch._dynamo writes into the variable, and a
+    folder of ours for another instruction set (a parent process's, inherited by a child held to AVX2)."""
     chosen = os.environ.get(ENV)
-    if chosen and not _torch_default(chosen):
+    if chosen and not _torch_default(chosen) and not _another_isas(chosen):
         return None
     try:
         user = getpass.getuser()
@@ -66,3 +67,9 @@ def _torch_default(folder: str) -> bool:
     except ImportError:  # another torch: its folder cannot be told apart, so it is kept
         return False
     return os.path.abspath(folder) == os.path.abspath(default_cache_dir())
+
+
+def _another_isas(folder: str) -> bool:
+    """Whether `folder` is one keep_apart made for another processor or instruction set."""
+    name = Path(folder).name
+    return name.startswith("anyformer-") and name != f"anyformer-{isa_key()}"

@@ -28,6 +28,8 @@ def test_the_cache_folder_is_keyed_by_the_instruction_set_and_a_users_own_is_kep
     assert held is not None and held != own and held.parent == own.parent
     monkeypatch.setenv(ENV, str(tmp_path / "mine"))
     assert keep_apart() is None and os.environ[ENV] == str(tmp_path / "mine")
+    monkeypatch.setenv(ENV, str(own))  # a parent's folder, inherited by a child held to AVX2
+    assert keep_apart() == held and os.environ[ENV] == str(held)
 
 
 def test_torchs_own_default_in_the_variable_is_not_taken_for_a_users_folder(monkeypatch, tmp_path):

@@ -34,7 +34,7 @@ def test_the_cache_folder_is_keyed_by_the_instruction_set_and_a_users_own_is_kep
 
 def test_torchs_own_default_in_the_variable_is_not_taken_for_a_users_folder(monkeypatch, tmp_path):
     """Importing torch._dynamo writes torch's default folder into the variable (the plan's measurements and
-    Hugging Face import it before any compile): that is still kept apart; a user's folder is still kept."""
+    Hugging Face import it before any compile): that value is kept apart as if unset."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
     monkeypatch.setattr(inductor_cache.tempfile, "gettempdir", lambda: str(tmp_path))
     monkeypatch.delenv(ENV, raising=False)

@@ -47,15 +47,15 @@ def keep_apart() -> Path | None:
     for its folder, so this is called before anyformer's first torch.compile (plan/compiled.py). Not a
     user's folder: torch's own default, which importing torch._dynamo writes into the variable, and a
     folder of ours for another instruction set (a parent process's, inherited by a child held to AVX2)."""
-    chosen = os.environ.get(ENV)
-    if chosen and not _torch_default(chosen) and not _another_isas(chosen):
+    chosen, key = os.environ.get(ENV), isa_key()
+    if chosen and not _torch_default(chosen) and not _another_isas(chosen, key):
         return None
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container's): one folder for all of them
         user = "unknown"
     base = Path(tempfile.gettempdir()) / f"torchinductor_{re.sub(r'[^a-zA-Z0-9]', '_', user)}"
-    path = base / f"anyformer-{isa_key()}"
+    path = base / f"anyformer-{key}"
     os.environ[ENV] = str(path)
     return path
 
@@ -69,7 +69,7 @@ def _torch_default(folder: str) -> bool:
     return os.path.abspath(folder) == os.path.abspath(default_cache_dir())
 
 
-def _another_isas(folder: str) -> bool:
-    """Whether `folder` is one keep_apart made for another processor or instruction set."""
+def _another_isas(folder: str, key: str) -> bool:
+    """Whether `folder` is one keep_apart made for another processor or instruction set than `key`'s."""
     name = Path(folder).name
-    return name.startswith("anyformer-") and name != f"anyformer-{isa_key()}"
+    return name.startswith("anyformer-") and name != f"anyformer-{key}"

@@ -3,7 +3,8 @@
 An ASGI middleware, outside Starlette's routing, so it sees every request however it ends:
 - a deadline (`--deadline-seconds`) from the first byte: past it the request's work is cancelled
   at its next step (model calls are short steps, see worker.py) and it is answered 504, or 408
-  when the client had not even finished sending its body (a slow sender);
+  when the client had not even finished sending its body (a slow sender); the lanes see it too, and
+  refuse at once (503) a request they could not finish by then;
 - a shutdown (SIGTERM, server.py): requests in flight are cancelled at their next step and
   answered 503 with Retry-After, new ones too, so that no request goes unanswered;
 - a stream cut short by either ends as a well-formed chunked body, not a broken connection;
@@ -19,7 +20,7 @@ import anyio
 
 from .limits import REASONS
 from .metrics import Metrics
-from .worker import ON_FINISH
+from .worker import DEADLINE_AT, ON_FINISH
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -81,6 +82,7 @@ class GuardMiddleware:
             if guard.draining and scope["path"] not in ALWAYS_OPEN:
                 refusal = "shutting_down"
                 return await refuse(tracked_send, 503, "the server is shutting down; retry shortly", retry=1)
+            scope[DEADLINE_AT] = started + guard.deadline_seconds  # the lanes admit only what can finish by then
             with anyio.CancelScope(deadline=anyio.current_time() + guard.deadline_seconds) as cancel:
                 guard._in_flight.add(cancel)
                 try:

@@ -14,7 +14,9 @@ holds back while it has the GIL holds back the light calls waiting for it as wel
 on top of turns brought long generations close to their deadline at about the same light latency
 (measured: docs/results.md, 'Measurements behind the code's choices').
 Each lane admits at most its running calls plus `queue` waiting requests; past that a request is
-refused at once with 503 and Retry-After, not queued without end. Heavy work is a sequence of
+refused at once with 503 and Retry-After, not queued without end. Nor is a request admitted that the lane
+cannot finish before its deadline, by the time its requests have taken to serve: it would wait, start, and
+be stopped with 504 at the end of it, its client told after the whole deadline instead of at once. Heavy work is a sequence of
 short steps (one token, one ODE step), run in slices of about SLICE_S a call; a request holds its place
 in the lane across its slices, so that a lane serves requests whole, in the order they came, and the work
 can be stopped between slices: by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or by
@@ -42,6 +44,7 @@ T = TypeVar("T")
 _DONE = object()
 LANES = ("light", "heavy")
 ON_FINISH = "anyformer.on_finish"  # scope key: functions the request guard calls when a request ends
+DEADLINE_AT = "anyformer.deadline_at"  # scope key: the perf_counter time at which the guard stops the request
 TURN_POLL_S = 0.005  # a waiting heavy step looks this often whether the light requests have gone
 # Steps (tokens, ODE steps) go to a worker thread in slices of about this long, not one a call: each
 # call is a hand-over through the event loop, which light requests keep busy; one token a call, a
@@ -79,6 +82,7 @@ class Lane:
         self.admitted = 0          # requests in the lane: waiting for a call or running one
         self.running = 0           # calls running now
         self.seconds = 0.1         # a moving average of a request's time in the lane, for Retry-After
+        self.served: float | None = None  # a moving average of the seconds a request holds a place, once one has
         self._limiter: anyio.CapacityLimiter | None = None  # made inside the event loop that uses it
 
     @property
@@ -91,14 +95,26 @@ class Lane:
     def waiting(self) -> int:
         return self.admitted - self.running
 
-    def admit(self) -> Callable[[], None]:
-        """Room in the lane for one request, or 503 at once when its queue is full; returns the
-        function that lets it go (safe to call more than once)."""
+    def admit(self, until: float | None = None) -> Callable[[], None]:
+        """Room in the lane for one request, or 503 at once when its queue is full or, with `until` (the
+        perf_counter time of its deadline), when the requests in the lane and this one would take past it;
+        returns the function that lets it go (safe to call more than once)."""
         if self.admitted >= self.concurrency + self.queue:
             retry = max(1, math.ceil(self.seconds * (self.waiting + 1) / self.concurrency))
             raise ApiError(503, f"the server is busy: {self.waiting} requests wait for the {self.name} lane "
                                 f"(the queue holds {self.queue}, --queue); retry in {retry} s",
                            reason=f"queue_full_{self.name}", headers={"Retry-After": str(retry)})
+        if until is not None and self.served is not None:
+            # Served whole, in the order they came (see `place`): the ones in the lane first, then this one.
+            # A running request counts whole, so the estimate errs towards refusing early, not 504 late.
+            finish = self.served * (self.admitted / self.concurrency + 1)
+            left = until - time.perf_counter()
+            if finish > left:
+                retry = max(1, math.ceil(finish - left))
+                raise ApiError(503, f"the server is busy: the {self.admitted} requests in the {self.name} lane and "
+                                    f"this one would take about {finish:.1f} s ({self.served:.1f} s each), past the "
+                                    f"{max(left, 0):.1f} s left of its deadline (--deadline-seconds); retry in {retry} s",
+                               reason=f"past_deadline_{self.name}", headers={"Retry-After": str(retry)})
         self.admitted += 1
         started, held = time.perf_counter(), [True]
 
@@ -109,8 +125,8 @@ class Lane:
         return release
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        release = self.admit()
+    async def slot(self, until: float | None = None) -> AsyncIterator[None]:
+        release = self.admit(until)
         try:
             yield
         finally:
@@ -134,16 +150,24 @@ class Lane:
         borrower = object()  # not the task: a stream's generator may be closed from another one
         await self.limiter.acquire_on_behalf_of(borrower)
         try:
+            started = time.perf_counter()
             yield
+            self._served(time.perf_counter() - started)  # only a request served to its end: a stopped one says less
         finally:
             self.limiter.release_on_behalf_of(borrower)
+
+    def _served(self, seconds: float) -> None:
+        self.served = seconds if self.served is None else 0.8 * self.served + 0.2 * seconds
 
     async def call(self, fn: Callable[..., T], *args: Any, held: bool = False) -> T:
         """fn(*args) in one of the lane's places (`held`: in the one the caller holds, see `place`)."""
         if held:
             return await self._call(fn, *args)
         async with self.limiter:
-            return await self._call(fn, *args)
+            started = time.perf_counter()
+            result = await self._call(fn, *args)
+            self._served(time.perf_counter() - started)
+            return result
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         await self._turn()
@@ -187,20 +211,20 @@ class ModelWorker:
 
     async def run(self, request: Request, lane: str, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) in one call, admitted to `lane`; ClientGone if the client leaves first."""
-        async with self.lanes[lane].slot():
+        async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT)):
             return await _watching(request, self.lanes[lane].call(fn, *args))
 
     async def collect(self, request: Request, lane: str, items: Iterator[T]) -> list[T]:
         """Every item of a blocking iterator, each `next` a separate call in `lane`: stopped at the
         next step (and `items` closed) when the client leaves, the deadline passes or the server stops."""
-        async with self.lanes[lane].slot():
+        async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT)):
             return await _watching(request, _gather(self.lanes[lane], items))
 
     def stream(self, request: Request, lane: str, items: Iterator[T]) -> AsyncIterator[T]:
         """A streamed answer's async iterator over a blocking one, admitted now (503 here, before
         any byte is sent, when the lane is full). Starlette's StreamingResponse stops it when the
         client leaves; closing it closes `items`, so a generation stops at the next token."""
-        release = self.lanes[lane].admit()
+        release = self.lanes[lane].admit(request.scope.get(DEADLINE_AT))
         # However the stream ends (even never started: a client gone before the first byte), the
         # request guard runs this when the request is over.
         request.scope.setdefault(ON_FINISH, []).append(release)

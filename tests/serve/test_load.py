@@ -102,6 +102,28 @@ def test_a_full_lane_answers_503_with_retry_after_and_the_other_lane_goes_on(dit
 
 
 @pytest.mark.slow
+def test_a_heavy_request_its_lane_would_finish_past_the_deadline_is_refused_before_any_work(dit_app, monkeypatch):
+    """The guard gives the lanes each request's deadline: with one request in the heavy lane and requests there
+    taking 5 s each (as if measured), a sample request under a 4 s deadline is refused at once, not after 4 s."""
+    client = TestClient(dit_app)
+    lane = dit_app.state.context.worker.lanes["heavy"]
+    monkeypatch.setattr(dit_app.state.guard, "deadline_seconds", 4.0)
+    monkeypatch.setattr(lane, "served", 5.0)
+    release = lane.admit()
+    try:
+        started = time.perf_counter()
+        r = client.post("/api/sample", json=HEAVY)
+        took = time.perf_counter() - started
+    finally:
+        release()
+    assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1, r.text
+    assert "--deadline-seconds" in r.json()["error"] and "heavy lane" in r.json()["error"], r.text
+    assert took < 2, took
+    assert client.post("/api/sample", json=LIGHT).status_code == 200  # the light lane's own requests are short
+    assert metrics(client)['anyformer_refusals_total{reason="past_deadline_heavy"}'] == 1
+
+
+@pytest.mark.slow
 def test_the_deadline_stops_the_work_and_answers_504(dit_app, monkeypatch):
     app = dit_app
     monkeypatch.setattr(app.state.guard, "deadline_seconds", 0.5)

@@ -106,6 +106,31 @@ def test_requests_of_many_slices_are_served_whole_in_the_order_they_came():
     assert order == ["first"] * 12 + ["second"] * 12, order
 
 
+def test_a_request_the_lane_would_not_finish_by_its_deadline_is_refused_at_once():
+    """Admission counts the requests in the lane, each as long as the lane's served ones took: one that
+    would end past its deadline is refused now (503, Retry-After), not stopped with 504 at the deadline."""
+    from anyformer.serve.limits import ApiError
+    worker = ModelWorker(2)
+    lane = worker.lanes["heavy"]
+    assert lane.admit(time.perf_counter() + 1e-3)() is None  # nothing served yet: no estimate, let in
+    async def one_served() -> None:  # one request served: about 0.1 s
+        await worker.call(time.sleep, 0.1, lane="heavy")
+    anyio.run(one_served)
+    assert 0.1 <= lane.served < 1.0, lane.served
+    held = [lane.admit() for _ in range(3)]  # three requests in the lane (one place): about 0.4 s with a 4th
+    try:
+        with pytest.raises(ApiError) as refused:
+            lane.admit(time.perf_counter() + 0.3)
+        assert refused.value.status == 503 and refused.value.reason == "past_deadline_heavy"
+        assert int(refused.value.headers["Retry-After"]) >= 1 and "--deadline-seconds" in refused.value.message
+        lane.admit(time.perf_counter() + 4 * lane.served + 1.0)()  # time enough: let in
+        lane.admit()()  # no deadline known (a call from outside the guard): let in
+    finally:
+        for release in held:
+            release()
+    lane.admit(time.perf_counter() + 1.5 * lane.served)()  # an empty lane: only its own time counts
+
+
 def test_a_share_outside_0_to_1_is_refused():
     with pytest.raises(ValueError, match="share of the time, in \\(0, 1\\], got 1.5"):
         Limits(heavy_share=1.5)

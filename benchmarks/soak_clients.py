@@ -163,11 +163,14 @@ def _json(values: dict) -> bytes:
     return json.dumps(values).encode()
 
 
-async def send(client: httpx.AsyncClient, req: Request) -> tuple[int | str, float]:
+async def send(client: httpx.AsyncClient, req: Request, answer: list | None = None) -> tuple[int | str, float]:
+    """(the status, or 'hung' / 'lost: ...'; seconds); the response appended to `answer` when one is given."""
     method, path, body, headers = req
     started = time.perf_counter()
     try:
         r = await client.request(method, path, content=body, headers=headers)
+        if answer is not None:
+            answer.append(r)
         return r.status_code, time.perf_counter() - started
     except httpx.TimeoutException:
         return "hung", time.perf_counter() - started
@@ -202,12 +205,14 @@ def light_alone(url: str, info: dict, seconds: float, light: int) -> Tally:
 async def heavy_client(client, mix: Mix, tally: Tally, stop: float, n: int) -> None:
     i = n
     while time.monotonic() < stop:
-        outcome, seconds = await send(client, mix.heavy(i, stream=i % 2 == 1))
+        answer: list[httpx.Response] = []
+        outcome, seconds = await send(client, mix.heavy(i, stream=i % 2 == 1), answer)
         tally.add("heavy", outcome)
         if outcome == 200:
             tally.heavy_s.append(seconds)
-        elif outcome == 503:
-            await asyncio.sleep(1)  # as Retry-After asks
+        elif outcome == 503:  # as Retry-After asks (a well-behaved client), within what is left of the soak
+            retry = answer[0].headers.get("retry-after", "1")
+            await asyncio.sleep(min(float(retry) if retry.isdigit() else 1.0, max(0.0, stop - time.monotonic())))
         i += 2
 
 

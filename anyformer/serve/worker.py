@@ -16,11 +16,12 @@ on top of turns brought long generations close to their deadline at about the sa
 Each lane admits at most its running calls plus `queue` waiting requests; past that a request is
 refused at once with 503 and Retry-After, not queued without end. Nor is a request admitted that the lane
 cannot finish before its deadline, by the time its requests have taken to serve: it would wait, start, and
-be stopped with 504 at the end of it, its client told after the whole deadline instead of at once. Heavy work is a sequence of
-short steps (one token, one ODE step), run in slices of about SLICE_S a call; a request holds its place
-in the lane across its slices, so that a lane serves requests whole, in the order they came, and the work
-can be stopped between slices: by the request's deadline or the server's shutdown (anyformer/serve/guard.py), or by
-the client going away (watched here while the answer is computed).
+be stopped with 504 at the end of it, its client told after the whole deadline instead of at once.
+Heavy work is a sequence of short steps (one token, one ODE step), run in slices of about SLICE_S a
+call; a request holds its place in the lane across its slices, so that a lane serves requests whole, in
+the order they came, and the work can be stopped between slices: by the request's deadline or the
+server's shutdown (anyformer/serve/guard.py), or by the client going away (watched here while the
+answer is computed).
 """
 from __future__ import annotations
 
@@ -112,8 +113,9 @@ class Lane:
             if finish > left:
                 retry = max(1, math.ceil(finish - left))
                 raise ApiError(503, f"the server is busy: the {self.admitted} requests in the {self.name} lane and "
-                                    f"this one would take about {finish:.1f} s ({self.served:.1f} s each), past the "
-                                    f"{max(left, 0):.1f} s left of its deadline (--deadline-seconds); retry in {retry} s",
+                                    f"this one would take about {finish:.1f} s ({self.served:.1f} s each), past "
+                                    f"the {max(left, 0):.1f} s left of its deadline (--deadline-seconds); "
+                                    f"retry in {retry} s",
                                reason=f"past_deadline_{self.name}", headers={"Retry-After": str(retry)})
         self.admitted += 1
         started, held = time.perf_counter(), [True]
@@ -222,8 +224,9 @@ class ModelWorker:
 
     def stream(self, request: Request, lane: str, items: Iterator[T]) -> AsyncIterator[T]:
         """A streamed answer's async iterator over a blocking one, admitted now (503 here, before
-        any byte is sent, when the lane is full). Starlette's StreamingResponse stops it when the
-        client leaves; closing it closes `items`, so a generation stops at the next token."""
+        any byte is sent, when the lane is full or would not finish it by its deadline). Starlette's
+        StreamingResponse stops it when the client leaves; closing it closes `items`, so a generation
+        stops at the next token."""
         release = self.lanes[lane].admit(request.scope.get(DEADLINE_AT))
         # However the stream ends (even never started: a client gone before the first byte), the
         # request guard runs this when the request is over.

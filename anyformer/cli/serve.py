@@ -19,7 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--queue", type=int, default=16, help="requests waiting per lane; past it, 503 + Retry-After")
     s.add_argument("--max-work-seconds", type=float, default=5.0,
                    help="a request's estimated compute (its steps x the step time measured at start)")
-    s.add_argument("--deadline-seconds", type=float, default=30.0, help="past it, 504 and the work stops")
+    s.add_argument("--deadline-seconds", type=float, default=30.0,
+                   help="past it, 504 and the work stops; a request its lane would not finish by then "
+                        "(by the time its recent requests took) is refused at once, 503 + Retry-After")
     s.add_argument("--heavy-share", type=float,
                    help="the heavy lane's most share of a core while light requests wait or run, in (0, 1] "
                         "(default: 0.2 for an image classifier's large uploads, 0.5 for generation and sampling)")

@@ -127,14 +127,15 @@ def routes(ctx: Context) -> list[Route]:
         if not ids:
             raise ApiError(422, "the prompt must hold at least one token")
         n = req["max_new_tokens"]
-        lane = ctx.check_cost(generation_seconds(ctx, len(ids), n),
+        cost = generation_seconds(ctx, len(ids), n)
+        lane = ctx.check_cost(cost,
                               f"{n} tokens after {len(ids)}, from the step and refill times measured at start",
                               f"ask for at most {most_tokens(ctx, len(ids))} max_new_tokens")
         if req["stream"]:
-            return StreamingResponse(ctx.worker.stream(request, lane, pieces(ids, req)),
+            return StreamingResponse(ctx.worker.stream(request, lane, pieces(ids, req), cost=cost),
                                      media_type="text/plain; charset=utf-8",
                                      headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-        text = "".join(await ctx.worker.collect(request, lane, pieces(ids, req)))
+        text = "".join(await ctx.worker.collect(request, lane, pieces(ids, req), cost=cost))
         return JSONResponse({"prompt": req["prompt"], "text": text, "tokens": req["max_new_tokens"]})
 
     return [Route("/api/generate", generate, methods=["POST"])]

@@ -92,13 +92,14 @@ def routes(ctx: Context) -> list[Route]:
         cfg = float(field(values, "cfg", (int, float), 1.0, 0, MAX_CFG))
         seed = field(values, "seed", int, None, 0, 2**63 - 1)
         per_step = 2 * work_seconds(ctx, n, 1, cfg)  # a Heun step is two passes (the last one)
-        lane = ctx.check_cost(work_seconds(ctx, n, steps, cfg), f"{n} samples x {steps} steps x "
+        cost = work_seconds(ctx, n, steps, cfg)
+        lane = ctx.check_cost(cost, f"{n} samples x {steps} steps x "
                               f"{'2 passes (guidance)' if cfg != 1 else '1 pass'} x 2 (Heun), measured at start",
                               f"ask for at most {max(1, int(ctx.limits.max_work_seconds / per_step))} steps "
                               f"of {n} samples, or fewer samples")
         labels = torch.full((n,), label, dtype=torch.long)
         *_, encoded = await ctx.worker.collect(request, lane, steps_then_encoded(
-            flow.sample_steps(ctx.model, labels, steps=steps, cfg=cfg, seed=seed)))
+            flow.sample_steps(ctx.model, labels, steps=steps, cfg=cfg, seed=seed)), cost=cost)
         return JSONResponse({"class": classes[label], "images": encoded})
 
     return [Route("/api/sample", sample, methods=["POST"])]

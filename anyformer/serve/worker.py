@@ -83,7 +83,9 @@ class Lane:
         self.admitted = 0          # requests in the lane: waiting for a call or running one
         self.running = 0           # calls running now
         self.seconds = 0.1         # a moving average of a request's time in the lane, for Retry-After
-        self.served: float | None = None  # a moving average of the seconds a request holds a place, once one has
+        self.served: float | None = None  # moving averages, once measured: the seconds a request of unknown cost
+        self.pace: float | None = None    # held its place, and those per second of its estimated cost (`expect`)
+        self.ahead = 0.0                  # the seconds the requests in the lane are expected to hold places
         self._limiter: anyio.CapacityLimiter | None = None  # made inside the event loop that uses it
 
     @property
@@ -96,39 +98,51 @@ class Lane:
     def waiting(self) -> int:
         return self.admitted - self.running
 
-    def admit(self, until: float | None = None) -> Callable[[], None]:
+    def expect(self, cost: float | None) -> float | None:
+        """The seconds a request is expected to hold a place: its `cost` (seconds of work alone, from the step
+        times its section measured at start) times the lane's measured pace, or before one is measured, times
+        1 / share, as far as taking turns may stretch it; a request of unknown cost, as long as the lane's recent
+        ones of unknown cost held theirs (None before one has)."""
+        if cost is None:
+            return self.served
+        return cost * (self.pace if self.pace is not None else 1 / self.share)
+
+    def admit(self, until: float | None = None, cost: float | None = None) -> Callable[[], None]:
         """Room in the lane for one request, or 503 at once when its queue is full or, with `until` (the
-        perf_counter time of its deadline), when the requests in the lane and this one would take past it;
-        returns the function that lets it go (safe to call more than once)."""
+        perf_counter time of its deadline), when the requests in the lane and this one would take past it
+        (`expect`; `cost`: the request's estimated seconds of work alone); returns the function that lets it
+        go (safe to call more than once)."""
         if self.admitted >= self.concurrency + self.queue:
             retry = max(1, math.ceil(self.seconds * (self.waiting + 1) / self.concurrency))
             raise ApiError(503, f"the server is busy: {self.waiting} requests wait for the {self.name} lane "
                                 f"(the queue holds {self.queue}, --queue); retry in {retry} s",
                            reason=f"queue_full_{self.name}", headers={"Retry-After": str(retry)})
-        if until is not None and self.served is not None:
+        expected = self.expect(cost)
+        if until is not None and expected is not None:
             # Served whole, in the order they came (see `place`): the ones in the lane first, then this one.
             # A running request counts whole, so the estimate errs towards refusing early, not 504 late.
-            finish = self.served * (self.admitted / self.concurrency + 1)
+            finish = self.ahead / self.concurrency + expected
             left = until - time.perf_counter()
             if finish > left:
                 retry = max(1, math.ceil(finish - left))
                 raise ApiError(503, f"the server is busy: the {self.admitted} requests in the {self.name} lane and "
-                                    f"this one would take about {finish:.1f} s ({self.served:.1f} s each), past "
-                                    f"the {max(left, 0):.1f} s left of its deadline (--deadline-seconds); "
-                                    f"retry in {retry} s",
+                                    f"this one would take about {finish:.1f} s, past the {max(left, 0):.1f} s left "
+                                    f"of its deadline (--deadline-seconds); retry in {retry} s",
                                reason=f"past_deadline_{self.name}", headers={"Retry-After": str(retry)})
         self.admitted += 1
+        self.ahead += expected or 0.0
         started, held = time.perf_counter(), [True]
 
         def release() -> None:
             if held.pop() if held else False:
                 self.admitted -= 1
+                self.ahead = max(0.0, self.ahead - (expected or 0.0)) if self.admitted else 0.0
                 self.seconds = 0.8 * self.seconds + 0.2 * (time.perf_counter() - started)
         return release
 
     @asynccontextmanager
-    async def slot(self, until: float | None = None) -> AsyncIterator[None]:
-        release = self.admit(until)
+    async def slot(self, until: float | None = None, cost: float | None = None) -> AsyncIterator[None]:
+        release = self.admit(until, cost)
         try:
             yield
         finally:
@@ -143,32 +157,37 @@ class Lane:
             await anyio.sleep(min(wait, TURN_POLL_S))
 
     @asynccontextmanager
-    async def place(self) -> AsyncIterator[None]:
+    async def place(self, cost: float | None = None) -> AsyncIterator[None]:
         """One of the lane's `concurrency` places, held by a request of many calls across all of them
         (`call(..., held=True)`), so that the lane serves such requests whole, in the order they came. With a
         place taken call by call they ran in turns, and when there were more than the lane could finish within
         the deadline, all ran past it: in a soak with 4 heavy sampling clients, not one was answered in 60 s
-        (docs/results.md)."""
+        (docs/results.md). `cost`: the request's estimated seconds of work alone (see `expect`)."""
         borrower = object()  # not the task: a stream's generator may be closed from another one
         await self.limiter.acquire_on_behalf_of(borrower)
         try:
             started = time.perf_counter()
             yield
-            self._served(time.perf_counter() - started)  # only a request served to its end: a stopped one says less
+            self._served(time.perf_counter() - started, cost)  # only one served to its end: a stopped one says less
         finally:
             self.limiter.release_on_behalf_of(borrower)
 
-    def _served(self, seconds: float) -> None:
-        self.served = seconds if self.served is None else 0.8 * self.served + 0.2 * seconds
+    def _served(self, seconds: float, cost: float | None) -> None:
+        """A request held its place `seconds`: into the pace (per second of its cost) or the unknown-cost average."""
+        if cost is not None and cost > 0:
+            self.pace = _average(self.pace, seconds / cost)
+        elif cost is None:
+            self.served = _average(self.served, seconds)
 
-    async def call(self, fn: Callable[..., T], *args: Any, held: bool = False) -> T:
-        """fn(*args) in one of the lane's places (`held`: in the one the caller holds, see `place`)."""
+    async def call(self, fn: Callable[..., T], *args: Any, held: bool = False, cost: float | None = None) -> T:
+        """fn(*args) in one of the lane's places (`held`: in the one the caller holds, see `place`; `cost`: see
+        `expect`)."""
         if held:
             return await self._call(fn, *args)
         async with self.limiter:
             started = time.perf_counter()
             result = await self._call(fn, *args)
-            self._served(time.perf_counter() - started)
+            self._served(time.perf_counter() - started, cost)
             return result
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -186,6 +205,11 @@ class Lane:
             return result
         finally:
             self.running -= 1
+
+
+def _average(mean: float | None, x: float) -> float:
+    """A moving average that starts at its first value and follows the recent ones."""
+    return x if mean is None else 0.8 * mean + 0.2 * x
 
 
 def _busy(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
@@ -211,30 +235,31 @@ class ModelWorker:
         """One call in `lane`, without admission or watching (warm-up, tests)."""
         return await self.lanes[lane].call(fn, *args)
 
-    async def run(self, request: Request, lane: str, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) in one call, admitted to `lane`; ClientGone if the client leaves first."""
-        async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT)):
-            return await _watching(request, self.lanes[lane].call(fn, *args))
+    async def run(self, request: Request, lane: str, fn: Callable[..., T], *args: Any, cost: float | None = None) -> T:
+        """fn(*args) in one call, admitted to `lane`; ClientGone if the client leaves first. `cost`: the
+        request's estimated seconds of work alone, where its section has one (see `Lane.expect`)."""
+        async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT), cost):
+            return await _watching(request, self.lanes[lane].call(fn, *args, cost=cost))
 
-    async def collect(self, request: Request, lane: str, items: Iterator[T]) -> list[T]:
+    async def collect(self, request: Request, lane: str, items: Iterator[T], cost: float | None = None) -> list[T]:
         """Every item of a blocking iterator, each `next` a separate call in `lane`: stopped at the
         next step (and `items` closed) when the client leaves, the deadline passes or the server stops."""
-        async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT)):
-            return await _watching(request, _gather(self.lanes[lane], items))
+        async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT), cost):
+            return await _watching(request, _gather(self.lanes[lane], items, cost))
 
-    def stream(self, request: Request, lane: str, items: Iterator[T]) -> AsyncIterator[T]:
+    def stream(self, request: Request, lane: str, items: Iterator[T], cost: float | None = None) -> AsyncIterator[T]:
         """A streamed answer's async iterator over a blocking one, admitted now (503 here, before
         any byte is sent, when the lane is full or would not finish it by its deadline). Starlette's
         StreamingResponse stops it when the client leaves; closing it closes `items`, so a generation
         stops at the next token."""
-        release = self.lanes[lane].admit(request.scope.get(DEADLINE_AT))
+        release = self.lanes[lane].admit(request.scope.get(DEADLINE_AT), cost)
         # However the stream ends (even never started: a client gone before the first byte), the
         # request guard runs this when the request is over.
         request.scope.setdefault(ON_FINISH, []).append(release)
 
         async def admitted() -> AsyncIterator[T]:
             try:
-                async for item in _steps(self.lanes[lane], items):
+                async for item in _steps(self.lanes[lane], items, cost):
                     yield item
             finally:
                 release()
@@ -256,9 +281,9 @@ def _slice(items: Iterator[T]) -> tuple[list[T], bool]:
     return out, True
 
 
-async def _steps(lane: Lane, items: Iterator[T]) -> AsyncIterator[T]:
+async def _steps(lane: Lane, items: Iterator[T], cost: float | None = None) -> AsyncIterator[T]:
     try:
-        async with lane.place():
+        async with lane.place(cost):
             done = False
             while not done:
                 batch, done = await lane.call(_slice, items, held=True)
@@ -270,9 +295,9 @@ async def _steps(lane: Lane, items: Iterator[T]) -> AsyncIterator[T]:
             close()
 
 
-async def _gather(lane: Lane, items: Iterator[T]) -> list[T]:
+async def _gather(lane: Lane, items: Iterator[T], cost: float | None = None) -> list[T]:
     out: list[T] = []
-    steps = _steps(lane, items)
+    steps = _steps(lane, items, cost)
     try:
         async for item in steps:
             out.append(item)

@@ -4,6 +4,7 @@ command are in test_soak.py."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 
@@ -16,6 +17,7 @@ from tests.serve.test_api import drawn_one
 from starlette.testclient import TestClient  # noqa: E402  (after conftest's importorskip)
 
 from anyformer.serve import Limits, create_app  # noqa: E402
+from anyformer.serve.context import LIGHT_SECONDS  # noqa: E402
 from anyformer.serve.sample import work_seconds  # noqa: E402
 
 HEAVY = {"class": 3, "n": 16, "steps": 1000, "cfg": 2.0, "seed": 0}   # the most the sample API takes
@@ -103,30 +105,39 @@ def test_a_full_lane_answers_503_with_retry_after_and_the_other_lane_goes_on(dit
 
 @pytest.mark.slow
 def test_a_heavy_request_its_lane_would_finish_past_the_deadline_is_refused_before_any_work(dit_app, monkeypatch):
-    """The guard gives the lanes each request's deadline: with one request in the heavy lane and requests there
-    taking 5 s each (as if measured), a sample request under a 4 s deadline is refused at once, not after 4 s."""
+    """The guard gives the lanes each request's deadline, the section its estimated cost: a sample request whose
+    own estimate (thousands of passes, stretched by the turns it takes) passes a 4 s deadline is refused at once,
+    not stopped after 4 s; with a request of 5 s (as if measured) in the lane, so is a small one."""
     client = TestClient(dit_app)
     lane = dit_app.state.context.worker.lanes["heavy"]
     monkeypatch.setattr(dit_app.state.guard, "deadline_seconds", 4.0)
-    monkeypatch.setattr(lane, "served", 5.0)
-    release = lane.admit()
-    try:
-        started = time.perf_counter()
-        r = client.post("/api/sample", json=HEAVY)
-        took = time.perf_counter() - started
-    finally:
-        release()
+    assert work_seconds(dit_app.state.context, 16, 1000, 2.0) / lane.share > 4.0
+    started = time.perf_counter()
+    r = client.post("/api/sample", json=HEAVY)
+    assert time.perf_counter() - started < 2
     assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1, r.text
     assert "--deadline-seconds" in r.json()["error"] and "heavy lane" in r.json()["error"], r.text
-    assert took < 2, took
+
+    steps = math.ceil(0.2 / work_seconds(dit_app.state.context, 1, 1, 2.0))  # about 0.2 s: heavy, not light
+    small = {**HEAVY, "n": 1, "steps": steps}
+    assert LIGHT_SECONDS < work_seconds(dit_app.state.context, 1, steps, 2.0) < 0.5  # alone it fits: 1 s or less
+    release = lane.admit(cost=5.0 * lane.share)  # a request expected to hold the lane's place 5 s
+    try:
+        r = client.post("/api/sample", json=small)
+    finally:
+        release()
+    assert r.status_code == 503 and "--deadline-seconds" in r.json()["error"], r.text
     assert client.post("/api/sample", json=LIGHT).status_code == 200  # the light lane's own requests are short
-    assert metrics(client)['anyformer_refusals_total{reason="past_deadline_heavy"}'] == 1
+    assert metrics(client)['anyformer_refusals_total{reason="past_deadline_heavy"}'] == 2
 
 
 @pytest.mark.slow
 def test_the_deadline_stops_the_work_and_answers_504(dit_app, monkeypatch):
     app = dit_app
     monkeypatch.setattr(app.state.guard, "deadline_seconds", 0.5)
+    # The lane expects the request to be quick (as if its recent ones had been, against their estimates), so it
+    # lets it in: an estimate can be wrong, and the deadline stops the work all the same.
+    monkeypatch.setattr(app.state.context.worker.lanes["heavy"], "pace", 1e-9)
     client = TestClient(app)
     started = time.perf_counter()
     r = client.post("/api/sample", json=HEAVY)

@@ -131,6 +131,32 @@ def test_a_request_the_lane_would_not_finish_by_its_deadline_is_refused_at_once(
     lane.admit(time.perf_counter() + 1.5 * lane.served)()  # an empty lane: only its own time counts
 
 
+def test_a_request_of_known_cost_is_expected_to_take_it_at_the_lanes_pace():
+    """A request whose section estimated its work (seconds alone) is expected to hold its place that long times
+    the lane's measured pace, and before any is measured times 1 / share: a burst on a fresh server is refused
+    past what fits its deadline, not let in to run into it."""
+    from anyformer.serve.limits import ApiError
+    worker = ModelWorker(2, heavy_share=0.5)
+    lane = worker.lanes["heavy"]
+    assert lane.expect(1.0) == 2.0 and lane.expect(None) is None  # nothing measured: 1 / share; unknown
+    until = time.perf_counter() + 5.0
+    held = [lane.admit(until, cost=1.0), lane.admit(until, cost=1.0)]  # about 2 s each, one after the other
+    try:
+        with pytest.raises(ApiError) as refused:
+            lane.admit(until, cost=1.0)  # 6 s > 5 s
+        assert refused.value.reason == "past_deadline_heavy"
+        lane.admit(until, cost=0.25)()  # 4.5 s: let in
+    finally:
+        for release in held:
+            release()
+
+    async def served(cost: float) -> None:  # a request that holds its place 0.1 s against an estimate of `cost`
+        await lane.call(time.sleep, 0.1, cost=cost)
+    anyio.run(served, 0.05)
+    assert 1.9 <= lane.pace < 10, lane.pace  # 0.1 s for 0.05 s of estimated work
+    assert lane.served is None  # a request of known cost says nothing of the unknown-cost average
+
+
 def test_a_share_outside_0_to_1_is_refused():
     with pytest.raises(ValueError, match="share of the time, in \\(0, 1\\], got 1.5"):
         Limits(heavy_share=1.5)

@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a request's estimated compute (its steps x the step time measured at start)")
     s.add_argument("--deadline-seconds", type=float, default=30.0,
                    help="past it, 504 and the work stops; a request its lane would not finish by then "
-                        "(by the time its recent requests took) is refused at once, 503 + Retry-After")
+                        "(by its own and the queued requests' estimated work, at the lane's recent pace) is refused at once, "
+                        "503 + Retry-After")
     s.add_argument("--heavy-share", type=float,
                    help="the heavy lane's most share of a core while light requests wait or run, in (0, 1] "
                         "(default: 0.2 for an image classifier's large uploads, 0.5 for generation and sampling)")

@@ -15,8 +15,9 @@ on top of turns brought long generations close to their deadline at about the sa
 (measured: docs/results.md, 'Measurements behind the code's choices').
 Each lane admits at most its running calls plus `queue` waiting requests; past that a request is
 refused at once with 503 and Retry-After, not queued without end. Nor is a request admitted that the lane
-cannot finish before its deadline, by the time its requests have taken to serve: it would wait, start, and
-be stopped with 504 at the end of it, its client told after the whole deadline instead of at once.
+would not finish before its deadline, by what it and the requests ahead of it are expected to take
+(`Lane.expect`): it would wait, start, and be stopped with 504, its client told after the whole deadline
+instead of at once.
 Heavy work is a sequence of short steps (one token, one ODE step), run in slices of about SLICE_S a
 call; a request holds its place in the lane across its slices, so that a lane serves requests whole, in
 the order they came, and the work can be stopped between slices: by the request's deadline or the
@@ -235,7 +236,8 @@ class ModelWorker:
         """One call in `lane`, without admission or watching (warm-up, tests)."""
         return await self.lanes[lane].call(fn, *args)
 
-    async def run(self, request: Request, lane: str, fn: Callable[..., T], *args: Any, cost: float | None = None) -> T:
+    async def run(self, request: Request, lane: str, fn: Callable[..., T], *args: Any,
+                  cost: float | None = None) -> T:
         """fn(*args) in one call, admitted to `lane`; ClientGone if the client leaves first. `cost`: the
         request's estimated seconds of work alone, where its section has one (see `Lane.expect`)."""
         async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT), cost):

@@ -169,11 +169,11 @@ class Lane:
         try:
             started = time.perf_counter()
             yield
-            self._served(time.perf_counter() - started, cost)  # only one served to its end: a stopped one says less
+            self._record(time.perf_counter() - started, cost)  # only one served to its end: a stopped one says less
         finally:
             self.limiter.release_on_behalf_of(borrower)
 
-    def _served(self, seconds: float, cost: float | None) -> None:
+    def _record(self, seconds: float, cost: float | None) -> None:
         """A request held its place `seconds`: into the pace (per second of its cost) or the unknown-cost average."""
         if cost is not None and cost > 0:
             self.pace = _average(self.pace, seconds / cost)
@@ -188,7 +188,7 @@ class Lane:
         async with self.limiter:
             started = time.perf_counter()
             result = await self._call(fn, *args)
-            self._served(time.perf_counter() - started, cost)
+            self._record(time.perf_counter() - started, cost)
             return result
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:

@@ -23,6 +23,11 @@ call; a request holds its place in the lane across its slices, so that a lane se
 the order they came, and the work can be stopped between slices: by the request's deadline or the
 server's shutdown (anyformer/serve/guard.py), or by the client going away (watched here while the
 answer is computed).
+A step can be long (an ODE step of 16 guided samples of the MNIST generator: about 100 ms of a core), and a
+light request that ran beside a whole one lost a core for its whole time while one beside none did not: the
+light p99 under load was set by that, whatever the share (docs/results.md). So a heavy call also takes its
+turns inside a step, at the model's blocks (`paced`, `pace`): after each PACE_QUANTUM_S of work it pauses
+as the turns do between calls, and the share is kept in pieces a light request's time spans many of.
 """
 from __future__ import annotations
 
@@ -52,9 +57,14 @@ TURN_POLL_S = 0.005  # a waiting heavy step looks this often whether the light r
 # call is a hand-over through the event loop, which light requests keep busy; one token a call, a
 # soak's 1,000-token generations (2.3 s alone) ran into their 30 s deadline. A stop lands within a slice.
 SLICE_S = 0.02
+# Inside a heavy call, the work between two pauses while light requests are in (`pace`): the pause after it
+# is at most a light request's compute (tens of ms) at the default shares, and a block of the served models
+# takes a few ms, so that a call keeps to its share within a step.
+PACE_QUANTUM_S = 0.01
 
 
 _elsewhere = threading.local()  # CPU seconds other processes spent for the call this thread runs
+_pacing = threading.local()     # the background lane whose call this thread runs, and its work since the last pause
 
 
 def charge(cpu_seconds: float) -> None:
@@ -62,6 +72,41 @@ def charge(cpu_seconds: float) -> None:
     decodes a picture) in that call's turn: a heavy call that waits on another process has used that
     process's time, not none. Called from inside the call's function; outside a heavy lane's call it has no effect."""
     _elsewhere.seconds = getattr(_elsewhere, "seconds", 0.0) + cpu_seconds
+
+
+def pace() -> None:
+    """In a heavy lane's call, once PACE_QUANTUM_S of work has been done since the last pause: pause as the lane's
+    turns do between calls (that work x (1 - share) / share) if the lane it yields to has requests in it, and
+    start counting afresh either way (with none in, the call runs flat out). Anywhere else it does nothing: a
+    light request's thread runs straight through. Called between the model's blocks (`paced`)."""
+    if torch.compiler.is_compiling():  # traced into a compiled step (a GPT's decode): no pause inside it
+        return
+    lane = getattr(_pacing, "lane", None)
+    if lane is None:
+        return
+    used = _work_since(_pacing.wall, _pacing.cpu)
+    if used < PACE_QUANTUM_S:
+        return
+    if lane.yields_to is not None and lane.yields_to.admitted > 0:
+        time.sleep(used * (1 - lane.share) / lane.share)  # releases the GIL: the light calls run meanwhile
+    _pacing.wall, _pacing.cpu = time.perf_counter(), time.thread_time()
+
+
+def paced(model: torch.nn.Module) -> list[Any]:
+    """`pace` before each block of `model`'s transformer (none where it has no backbone of blocks); returns
+    the hooks' handles."""
+    from ..nn.transformer import backbone_of
+    try:
+        blocks = backbone_of(model).blocks
+    except TypeError:
+        return []
+    return [block.register_forward_pre_hook(lambda module, args: pace()) for block in blocks]
+
+
+def _work_since(wall: float, cpu: float) -> float:
+    """The seconds of work this thread did since (perf_counter `wall`, thread_time `cpu`): its CPU times torch's
+    threads, which may share it, at most the wall time."""
+    return min(time.perf_counter() - wall, (time.thread_time() - cpu) * torch.get_num_threads())
 
 
 class ClientGone(Exception):
@@ -200,7 +245,7 @@ class Lane:
             if self._threads is None:
                 return await anyio.to_thread.run_sync(fn, *args, limiter=None)
             with anyio.CancelScope(shield=True):
-                result, busy = await asyncio.wrap_future(self._threads.submit(_busy, fn, *args))
+                result, busy = await asyncio.wrap_future(self._threads.submit(_busy, self, fn, *args))
             self._next_turn = time.perf_counter() + busy * (1 - self.share) / self.share
             await anyio.lowlevel.checkpoint_if_cancelled()
             return result
@@ -213,15 +258,18 @@ def _average(mean: float | None, x: float) -> float:
     return x if mean is None else 0.8 * mean + 0.2 * x
 
 
-def _busy(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
-    """fn(*args) and the seconds of CPU it used, as counted in this thread (times torch's threads,
-    which may share the work) plus what it `charge`d for other processes; at most the wall time. The
-    pause after a step is measured in CPU, not wall time: a step that light requests slowed down has
-    not had more than its share."""
+def _busy(lane: Lane, fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+    """fn(*args), as a call of `lane` (its `pace`s), and the seconds of CPU it used since its last pause, as
+    counted in this thread (times torch's threads, which may share the work) plus what it `charge`d for other
+    processes; at most the wall time. The pause after a step is measured in CPU, not wall time: a step that
+    light requests slowed down has not had more than its share."""
     _elsewhere.seconds = 0.0
-    wall, cpu = time.perf_counter(), time.thread_time()
-    result = fn(*args)
-    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    _pacing.lane, _pacing.wall, _pacing.cpu = lane, time.perf_counter(), time.thread_time()
+    try:
+        result = fn(*args)
+    finally:
+        _pacing.lane = None
+    wall, cpu = time.perf_counter() - _pacing.wall, time.thread_time() - _pacing.cpu
     return result, min(wall, cpu * torch.get_num_threads() + _elsewhere.seconds)
 
 

@@ -171,7 +171,7 @@ def main() -> int:
             ("answered, by status", ", ".join(f"{s}: {n}" for s, n in sorted(loaded.status.items()))),
             ("left by design (client closed first)", loaded.left),
             ("lost (no answer) / hung (none within "f"{mix.hang_seconds:g} s)", f"{lost} / {loaded.hung + idle.hung}"),
-            # a kind's outcomes are statuses (ints) and words ("left"): sorted as text, since ints and strings don't compare
+            # a kind's outcomes are statuses (ints) and words ("left"): sorted as text (ints and strings don't compare)
             ("by kind", "; ".join(f"{k}: {dict(sorted(v.items(), key=lambda kv: str(kv[0])))}"
                                   for k, v in sorted(loaded.kinds.items()))),
             ("light ms idle (p50 / p99, n)", f"{i50:.1f} / {i99:.1f} ({len(idle.light_ms)})"),

@@ -26,7 +26,7 @@ from .access import TokenGate
 from .guard import REFUSAL, Guard, GuardMiddleware
 from .limits import HEAVY_SHARE, ApiError, Limits
 from .sections import section_for
-from .worker import ClientGone, ModelWorker, paced
+from .worker import ClientGone, ModelWorker, turns_at_blocks
 
 STATIC = Path(str(resources.files(__package__) / "static"))
 # Scripts only from this server, pictures also as data URLs (the heat maps); nothing else runs.
@@ -50,7 +50,7 @@ def create_app(run_dir: str, limits: Limits | None = None, token: str | None = N
     # Warm-up before the server exists: the speed plan measures (and any compile happens) now, no
     # request waits for it, and the section times its unit of work for the cost budget.
     started = time.perf_counter()
-    paced(model)  # heavy calls take turns between the blocks too; before any compile, which traces the hooks
+    turns_at_blocks(model)  # heavy calls take turns between the blocks too; before any compile, which traces the hooks
     section.warm_up(ctx)
     health = {"ready": True, "family": model.family, "warm_up_seconds": round(time.perf_counter() - started, 3)}
     run_info = {"run": Path(run_dir).resolve().name, "family": model.family, **section.info(ctx),

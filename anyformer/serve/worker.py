@@ -26,8 +26,9 @@ answer is computed).
 A step can be long (an ODE step of 16 guided samples of the MNIST generator: about 100 ms of a core), and a
 light request that ran beside a whole one lost a core for its whole time while one beside none did not: the
 light p99 under load was set by that, whatever the share (docs/results.md). So a heavy call also takes its
-turns inside a step, at the model's blocks (`paced`, `pace`): after each PACE_QUANTUM_S of work it pauses
-as the turns do between calls, and the share is kept in pieces a light request's time spans many of.
+turns inside a step, at the model's blocks (`turns_at_blocks`, `take_turn`): after each PACE_QUANTUM_S of
+work it pauses as the turns do between calls, and the share is kept in pieces a light request's time spans
+many of.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ TURN_POLL_S = 0.005  # a waiting heavy step looks this often whether the light r
 # call is a hand-over through the event loop, which light requests keep busy; one token a call, a
 # soak's 1,000-token generations (2.3 s alone) ran into their 30 s deadline. A stop lands within a slice.
 SLICE_S = 0.02
-# Inside a heavy call, the work between two pauses while light requests are in (`pace`): the pause after it
+# Inside a heavy call, the work between two pauses while light requests are in (`take_turn`): the pause after it
 # is at most a light request's compute (tens of ms) at the default shares, and a block of the served models
 # takes a few ms, so that a call keeps to its share within a step.
 PACE_QUANTUM_S = 0.01
@@ -74,11 +75,11 @@ def charge(cpu_seconds: float) -> None:
     _elsewhere.seconds = getattr(_elsewhere, "seconds", 0.0) + cpu_seconds
 
 
-def pace() -> None:
+def take_turn() -> None:
     """In a heavy lane's call, once PACE_QUANTUM_S of work has been done since the last pause: pause as the lane's
     turns do between calls (that work x (1 - share) / share) if the lane it yields to has requests in it, and
     start counting afresh either way (with none in, the call runs flat out). Anywhere else it does nothing: a
-    light request's thread runs straight through. Called between the model's blocks (`paced`)."""
+    light request's thread runs straight through. Called between the model's blocks (`turns_at_blocks`)."""
     if torch.compiler.is_compiling():  # traced into a compiled step (a GPT's decode): no pause inside it
         return
     lane = getattr(_pacing, "lane", None)
@@ -92,21 +93,21 @@ def pace() -> None:
     _pacing.wall, _pacing.cpu = time.perf_counter(), time.thread_time()
 
 
-def paced(model: torch.nn.Module) -> list[Any]:
-    """`pace` before each block of `model`'s transformer (none where it has no backbone of blocks); returns
+def turns_at_blocks(model: torch.nn.Module) -> list[Any]:
+    """`take_turn` before each block of `model`'s transformer (none where it has no backbone of blocks); returns
     the hooks' handles."""
     from ..nn.transformer import backbone_of
     try:
         blocks = backbone_of(model).blocks
     except TypeError:
         return []
-    return [block.register_forward_pre_hook(lambda module, args: pace()) for block in blocks]
+    return [block.register_forward_pre_hook(lambda module, args: take_turn()) for block in blocks]
 
 
-def _work_since(wall: float, cpu: float) -> float:
+def _work_since(wall: float, cpu: float, elsewhere: float = 0.0) -> float:
     """The seconds of work this thread did since (perf_counter `wall`, thread_time `cpu`): its CPU times torch's
-    threads, which may share it, at most the wall time."""
-    return min(time.perf_counter() - wall, (time.thread_time() - cpu) * torch.get_num_threads())
+    threads, which may share it, plus `elsewhere` (other processes' CPU charged to it), at most the wall time."""
+    return min(time.perf_counter() - wall, (time.thread_time() - cpu) * torch.get_num_threads() + elsewhere)
 
 
 class ClientGone(Exception):
@@ -259,7 +260,7 @@ def _average(mean: float | None, x: float) -> float:
 
 
 def _busy(lane: Lane, fn: Callable[..., T], *args: Any) -> tuple[T, float]:
-    """fn(*args), as a call of `lane` (its `pace`s), and the seconds of CPU it used since its last pause, as
+    """fn(*args), as a call of `lane` (its `take_turn`s), and the seconds of CPU it used since its last pause, as
     counted in this thread (times torch's threads, which may share the work) plus what it `charge`d for other
     processes; at most the wall time. The pause after a step is measured in CPU, not wall time: a step that
     light requests slowed down has not had more than its share."""
@@ -269,8 +270,7 @@ def _busy(lane: Lane, fn: Callable[..., T], *args: Any) -> tuple[T, float]:
         result = fn(*args)
     finally:
         _pacing.lane = None
-    wall, cpu = time.perf_counter() - _pacing.wall, time.thread_time() - _pacing.cpu
-    return result, min(wall, cpu * torch.get_num_threads() + _elsewhere.seconds)
+    return result, _work_since(_pacing.wall, _pacing.cpu, _elsewhere.seconds)
 
 
 class ModelWorker:

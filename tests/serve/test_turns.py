@@ -13,7 +13,7 @@ from anyformer.serve.context import Context
 from anyformer.serve.generate import generation_seconds, most_tokens
 from anyformer.serve.limits import Limits
 import anyformer.serve.worker as worker_module
-from anyformer.serve.worker import ModelWorker, charge, pace, paced
+from anyformer.serve.worker import ModelWorker, charge, take_turn, turns_at_blocks
 
 STEP_S = 0.02
 
@@ -79,14 +79,14 @@ def _one_call(worker: ModelWorker, fn, lane: str = "heavy") -> float:
     return anyio.run(go)
 
 
-def test_a_long_heavy_call_takes_its_turns_inside_itself_where_it_paces():
-    """One call of 5 pieces of 20 ms of CPU, `pace()` after each (as the model's blocks do): while a light
+def test_a_long_heavy_call_takes_its_turns_inside_itself_where_it_asks():
+    """One call of 5 pieces of 20 ms of CPU, `take_turn()` after each (as the model's blocks do): while a light
     request is in, each piece is followed by its turn's pause inside the call; with none, or in the light
     lane, it runs straight through."""
     def step() -> None:
         for _ in range(5):
             burn(STEP_S)
-            pace()
+            take_turn()
     worker = ModelWorker(2, heavy_share=0.25)
     alone = _one_call(worker, step)
     release = worker.lanes["light"].admit()
@@ -99,14 +99,14 @@ def test_a_long_heavy_call_takes_its_turns_inside_itself_where_it_paces():
     assert alone < 0.5 * paused and light < 0.5 * paused, (alone, light, paused)
 
 
-def test_a_call_that_paced_owes_only_the_work_since_its_last_pause():
+def test_a_call_that_took_turns_inside_owes_only_the_work_since_its_last_pause():
     """The turn after a call counts what it did since it last paused inside: paused for already, the rest
     would be waited out twice."""
     worker = ModelWorker(2, heavy_share=0.25)
 
     def step() -> None:
         burn(0.1)
-        pace()  # paid for: 300 ms inside
+        take_turn()  # paid for: 300 ms inside
         burn(0.002)
     release = worker.lanes["light"].admit()
     try:
@@ -117,20 +117,20 @@ def test_a_call_that_paced_owes_only_the_work_since_its_last_pause():
     assert waited < 0.1, waited  # 3 x the 2 ms after the pause (plus the clock's slack), not 3 x 102 ms
 
 
-def test_pace_runs_before_each_block_of_a_served_model(monkeypatch):
+def test_a_turn_is_taken_before_each_block_of_a_served_model(monkeypatch):
     import torch
 
     from anyformer.models.vit import ViT, ViTConfig
     calls = []
-    monkeypatch.setattr(worker_module, "pace", lambda: calls.append(1))
+    monkeypatch.setattr(worker_module, "take_turn", lambda: calls.append(1))
     model = ViT(ViTConfig(image_size=8, patch_size=4, in_chans=1, num_classes=2, width=16, depth=3, heads=2)).eval()
-    handles = paced(model)
+    handles = turns_at_blocks(model)
     with torch.no_grad():
         model(torch.zeros(1, 1, 8, 8))
     assert len(handles) == 3 and len(calls) == 3
     for h in handles:
         h.remove()
-    assert paced(torch.nn.Linear(2, 2)) == []  # no blocks: nothing to pace
+    assert turns_at_blocks(torch.nn.Linear(2, 2)) == []  # no blocks: nothing to pace
 
 
 def test_a_waiting_heavy_step_goes_once_the_light_requests_have_left():

@@ -24,6 +24,11 @@ from .limits import Limits
 
 log = logging.getLogger("anyformer.serve")
 SHUTDOWN_GRACE_SECONDS = 10  # after a drain's cancellations every request ends within a step or two
+# How long an idle connection is kept open. uvicorn's 5 s is httpx's pool expiry too, and a client that came
+# back after about that long (as Retry-After asked: 5 s) sent its request on the connection the server was
+# closing and got no answer: 3 of 240 requests of clients waiting 4.99-5.01 s, none at 3 s (docs/results.md).
+# nginx's 75 s, and at least twice the deadline: a client told to retry within that finds its connection open.
+KEEP_ALIVE_SECONDS = 75
 
 
 class DrainingServer(uvicorn.Server):
@@ -83,6 +88,8 @@ def serve(run_dir: str, host: str = "127.0.0.1", port: int = 8000, limits: Limit
         url = f"http://{host if ':' not in host else f'[{host}]'}:{bound_port}/"
         print(f"serving {run_dir} at {with_token(url, token)}", flush=True)
 
+    deadline = (limits or Limits()).deadline_seconds
     config = uvicorn.Config(app, host=host, port=port, log_level="info",
+                            timeout_keep_alive=max(KEEP_ALIVE_SECONDS, 2 * deadline),
                             timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
     DrainingServer(config, app.state.guard, on_ready=announce).run()

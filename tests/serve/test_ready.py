@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import pytest
@@ -100,6 +101,45 @@ def test_port_0_serves_on_a_free_port_which_the_line_names(tiny_run):
         url = serving_url(server, lines)
         assert not url.endswith(":0/")
         assert httpx.get(url + "healthz", timeout=60).status_code == 200
+        stop(server)
+    finally:
+        kill(server)
+
+
+def read_answer(s: socket.socket) -> str:
+    """One HTTP/1.1 answer with a Content-Length, read whole from a kept-alive connection ('' if it was closed)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data.decode()
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head)[1])
+    while len(body) < length:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode()
+
+
+def test_a_connection_idle_past_httpx_pool_expiry_is_still_open(tiny_run):
+    """A client that comes back after 6 s (as a Retry-After of 5 asks) on its kept-alive connection is answered:
+    with uvicorn's 5 s keep-alive the server had closed it, and a request sent as it closed went unanswered."""
+    from anyformer.serve.server import KEEP_ALIVE_SECONDS
+    assert KEEP_ALIVE_SECONDS > 6
+    server, lines = start(tiny_run, 0)
+    try:
+        port = int(re.search(r":(\d+)/", serving_url(server, lines))[1])
+        request = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            answers = []
+            for wait in (0, 6):
+                time.sleep(wait)
+                s.sendall(request)
+                answers.append(read_answer(s))
+            assert all(a.startswith("HTTP/1.1 200 ") for a in answers), answers
         stop(server)
     finally:
         kill(server)

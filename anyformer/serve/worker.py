@@ -212,19 +212,31 @@ class Lane:
         (docs/results.md). `cost`: the request's estimated seconds of work alone (see `expect`)."""
         borrower = object()  # not the task: a stream's generator may be closed from another one
         await self.limiter.acquire_on_behalf_of(borrower)
+        started, finished = time.perf_counter(), False
         try:
-            started = time.perf_counter()
             yield
-            self._record(time.perf_counter() - started, cost)  # only one served to its end: a stopped one says less
+            finished = True
         finally:
+            self._record(time.perf_counter() - started, cost, finished)
             self.limiter.release_on_behalf_of(borrower)
 
-    def _record(self, seconds: float, cost: float | None) -> None:
-        """A request held its place `seconds`: into the pace (per second of its cost) or the unknown-cost average."""
+    def _record(self, seconds: float, cost: float | None, finished: bool = True) -> None:
+        """A request held its place `seconds`: into the pace (per second of its cost) or the unknown-cost average.
+        One stopped before its end (its deadline, the server's shutdown, its client gone) took at least that long:
+        the estimate is raised to it where it was below, never lowered. Counted only when served whole, a soak's
+        heavy requests that the estimate let in and their deadline stopped taught the lane nothing, and it let in
+        the next ones to be stopped the same way (docs/results.md)."""
         if cost is not None and cost > 0:
-            self.pace = _average(self.pace, seconds / cost)
+            at_least = seconds / cost
+            if finished:
+                self.pace = _average(self.pace, at_least)
+            elif at_least > (self.pace if self.pace is not None else 1 / self.share):
+                self.pace = at_least
         elif cost is None:
-            self.served = _average(self.served, seconds)
+            if finished:
+                self.served = _average(self.served, seconds)
+            elif self.served is None or seconds > self.served:
+                self.served = seconds
 
     async def call(self, fn: Callable[..., T], *args: Any, held: bool = False, cost: float | None = None) -> T:
         """fn(*args) in one of the lane's places (`held`: in the one the caller holds, see `place`; `cost`: see
@@ -232,10 +244,13 @@ class Lane:
         if held:
             return await self._call(fn, *args)
         async with self.limiter:
-            started = time.perf_counter()
-            result = await self._call(fn, *args)
-            self._record(time.perf_counter() - started, cost)
-            return result
+            started, finished = time.perf_counter(), False
+            try:
+                result = await self._call(fn, *args)
+                finished = True
+                return result
+            finally:
+                self._record(time.perf_counter() - started, cost, finished)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         await self._turn()

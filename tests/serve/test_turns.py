@@ -220,6 +220,34 @@ def test_a_request_of_known_cost_is_expected_to_take_it_at_the_lanes_pace():
     assert lane.served is None  # a request of known cost says nothing of the unknown-cost average
 
 
+def test_a_request_stopped_unfinished_raises_the_lanes_estimate_to_what_it_took_at_least():
+    """A request its deadline (or its client, or the shutdown) stopped held its place at least that long: the
+    lane's pace (or its unknown-cost estimate) is raised to that where it was below and never lowered, so that
+    the next such request is refused at once rather than let in to be stopped the same way."""
+    from anyformer.serve.limits import ApiError
+    worker = ModelWorker(2, heavy_share=0.5)
+    lane = worker.lanes["heavy"]
+
+    async def stopped(after: float, cost: float | None) -> None:  # holds its place until cancelled
+        with anyio.move_on_after(after):
+            async with lane.place(cost=cost):
+                await anyio.sleep(10)
+    anyio.run(stopped, 0.3, 0.05)  # 0.3 s for 0.05 s of estimated work, unfinished: a pace of at least 6
+    assert 6.0 <= lane.pace < 20, lane.pace
+    until = time.perf_counter() + 0.25
+    with pytest.raises(ApiError) as refused:  # 0.05 x 6 = 0.3 s > 0.25 s left: refused now
+        lane.admit(until, cost=0.05)
+    assert refused.value.reason == "past_deadline_heavy"
+    anyio.run(stopped, 0.01, 0.05)  # one stopped at once (its client gone) says nothing new: not lowered
+    assert lane.pace >= 6.0, lane.pace
+
+    anyio.run(stopped, 0.2, None)  # unknown cost: at least 0.2 s
+    assert 0.2 <= lane.served < 5, lane.served
+    served = lane.served
+    anyio.run(stopped, 0.01, None)
+    assert lane.served == served
+
+
 def test_a_share_outside_0_to_1_is_refused():
     with pytest.raises(ValueError, match="share of the time, in \\(0, 1\\], got 1.5"):
         Limits(heavy_share=1.5)

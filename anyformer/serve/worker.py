@@ -171,11 +171,8 @@ class Lane:
             finish = self.ahead / self.concurrency + expected
             left = until - time.perf_counter()
             if finish > left:
-                retry = max(1, math.ceil(finish - left))
-                raise ApiError(503, f"the server is busy: the {self.admitted} requests in the {self.name} lane and "
-                                    f"this one would take about {finish:.1f} s, past the {max(left, 0):.1f} s left "
-                                    f"of its deadline (--deadline-seconds); retry in {retry} s",
-                               reason=f"past_deadline_{self.name}", headers={"Retry-After": str(retry)})
+                raise self._past_deadline(f"the {self.admitted} requests in the {self.name} lane and this one",
+                                          finish, left)
         self.admitted += 1
         self.ahead += expected or 0.0
         started, held = time.perf_counter(), [True]
@@ -186,6 +183,12 @@ class Lane:
                 self.ahead = max(0.0, self.ahead - (expected or 0.0)) if self.admitted else 0.0
                 self.seconds = 0.8 * self.seconds + 0.2 * (time.perf_counter() - started)
         return release
+
+    def _past_deadline(self, who: str, finish: float, left: float) -> ApiError:
+        retry = max(1, math.ceil(finish - left))
+        return ApiError(503, f"the server is busy: {who} would take about {finish:.1f} s, past the "
+                             f"{max(left, 0):.1f} s left of its deadline (--deadline-seconds); retry in {retry} s",
+                        reason=f"past_deadline_{self.name}", headers={"Retry-After": str(retry)})
 
     @asynccontextmanager
     async def slot(self, until: float | None = None, cost: float | None = None) -> AsyncIterator[None]:
@@ -204,16 +207,22 @@ class Lane:
             await anyio.sleep(min(wait, TURN_POLL_S))
 
     @asynccontextmanager
-    async def place(self, cost: float | None = None) -> AsyncIterator[None]:
+    async def place(self, cost: float | None = None, until: float | None = None) -> AsyncIterator[None]:
         """One of the lane's `concurrency` places, held by a request of many calls across all of them
         (`call(..., held=True)`), so that the lane serves such requests whole, in the order they came. With a
         place taken call by call they ran in turns, and when there were more than the lane could finish within
         the deadline, all ran past it: in a soak with 4 heavy sampling clients, not one was answered in 60 s
-        (docs/results.md). `cost`: the request's estimated seconds of work alone (see `expect`)."""
+        (docs/results.md). `cost`: the request's estimated seconds of work alone (see `expect`). With `until` (its
+        deadline), a request is checked again as it starts: since it was let in, the requests ahead of it may have
+        shown the lane slower than expected, and one that would now end past its deadline is refused (503) before
+        its work begins, not stopped with 504 when that work is lost."""
         borrower = object()  # not the task: a stream's generator may be closed from another one
         await self.limiter.acquire_on_behalf_of(borrower)
         started, finished = time.perf_counter(), False
         try:
+            expected = self.expect(cost) if until is not None else None
+            if expected is not None and expected > until - started:
+                raise self._past_deadline("this request", expected, until - started)
             yield
             finished = True
         finally:
@@ -309,8 +318,9 @@ class ModelWorker:
     async def collect(self, request: Request, lane: str, items: Iterator[T], cost: float | None = None) -> list[T]:
         """Every item of a blocking iterator, each `next` a separate call in `lane`: stopped at the
         next step (and `items` closed) when the client leaves, the deadline passes or the server stops."""
-        async with self.lanes[lane].slot(request.scope.get(DEADLINE_AT), cost):
-            return await _watching(request, _gather(self.lanes[lane], items, cost))
+        until = request.scope.get(DEADLINE_AT)
+        async with self.lanes[lane].slot(until, cost):
+            return await _watching(request, _gather(self.lanes[lane], items, cost, until))
 
     def stream(self, request: Request, lane: str, items: Iterator[T], cost: float | None = None) -> AsyncIterator[T]:
         """A streamed answer's async iterator over a blocking one, admitted now (503 here, before
@@ -346,9 +356,12 @@ def _slice(items: Iterator[T]) -> tuple[list[T], bool]:
     return out, True
 
 
-async def _steps(lane: Lane, items: Iterator[T], cost: float | None = None) -> AsyncIterator[T]:
+async def _steps(lane: Lane, items: Iterator[T], cost: float | None = None,
+                 until: float | None = None) -> AsyncIterator[T]:
+    """`items` in slices, in one place of `lane` held throughout (`until`: see `Lane.place`; a stream passes none,
+    its answer having begun)."""
     try:
-        async with lane.place(cost):
+        async with lane.place(cost, until):
             done = False
             while not done:
                 batch, done = await lane.call(_slice, items, held=True)
@@ -360,9 +373,10 @@ async def _steps(lane: Lane, items: Iterator[T], cost: float | None = None) -> A
             close()
 
 
-async def _gather(lane: Lane, items: Iterator[T], cost: float | None = None) -> list[T]:
+async def _gather(lane: Lane, items: Iterator[T], cost: float | None = None,
+                  until: float | None = None) -> list[T]:
     out: list[T] = []
-    steps = _steps(lane, items, cost)
+    steps = _steps(lane, items, cost, until)
     try:
         async for item in steps:
             out.append(item)

@@ -248,6 +248,30 @@ def test_a_request_stopped_unfinished_raises_the_lanes_estimate_to_what_it_took_
     assert lane.served == served
 
 
+def test_a_request_that_would_now_end_past_its_deadline_is_refused_as_it_starts_before_any_work():
+    """Let in at one pace, a request waits for its place while the requests ahead show the lane slower: as it
+    starts it is checked again, and refused (503) before its first step when it would end past its deadline."""
+    from anyformer.serve.limits import ApiError
+    lane = ModelWorker(2, heavy_share=0.5).lanes["heavy"]
+    taken: list[int] = []
+
+    def work():
+        for i in range(3):
+            taken.append(i)
+            yield i
+
+    release = lane.admit(time.perf_counter() + 0.5, cost=0.1)  # 0.1 x 2 = 0.2 s expected: let in
+    lane.pace = 10.0  # what the requests ahead of it showed meanwhile: 1 s for it
+    try:
+        with pytest.raises(ApiError) as refused:
+            anyio.run(worker_module._gather, lane, work(), 0.1, time.perf_counter() + 0.5)
+        assert refused.value.status == 503 and refused.value.reason == "past_deadline_heavy"
+        assert taken == [] and lane.pace == 10.0  # no step taken; a refusal teaches the lane nothing
+        assert anyio.run(worker_module._gather, lane, work(), 0.1, time.perf_counter() + 5.0) == [0, 1, 2]
+    finally:
+        release()
+
+
 def test_a_share_outside_0_to_1_is_refused():
     with pytest.raises(ValueError, match="share of the time, in \\(0, 1\\], got 1.5"):
         Limits(heavy_share=1.5)

@@ -232,9 +232,10 @@ class Lane:
     def _record(self, seconds: float, cost: float | None, finished: bool = True) -> None:
         """A request held its place `seconds`: into the pace (per second of its cost) or the unknown-cost average.
         One stopped before its end (its deadline, the server's shutdown, its client gone) took at least that long:
-        the estimate is raised to it where it was below, never lowered. Counted only when served whole, a soak's
-        heavy requests that the estimate let in and their deadline stopped taught the lane nothing, and it let in
-        the next ones to be stopped the same way (docs/results.md)."""
+        an estimate below that is raised to it, never lowered (the pace's starts at 1 / share; an unknown-cost
+        average, once one request has been served whole: a client gone at once would set it near zero). While only
+        requests served whole were counted, a soak's heavy requests that the estimate let in and their deadline
+        stopped taught the lane nothing, and it let in the next ones to be stopped the same way (docs/results.md)."""
         if cost is not None and cost > 0:
             at_least = seconds / cost
             if finished:
@@ -244,7 +245,7 @@ class Lane:
         elif cost is None:
             if finished:
                 self.served = _average(self.served, seconds)
-            elif self.served is None or seconds > self.served:
+            elif self.served is not None and seconds > self.served:
                 self.served = seconds
 
     async def call(self, fn: Callable[..., T], *args: Any, held: bool = False, cost: float | None = None) -> T:

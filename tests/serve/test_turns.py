@@ -241,8 +241,16 @@ def test_a_request_stopped_unfinished_raises_the_lanes_estimate_to_what_it_took_
     anyio.run(stopped, 0.01, 0.05)  # one stopped at once (its client gone) says nothing new: not lowered
     assert lane.pace >= 6.0, lane.pace
 
-    anyio.run(stopped, 0.2, None)  # unknown cost: at least 0.2 s
-    assert 0.2 <= lane.served < 5, lane.served
+    anyio.run(stopped, 0.01, None)  # unknown cost, nothing served yet: a client gone at once sets no estimate
+    assert lane.served is None
+
+    async def served_whole() -> None:
+        async with lane.place():
+            await anyio.sleep(0.05)
+    anyio.run(served_whole)
+    assert 0.05 <= lane.served < 0.2, lane.served
+    anyio.run(stopped, 0.3, None)  # then one stopped after 0.3 s: at least that
+    assert 0.3 <= lane.served < 5, lane.served
     served = lane.served
     anyio.run(stopped, 0.01, None)
     assert lane.served == served

@@ -1,5 +1,6 @@
 """What GET /metrics reports, in Prometheus' text format (version 0.0.4): requests by route and
-status, refusals by reason, each lane's queue, and latency quantiles per route.
+status, refusals by reason, each lane's queue, latency quantiles per route, and the objects frozen out of
+the cyclic collector.
 
 Written out here rather than with prometheus_client: that library's Summary computes no quantiles
 (only Histogram buckets), and the few lines below need no new dependency. Quantiles are over a
@@ -8,6 +9,7 @@ window of each route's most recent answers, so they describe the server now, not
 from __future__ import annotations
 
 import collections
+import gc
 import math
 import time
 from typing import Iterable
@@ -56,6 +58,8 @@ class Metrics:
         out += _gauge("anyformer_ready", "1 while the server takes requests, 0 once it is shutting down.",
                       [("", int(ready))])
         out += _gauge("anyformer_start_time_seconds", "When the server started (Unix time).", [("", self.started)])
+        out += _gauge("anyformer_gc_frozen_objects", "Objects out of the cyclic collector's reach since the server "
+                      "started (gc.freeze; anyformer/serve/server.py).", [("", gc.get_freeze_count())])
         return "\n".join(out) + "\n"
 
 

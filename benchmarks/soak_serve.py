@@ -165,6 +165,7 @@ def main() -> int:
 
     lost = loaded.lost + idle.lost
     term_lost = sum(n for k, n in term["answers"].items() if not isinstance(k, int))
+
     def tail(ms: list[float]) -> str:  # past p99 too: a stop of every thread (a full garbage collection) shows there
         return (f"{quantile(ms, 0.5):.1f} / {quantile(ms, 0.99):.1f} / {quantile(ms, 0.999):.1f} / "
                 f"{max(ms, default=0.0):.1f} ({len(ms)})")

@@ -90,9 +90,9 @@ def serve(run_dir: str, host: str = "127.0.0.1", port: int = 8000, limits: Limit
         print(f"serving {run_dir} at {with_token(url, token)}", flush=True)
 
     # The loaded, warmed-up process's objects (torch, the model, the app: hundreds of thousands) out of the cyclic
-    # collector's reach: each full collection walked them all, stopping every thread for 70-80 ms, once or twice a
-    # minute under a soak's refusals (their exceptions leave cycles), the light requests in flight with it
-    # (measured: docs/results.md). What is frozen stays (the collection first drops what is already garbage).
+    # collector's reach: each full collection walked them all, stopping every thread for 70-80 ms, twice in a soak's
+    # minute and a half, the light requests in flight with it (measured: docs/results.md). What is frozen stays (the
+    # collection first drops what is already garbage).
     gc.collect()
     gc.freeze()
     deadline = (limits or Limits()).deadline_seconds

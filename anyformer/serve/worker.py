@@ -37,7 +37,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 import anyio
@@ -218,16 +218,24 @@ class Lane:
         its work begins, not stopped with 504 when that work is lost."""
         borrower = object()  # not the task: a stream's generator may be closed from another one
         await self.limiter.acquire_on_behalf_of(borrower)
+        try:
+            with self._recorded(cost):
+                expected = self.expect(cost) if until is not None else None
+                if expected is not None and expected > until - time.perf_counter():
+                    raise self._past_deadline("this request", expected, until - time.perf_counter())
+                yield
+        finally:
+            self.limiter.release_on_behalf_of(borrower)
+
+    @contextmanager
+    def _recorded(self, cost: float | None) -> Iterator[None]:
+        """The time a request holds its place, `_record`ed when it ends, served whole or stopped."""
         started, finished = time.perf_counter(), False
         try:
-            expected = self.expect(cost) if until is not None else None
-            if expected is not None and expected > until - started:
-                raise self._past_deadline("this request", expected, until - started)
             yield
             finished = True
         finally:
             self._record(time.perf_counter() - started, cost, finished)
-            self.limiter.release_on_behalf_of(borrower)
 
     def _record(self, seconds: float, cost: float | None, finished: bool = True) -> None:
         """A request held its place `seconds`: into the pace (per second of its cost) or the unknown-cost average.
@@ -240,7 +248,7 @@ class Lane:
             at_least = seconds / cost
             if finished:
                 self.pace = _average(self.pace, at_least)
-            elif at_least > (self.pace if self.pace is not None else 1 / self.share):
+            elif at_least > self.expect(1.0):  # the pace now (1 / share before one is measured)
                 self.pace = at_least
         elif cost is None:
             if finished:
@@ -254,13 +262,8 @@ class Lane:
         if held:
             return await self._call(fn, *args)
         async with self.limiter:
-            started, finished = time.perf_counter(), False
-            try:
-                result = await self._call(fn, *args)
-                finished = True
-                return result
-            finally:
-                self._record(time.perf_counter() - started, cost, finished)
+            with self._recorded(cost):
+                return await self._call(fn, *args)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         await self._turn()

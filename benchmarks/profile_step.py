@@ -2,7 +2,9 @@
 plan, its batches), with steps [skip, skip + steps) timed bare and the next `steps` under torch.profiler. Each
 operator's self time (its own, not its children's) is put in one group by its name, and the groups are given per
 step and as shares of the profiled time, with the operators that took most below; what no operator took is
-Python, the data and the profiler's own bookkeeping between them.
+Python, the data and the profiler's own bookkeeping between them. The profiler inflates memory-bound operators'
+self times too (the char GPT's GELU read 3.5x its time in the same step run bare: docs/results.md): read their
+shares as upper bounds, and time an operator in the bare step before building on its share.
 
     python benchmarks/profile_step.py --isa avx2 --tag nanogpt-recipe -- shakespeare-char --set context=64 \\
         --set width=128 --set depth=4 --set heads=4 --seq-len 64 --batch-size 12 --max-steps 300 --no-progress

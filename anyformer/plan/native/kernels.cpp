@@ -23,6 +23,7 @@
 #include "simd.h"
 
 static const int RMAX = 4;  // rows in a block
+static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 // Keys are padded to a whole register vector (8 with AVX2, 16 with AVX-512), not to the layouts' W = 16: a small
 // ViT's 50 keys are then 56 with AVX2, not 64, an eighth less of the scores' and the softmax's work. The padded
 // keys' probabilities are zeros either way, so every sum is the same (the same bits).
@@ -167,7 +168,7 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
         for (int r = 0; r < R; r++) { long i = i0 + r < N ? i0 + r : N - 1; qr[r] = q.row(i); m[r] = keys_seen(i, N, M, causal); }
         long mmax = m[R - 1] > m[0] ? m[R - 1] : m[0];
         long jn_end = padded(mmax) / WN;  // the key vectors the block's rows reach
-        scores<DV, R>(qr, kt, Mp, jn_end, scale, s);
+        scores<DV, R>(qr, kt, Mp, jn_end, scale * LOG2E, s);  // scores in base 2 (vexp2_neg)
         float inv[R];
         for (int r = 0; r < R; r++) {
             float *sr = s + r * Mp;
@@ -181,14 +182,14 @@ static void fwd_head(Head q, Head k, Head v, float *o, long osn, float *lse, lon
             }
             float mr = hmax(mx); vn sum{};
             for (long jn = 0; jn < je; jn++) {
-                vn e = vexp(ld(sr + jn * WN) - mr);
+                vn e = vexp2_neg(ld(sr + jn * WN) - mr);
                 if (jn == je - 1) e = keep > 0 ? e : vn{};  // select: inf * 0 would be NaN
                 st(sr + jn * WN, e); sum += e;
             }
             for (long jn = je; jn < jn_end; jn++) st(sr + jn * WN, vn{});
             float tot = hsum(sum);
             inv[r] = 1.f / tot;
-            if (i0 + r < N) lse[i0 + r] = mr + std::log(tot);
+            if (i0 + r < N) lse[i0 + r] = (mr + std::log2(tot)) * LN2;  // saved in natural units
         }
         weighted_rows<DV, R>(s, Mp, 1, 0, mmax, v, o + i0 * osn, osn, inv, N - i0 < R ? N - i0 : R);
     }
@@ -208,21 +209,21 @@ static void bwd_head(Head q, Head k, Head v, Head o, Head g, const float *lse, f
         for (int r = 0; r < R; r++) {
             live[r] = i0 + r < N;
             long i = live[r] ? i0 + r : N - 1;
-            qr[r] = q.row(i); gr[r] = g.row(i); m[r] = keys_seen(i, N, M, causal); l[r] = lse[i];
+            qr[r] = q.row(i); gr[r] = g.row(i); m[r] = keys_seen(i, N, M, causal); l[r] = lse[i] * LOG2E;
             vn dl{}; for (int c = 0; c < DV * W / WN; c++) dl += ld(gr[r] + c * WN) * ld(o.row(i) + c * WN);
             delta[r] = hsum(dl);
         }
         long mmax = m[R - 1] > m[0] ? m[R - 1] : m[0];
         long jn_end = padded(mmax) / WN;  // the key vectors the block's rows reach
         float *p = pm + i0 * Mp, *dp = dsm + i0 * Mp;  // rows i0..i0+3 (the buffers have room past N)
-        scores<DV, R>(qr, kt, Mp, jn_end, scale, p);
+        scores<DV, R>(qr, kt, Mp, jn_end, scale * LOG2E, p);
         scores<DV, R>(gr, vt, Mp, jn_end, 1.0f, dp);
         for (int r = 0; r < R; r++) {
             float *pr = p + r * Mp, *dpr = dp + r * Mp;
             long je = live[r] ? (m[r] + WN - 1) / WN : 0;  // the row's key vectors
             vn keep = lanes_below(m[r] - (je - 1) * WN);
             for (long jn = 0; jn < je; jn++) {
-                vn e = vexp(ld(pr + jn * WN) - l[r]);
+                vn e = vexp2_neg(ld(pr + jn * WN) - l[r]);
                 if (jn == je - 1) e = keep > 0 ? e : vn{};  // select: inf * 0 would be NaN
                 st(pr + jn * WN, e);
                 st(dpr + jn * WN, e * (ld(dpr + jn * WN) - delta[r]) * scale);

@@ -127,6 +127,22 @@ static inline vn vexp(vn x) {
 }
 
 
+// 2^x for x <= 0 (a softmax's scores less their maximum, in base 2), about 1 ulp; x clamped to -126 (2^-126,
+// the smallest normal float, stands for anything smaller). n = round(x) lands in the low bits of x + 1.5 * 2^23
+// + 127 (the exponent's bias), whence 2^n by a shift alone; 2^r for r = x - n in [-1/2, 1/2] by a degree-6
+// polynomial (fitted to the relative error at Chebyshev nodes: 2.2e-9 in exact arithmetic, under 1 ulp in
+// floats). Six operations fewer than vexp's (no product by log2 e, no two-part reduction, no conversion to
+// integers): the exp was about 40% of the attention forward at a small ViT's heads (16 floats, 50 keys).
+static inline vn vexp2_neg(vn x) {
+    x = x < -126.0f ? bc(-126.0f) : x;
+    const vn t = x + 12583039.0f;  // 1.5 * 2^23 + 127
+    const vn r = x - (t - 12583039.0f);
+    vn p = bc(1.5370704932138324e-4f);
+    p = p * r + 1.3399848248809576e-3f; p = p * r + 9.618373587727547e-3f; p = p * r + 5.550329014658928e-2f;
+    p = p * r + 2.4022647738456726e-1f; p = p * r + 6.931471824645996e-1f; p = p * r + 1.0f;
+    return p * (vn)((vni)t << 23);
+}
+
 // erfc(|z|) by Numerical Recipes' erfcc (fractional error below 1.2e-7 everywhere)
 static inline vn verfc_abs(vn az) {
     vn t = 1.0f / (1.0f + 0.5f * az);

@@ -44,10 +44,12 @@ class Limits:
             raise ValueError(f"serve limit heavy_share is a share of the time, in (0, 1], got {self.heavy_share!r}")
 
 
-# A half: in soaks (benchmarks/soak_serve.py) a smaller share kept light requests nearer their idle
-# latency but brought long generations close to their deadline (measured: docs/results.md,
-# 'Measurements behind the code's choices').
-HEAVY_SHARE = 0.5
+# A quarter: in soaks (benchmarks/soak_serve.py) with four heavy clients, a half let the heavy lane take enough of two
+# cores from the light requests to hold their p99 past 1.5x idle, a quarter within it, for both a language model and
+# the image generator, at about half the heavy requests answered while light ones keep coming. Long generations no
+# longer come near their deadline for it: a request the lane would not finish in time is refused at once (Lane.admit),
+# not stopped late (measured: docs/results.md, 'Measurements behind the code's choices').
+HEAVY_SHARE = 0.25
 
 
 class ApiError(Exception):

@@ -46,7 +46,7 @@ import anyio.to_thread
 import torch
 from starlette.requests import Request
 
-from .limits import ApiError
+from .limits import HEAVY_SHARE, ApiError
 
 T = TypeVar("T")
 _DONE = object()
@@ -303,7 +303,7 @@ def _busy(lane: Lane, fn: Callable[..., T], *args: Any) -> tuple[T, float]:
 
 class ModelWorker:
     def __init__(self, concurrency: int, queue: int = 16, heavy_concurrency: int = 1,
-                 heavy_share: float = 0.5) -> None:
+                 heavy_share: float = HEAVY_SHARE) -> None:
         light = Lane("light", concurrency, queue)
         self.lanes = {"light": light, "heavy": Lane("heavy", heavy_concurrency, queue, background=True,
                                                     yields_to=light, share=heavy_share)}

@@ -25,6 +25,7 @@ from starlette.testclient import TestClient  # noqa: E402  (after conftest's imp
 
 from anyformer.serve import Limits, create_app  # noqa: E402
 from anyformer.serve.classify import HEAVY_PIXELS, HEAVY_SHARE  # noqa: E402
+from anyformer.serve.limits import HEAVY_SHARE as HEAVY_SHARE_DEFAULT  # noqa: E402
 
 
 def large_one(side: int = 1400) -> bytes:
@@ -70,7 +71,7 @@ def test_a_large_upload_is_decoded_at_low_priority_and_answered_as_the_run_itsel
 def test_a_heavy_share_asked_for_is_the_one_served(vit_run, lm_run):
     asked = create_app(str(vit_run), Limits(heavy_share=0.7)).state.context.worker.lanes["heavy"]
     generation = create_app(str(lm_run), Limits()).state.context.worker.lanes["heavy"]
-    assert asked.share == 0.7 and generation.share == 0.5
+    assert asked.share == 0.7 and generation.share == HEAVY_SHARE_DEFAULT == 0.25
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "503 + Retry-After")
     s.add_argument("--heavy-share", type=float,
                    help="the heavy lane's most share of a core while light requests wait or run, in (0, 1] "
-                        "(default: 0.2 for an image classifier's large uploads, 0.5 for generation and sampling)")
+                        "(default: 0.2 for an image classifier's large uploads, 0.25 for generation and sampling)")
     s.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
     s.set_defaults(handler=serve)
 

@@ -44,11 +44,12 @@ class Limits:
             raise ValueError(f"serve limit heavy_share is a share of the time, in (0, 1], got {self.heavy_share!r}")
 
 
-# A quarter: in soaks (benchmarks/soak_serve.py) with four heavy clients, a half let the heavy lane take enough of two
-# cores from the light requests to hold their p99 past 1.5x idle, a quarter within it, for both a language model and
-# the image generator, at about half the heavy requests answered while light ones keep coming. Long generations no
-# longer come near their deadline for it: a request the lane would not finish in time is refused at once (Lane.admit),
-# not stopped late (measured: docs/results.md, 'Measurements behind the code's choices').
+# A quarter: in soaks (benchmarks/soak_serve.py) with four heavy clients, of a language model and of the image
+# generator, a half held the light requests' p99 past 1.5x idle in five of six, a quarter within it in all six, at
+# half to two thirds as many heavy requests answered while light ones keep coming. A half was chosen when
+# a smaller share stretched long generations towards their deadline; now a request the lane would not finish in time is
+# refused at once (Lane.admit), and in those soaks none ran past it (measured: docs/results.md, 'Measurements behind
+# the code's choices').
 HEAVY_SHARE = 0.25
 
 

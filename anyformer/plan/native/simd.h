@@ -128,12 +128,13 @@ static inline vn vexp(vn x) {
 
 
 // 2^x for x <= 0 (a softmax's scores less their maximum or their log-sum-exp, in base 2: 0 at most, or a rounding
-// above it), about 1 ulp; x clamped to -126 (2^-126, the smallest normal float, stands for anything smaller; past
-// 127 the result is not 2^x, so lanes of keys a row does not see are selected away after it, never multiplied). n = round(x) lands in the low bits of x + 1.5 * 2^23
-// + 127 (the exponent's bias), whence 2^n by a shift alone; 2^r for r = x - n in [-1/2, 1/2] by a degree-6
-// polynomial (fitted to the relative error at Chebyshev nodes: 2.2e-9 in exact arithmetic, under 1 ulp in
-// floats). Six operations fewer than vexp's (no product by log2 e, no two-part reduction, no conversion to
-// integers): the exp was about 40% of the attention forward at a small ViT's heads (16 floats, 50 keys).
+// above it), about 1 ulp. x is clamped to -126 (2^-126, the smallest normal float, stands for anything smaller);
+// past 127 the result is not 2^x, so the kernels select away the lanes of keys a row does not see after it, never
+// multiply them. n = round(x) lands in the low bits of x + 1.5 * 2^23 + 127 (the exponent's bias), whence 2^n by
+// a shift alone; 2^r for r = x - n in [-1/2, 1/2] by a degree-6 polynomial (fitted to the relative error at
+// Chebyshev nodes: 2.2e-9 in exact arithmetic, under 1 ulp in floats). Six operations fewer than vexp's (no product
+// by log2 e, no two-part reduction, no conversion to integers): the exp was about 40% of the attention forward at
+// a small ViT's heads (16 floats, 50 keys).
 static inline vn vexp2_neg(vn x) {
     x = x < -126.0f ? bc(-126.0f) : x;
     const vn t = x + 12583039.0f;  // 1.5 * 2^23 + 127

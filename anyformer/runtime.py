@@ -4,23 +4,33 @@ glibc maps and unmaps large activation buffers on every step unless its threshol
 and unpinned OpenMP threads wander between cores: together they made the same benchmark's
 median swing by up to 8x. We set what the user has not set. OpenMP reads its variables when
 torch is first imported, so `configure()` must run before that (the CLI calls it first).
+
+Pinning binds the main thread to core 0 when torch loads OpenMP, and a thread's children inherit its
+cores: a compiler started from it, or torch.compile's worker pool, would run on core 0 alone (and inductor,
+counting the cores it may use, compiles in one thread). `unpinned()` gives the main thread back the cores
+the process had before, for the moment such children are started.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
+from collections.abc import Iterator
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _DONE = False
+_ALLOWED: frozenset[int] | None = None  # the cores the process could run on before OpenMP pinned it
 
 
 def configure(threads: int | None = None) -> None:
     """`threads`: the CPU threads the process will use (None: all it may run on)."""
-    global _DONE
+    global _DONE, _ALLOWED
     if _DONE:
         return
     _DONE = True
+    if hasattr(os, "sched_getaffinity") and "torch" not in sys.modules:
+        _ALLOWED = frozenset(os.sched_getaffinity(0))
     single_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if threads is not None and "torch" not in sys.modules:
@@ -41,3 +51,30 @@ def configure(threads: int | None = None) -> None:
             libc.mallopt(_M_TRIM_THRESHOLD, 1024 * 1024 * 1024)  # and do not hand freed memory straight back
         except (OSError, AttributeError):  # not glibc: nothing to tune
             pass
+
+
+def allowed_cpus() -> frozenset[int] | None:
+    """The cores this process could run on when `configure()` ran, before OpenMP pinned its main thread;
+    None where configure did not run first (a library user's process: any pinning is theirs)."""
+    return _ALLOWED
+
+
+@contextlib.contextmanager
+def unpinned() -> Iterator[None]:
+    """The calling thread on every core of `allowed_cpus()` inside the block, then back on its own: for
+    starting processes (a compiler, a worker pool) that should use every core, not inherit core 0 alone.
+    Nothing changes where the thread is not narrower than that, or the system refuses."""
+    allowed = _ALLOWED
+    own = os.sched_getaffinity(0) if allowed and hasattr(os, "sched_setaffinity") else None
+    widened = False
+    if own is not None and not own >= allowed:
+        try:
+            os.sched_setaffinity(0, allowed)
+            widened = True
+        except OSError:  # a cpuset narrowed since: leave the thread as it is
+            pass
+    try:
+        yield
+    finally:
+        if widened:
+            os.sched_setaffinity(0, own)

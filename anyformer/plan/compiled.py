@@ -16,6 +16,8 @@ Dropout stays comparable: the compiled module draws its random numbers through e
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -24,6 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
+from ..runtime import allowed_cpus, unpinned
 from . import choices
 from .choices import Decision, register
 from .inductor_cache import keep_apart
@@ -245,7 +248,38 @@ def _compile(module: nn.Module | Callable[..., Any], cudagraphs: bool = False, *
     `cudagraphs`: what mode="reduce-overhead" sets (torch.compile takes a mode or options, not both)."""
     inductor = {"fallback_random": True, **({"triton.cudagraphs": True} if cudagraphs else {})}
     keep_apart()  # this processor's and instruction set's own cache folder (inductor_cache.py says why)
+    _compile_on_every_core()
     return torch.compile(module, options=inductor, **options)
+
+
+def _compile_on_every_core() -> None:
+    """Inductor's compilers on every core the process may use, where OpenMP pinned the main thread to one
+    (runtime.unpinned): inductor counts the cores it may use from that thread, found one, and compiled the
+    generated C++ in it, one file after another, while tracing waited. With as many compile threads as cores,
+    and those threads and its worker pool started from a widened thread (the pool now, the threads in the
+    first call: `_seeded`), g++ runs beside the tracing (the nanoGPT recipe's training step on a 2-core Xeon:
+    24.8-25.4 s to compile, 20.2-20.6 s so; docs/results.md). Once a process; TORCHINDUCTOR_COMPILE_THREADS,
+    where set, is the user's to keep."""
+    global _POOL_STARTED
+    cores = allowed_cpus()
+    if _POOL_STARTED or not cores or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+        return
+    _POOL_STARTED = True
+    import torch._inductor.config as inductor_config
+    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+    if get_compile_threads() >= min(32, len(cores)):  # what inductor would choose unpinned (its own cap)
+        return
+    inductor_config.compile_threads = threads = min(32, len(cores))
+    with unpinned():
+        AsyncCompile.warm_pool()
+        # The compile threads, started now: a thread keeps the cores of the thread that started it, and the
+        # executor starts one for each task given it while the others are busy, up to its size.
+        meet = threading.Barrier(threads)
+        for started in [AsyncCompile.pool().submit(meet.wait) for _ in range(threads)]:
+            started.result()
+
+
+_POOL_STARTED = False
 
 
 def _why_eager(entry: Mapping[str, Any] | None) -> str:
@@ -299,11 +333,13 @@ def _seeded(module: Callable[[], nn.Module], body: Callable[[nn.Module], tuple],
     """`body(module())`, synchronised, from the same random state each call, which leaves the run's
     own generators where they were (planning draws dropout and noise, but must not move the run's
     RNG); `seed=False`: for calls that draw no random numbers, nothing is seeded or forked. The first
-    call's time (the compile, for a compiled candidate) goes into `first_call["s"]`."""
+    call's time (the compile, for a compiled candidate) goes into `first_call["s"]`; that call runs on every
+    core the process may use (runtime.unpinned: the threads inductor starts for its compilers keep them)."""
     def run() -> tuple:
+        compiling = first_call is not None and "s" not in first_call
         t0 = time.perf_counter()
         with (torch.random.fork_rng(devices=[device] if device.type == "cuda" else []) if seed
-              else contextlib.nullcontext()):
+              else contextlib.nullcontext()), (unpinned() if compiling else contextlib.nullcontext()):
             if seed:
                 torch.manual_seed(_SEED)
             out = body(module())

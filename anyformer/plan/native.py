@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from ..files import atomic_path
+from ..runtime import unpinned
 from . import host
 from .store import cache_root
 
@@ -200,9 +201,10 @@ def _run_together(commands: list[list[str]], work: Path) -> None:
     logs = [work / f"cc{i}.log" for i in range(len(commands))]
     running = []
     try:
-        for command, log in zip(commands, logs):
-            with open(log, "w") as out:
-                running.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
+        with unpinned():  # started from a thread OpenMP pinned, both would share its one core
+            for command, log in zip(commands, logs):
+                with open(log, "w") as out:
+                    running.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
         for command, proc, log in zip(commands, running, logs):
             if proc.wait(timeout=max(0.0, deadline - time.monotonic())) != 0:
                 words = log.read_text(errors="replace").strip()[-240:]

@@ -256,27 +256,32 @@ def _compile_on_every_core() -> None:
     """Inductor's compilers on every core the process may use, where OpenMP pinned the main thread to one
     (runtime.unpinned): inductor counts the cores it may use from that thread, found one, and compiled the
     generated C++ in it, one file after another, while tracing waited. With as many compile threads as cores,
-    and those threads and its worker pool started from a widened thread (the pool now, the threads in the
-    first call: `_seeded`), g++ runs beside the tracing (the nanoGPT recipe's training step on a 2-core Xeon:
-    24.8-25.4 s to compile, 20.2-20.6 s so; docs/results.md). Once a process; TORCHINDUCTOR_COMPILE_THREADS,
-    where set, is the user's to keep."""
+    started (with its worker pool) from a widened thread, g++ runs beside the tracing (the nanoGPT recipe's
+    training step on a 2-core Xeon: 26.3 s to compile, 22.0 s so, this setup included; docs/results.md).
+    Once a process; TORCHINDUCTOR_COMPILE_THREADS, where set, is the user's to keep."""
     global _POOL_STARTED
     cores = allowed_cpus()
     if _POOL_STARTED or not cores or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
         return
     _POOL_STARTED = True
-    import torch._inductor.config as inductor_config
-    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
-    if get_compile_threads() >= min(32, len(cores)):  # what inductor would choose unpinned (its own cap)
+    try:
+        import torch._inductor.config as inductor_config
+        from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+    except ImportError:  # an inductor whose internals moved: it compiles as it would have
         return
-    inductor_config.compile_threads = threads = min(32, len(cores))
+    threads = min(32, len(cores))  # what inductor chooses unpinned (its own cap)
+    if get_compile_threads() >= threads:
+        return
+    inductor_config.compile_threads = threads
     with unpinned():
         AsyncCompile.warm_pool()
         # The compile threads, started now: a thread keeps the cores of the thread that started it, and the
         # executor starts one for each task given it while the others are busy, up to its size.
-        meet = threading.Barrier(threads)
+        # (A bounded wait: a pool smaller than that would leave the barrier short, and the threads start anyway.)
+        meet = threading.Barrier(threads, timeout=10.0)
         for started in [AsyncCompile.pool().submit(meet.wait) for _ in range(threads)]:
-            started.result()
+            with contextlib.suppress(threading.BrokenBarrierError):
+                started.result()
 
 
 _POOL_STARTED = False

@@ -74,6 +74,8 @@ seen["compile threads"] = inductor_config.compile_threads
 seen["compiler threads"] = sorted(sorted(os.sched_getaffinity(t.native_id)) for t in threading.enumerate()
                                   if t.name.startswith("ThreadPoolExecutor"))
 seen["main at the end"] = sorted(os.sched_getaffinity(0))
+x = torch.randn(64)
+seen["compiled right"] = bool(torch.allclose(torch.compile(lambda t: t.sin() * 2 + 1)(x), x.sin() * 2 + 1))
 """)
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) == 1:  # inductor compiles in one thread there, as it would unpinned
@@ -82,3 +84,4 @@ seen["main at the end"] = sorted(os.sched_getaffinity(0))
         assert seen["compile threads"] == len(cores)
         assert seen["compiler threads"] == [cores] * len(cores)
     assert seen["main at the end"] == seen["main"]
+    assert seen["compiled right"]  # and a compile through those threads works

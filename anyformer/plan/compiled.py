@@ -261,15 +261,20 @@ def _compile_on_every_core() -> None:
     Once a process; TORCHINDUCTOR_COMPILE_THREADS, where set, is the user's to keep."""
     global _POOL_STARTED
     cores = allowed_cpus()
-    if _POOL_STARTED or not cores or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
-        return
-    _POOL_STARTED = True
+    with _POOL_LOCK:  # serve's lanes may compile at once: one setup, and no two barriers sharing the pool
+        if _POOL_STARTED or not cores or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+            return
+        _POOL_STARTED = True
+        _start_compile_threads(min(32, len(cores)))  # inductor's own cap
+
+
+def _start_compile_threads(threads: int) -> None:
+    """Inductor's compile `threads` and its worker pool, started from a widened thread (unless it has as many)."""
     try:
         import torch._inductor.config as inductor_config
         from torch._inductor.async_compile import AsyncCompile, get_compile_threads
     except ImportError:  # an inductor whose internals moved: it compiles as it would have
         return
-    threads = min(32, len(cores))  # what inductor chooses unpinned (its own cap)
     if get_compile_threads() >= threads:
         return
     inductor_config.compile_threads = threads
@@ -285,6 +290,7 @@ def _compile_on_every_core() -> None:
 
 
 _POOL_STARTED = False
+_POOL_LOCK = threading.Lock()
 
 
 def _why_eager(entry: Mapping[str, Any] | None) -> str:

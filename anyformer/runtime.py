@@ -29,10 +29,11 @@ def configure(threads: int | None = None) -> None:
     if _DONE:
         return
     _DONE = True
-    if hasattr(os, "sched_getaffinity") and "torch" not in sys.modules:
-        _ALLOWED = frozenset(os.sched_getaffinity(0))
+    mine = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if "torch" not in sys.modules:  # before torch, no OpenMP has pinned this thread yet
+        _ALLOWED = mine
     single_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = len(mine) if mine is not None else (os.cpu_count() or 1)
     if threads is not None and "torch" not in sys.modules:
         # Every thread's OpenMP default, not only the main thread's (torch.set_num_threads sets the
         # calling thread's): code that opens its own parallel regions in another thread, as an

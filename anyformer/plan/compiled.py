@@ -258,13 +258,12 @@ def _compile_on_every_core() -> None:
     generated C++ in it, one file after another, while tracing waited. With as many compile threads as cores,
     started (with its worker pool) from a widened thread, g++ runs beside the tracing (the nanoGPT recipe's
     training step on a 2-core Xeon: 26.3 s to compile, 22.0 s so, this setup included; docs/results.md).
-    Once a process; TORCHINDUCTOR_COMPILE_THREADS, where set, is the user's to keep."""
-    global _POOL_STARTED
+    Once a process (inductor then has as many threads); TORCHINDUCTOR_COMPILE_THREADS, where set, is the
+    user's to keep."""
     cores = allowed_cpus()
+    if not cores or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+        return
     with _POOL_LOCK:  # serve's lanes may compile at once: one setup, and no two barriers sharing the pool
-        if _POOL_STARTED or not cores or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
-            return
-        _POOL_STARTED = True
         _start_compile_threads(min(32, len(cores)))  # inductor's own cap
 
 
@@ -289,7 +288,6 @@ def _start_compile_threads(threads: int) -> None:
                 started.result()
 
 
-_POOL_STARTED = False
 _POOL_LOCK = threading.Lock()
 
 

@@ -56,7 +56,7 @@ def _entry(plan_cache):
     (0.97, "compiled not faster by the plan's 5% margin: eager 1000 ms, compiled 970 ms"),
     (1.2, "eager measured faster: eager 1000 ms, compiled 1200 ms")])
 def test_why_eager_says_whether_it_was_faster(planner_with, plan_cache, fake_compile, tiny, compiled_s, why):
-    # compiled 3% faster stays out under the compile decision's 5% margin: the reason must not claim that eager was faster
+    # compiled 3% faster stays out under the compile decision's 5% margin: the reason must not say eager was faster
     planner_with({"eager": 1.0, "compiled": compiled_s})
     model, loss = tiny
     chosen = compile_for_training(model, loss, fields=FIELDS)

@@ -5,8 +5,10 @@ the server stops."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
+import subprocess
 import sys
 import types
 
@@ -20,6 +22,7 @@ from anyformer.data.images import decode_process
 from anyformer.data.images.decode_process import NICE, PictureDecoder
 from anyformer.data.images.preprocess import ImagePreprocess
 from anyformer.models import read_config
+from tests.conftest import REPO
 
 from starlette.testclient import TestClient  # noqa: E402  (after conftest's importorskip)
 
@@ -125,3 +128,35 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+# A server as the CLI starts it: configure() before torch, OpenMP pinning its main thread to core 0 when torch
+# loads; the decoder it starts, which inherits that pin and imports torch itself, must run on every core.
+PINNED_SERVER = """
+import json, os
+import anyformer.runtime as r
+r.configure()
+import torch
+torch.ones(64, 64) @ torch.ones(64, 64)
+from anyformer.data.images.decode_process import PictureDecoder
+from anyformer.data.images.preprocess import ImagePreprocess
+decoder = PictureDecoder(ImagePreprocess([0.5], [0.5], 1, 28))
+try:
+    decoder.decode(b"not a picture")  # a round trip: the child is past its setup
+except ValueError:
+    pass
+print(json.dumps({"main": sorted(os.sched_getaffinity(0)), "child": sorted(os.sched_getaffinity(decoder.pid))}))
+decoder.close()
+"""
+
+
+@pytest.mark.slow
+def test_the_decoder_of_a_pinned_server_runs_on_every_core_it_had():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+    out = subprocess.run([sys.executable, "-c", PINNED_SERVER], capture_output=True, text=True, check=True,
+                         cwd=REPO, env=env).stdout
+    seen = json.loads(out.strip().splitlines()[-1])
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) > 1:  # on one core there is nothing to pin or give back
+        assert len(seen["main"]) == 1  # the server itself is pinned, as the CLI makes it
+    assert seen["child"] == cores

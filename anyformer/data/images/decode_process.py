@@ -9,6 +9,12 @@ loop still raised light requests' p99 latency from 32 to 47 ms (docs/results.md,
 choices'), so the server also counts the child's CPU time in its heavy lane's turns (serve/worker.py `charge`),
 which caps it while light requests are in.
 
+The child runs on every core the server may use. The CLI pins OpenMP's threads (anyformer/runtime.py), which
+binds the server's main thread to core 0, and a child inherits that, then pins itself to core 0 again when it
+imports torch: measured on a 2-core Intel Xeon, a server with its default threads answered 29-31 large uploads in
+a soak's minute where one started with `--threads 1` (not pinned) answered 131-138 (docs/results.md). So the child
+is given the cores the server had before the pin, and takes them after torch has loaded.
+
 A second gain: a file crafted to crash the decoder takes down only this process, which is started again
 for the next picture; the caller sees a ValueError (a picture that cannot be read), as for any bad file.
 
@@ -27,6 +33,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from ...runtime import allowed_cpus
 
 NICE = 19  # the lowest priority `nice` gives: the decoder runs on time nothing else wants
 EXIT_WAIT_S = 10.0  # how long a child that closed its pipe is given to exit before it is killed
@@ -53,8 +61,8 @@ class PictureDecoder:
             # of a threaded process may inherit a lock held by a thread that does not exist in it.
             ctx = mp.get_context("spawn")
             ours, theirs = ctx.Pipe()
-            self._child = ctx.Process(target=_serve, args=(theirs, self.preprocess, self.nice), daemon=True,
-                                      name="anyformer-decoder")
+            self._child = ctx.Process(target=_serve, args=(theirs, self.preprocess, self.nice, allowed_cpus()),
+                                      daemon=True, name="anyformer-decoder")
             self._child.start()
             theirs.close()
             self._conn = ours
@@ -107,9 +115,15 @@ class PictureDecoder:
         return self._child.pid if self._child is not None and self._child.is_alive() else None
 
 
-def _serve(conn: Connection, preprocess: Any, nice: int) -> None:
-    """The child: lower its priority, then answer each picture's bytes until the parent goes away."""
+def _serve(conn: Connection, preprocess: Any, nice: int, cores: frozenset[int] | None) -> None:
+    """The child: lower its priority, take `cores` (the server's before OpenMP pinned it; None: leave the
+    inherited ones), then answer each picture's bytes until the parent goes away."""
     os.nice(nice)
+    if cores:  # torch is loaded by now (this module imports it): its pin of this process is behind us
+        try:
+            os.sched_setaffinity(0, cores)
+        except OSError:  # a cpuset narrowed since the server started: keep what was inherited
+            pass
     torch.set_num_threads(1)  # one core's worth, and none when light work wants it
     while True:
         try:

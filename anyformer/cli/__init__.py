@@ -108,7 +108,10 @@ def lead_with_install(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    runtime.configure(threads=getattr(args, "threads", None))  # before torch is imported
+    threads = getattr(args, "threads", None)
+    if threads is None and hasattr(args, "default_threads"):  # a command whose default depends on its other flags
+        threads = args.threads = args.default_threads(args)
+    runtime.configure(threads=threads)  # before torch is imported
     try:
         with data_warnings_as_lines():
             return args.handler(args)

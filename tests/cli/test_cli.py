@@ -220,3 +220,17 @@ def test_a_torchrun_worker_leaves_with_its_code_and_its_last_lines_flushed(tmp_p
     ok = subprocess.run([sys.executable, "-m", "anyformer", "doctor"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                         text=True, timeout=300)  # a pipe: stdout is block-buffered, as under torchrun's log files
     assert ok.returncode == 0 and len(ok.stdout.splitlines()) > 3, ok.stdout
+
+
+@pytest.mark.parametrize("flags, calls", [([], 3), (["--concurrency", "1"], 2), (["--concurrency", "5"], 6)])
+def test_serve_shares_the_cores_among_the_calls_that_may_run_at_once(monkeypatch, flags, calls):
+    # the light lane's calls and the heavy lane's one, each with every core, asked for more threads than cores
+    from anyformer import cli
+    seen = {}
+    monkeypatch.setattr(cli.runtime, "configure", lambda threads=None: seen.setdefault("threads", threads))
+    monkeypatch.setattr(cli.serve, "serve", lambda args: seen.setdefault("args", args.threads) and 0)
+    cli.main(["serve", "some-run", *flags])
+    assert seen["threads"] == seen["args"] == max(1, len(os.sched_getaffinity(0)) // calls)
+    seen.clear()
+    cli.main(["serve", "some-run", "--threads", "7", *flags])  # asked for: as asked
+    assert seen["threads"] == 7

@@ -9,11 +9,12 @@ loop still raised light requests' p99 latency from 32 to 47 ms (docs/results.md,
 choices'), so the server also counts the child's CPU time in its heavy lane's turns (serve/worker.py `charge`),
 which caps it while light requests are in.
 
-The child runs on every core the server may use. The CLI pins OpenMP's threads (anyformer/runtime.py), which
-binds the server's main thread to core 0, and a child inherits that, then pins itself to core 0 again when it
-imports torch: measured on a 2-core Intel Xeon, a server with its default threads answered 29-31 large uploads in
-a soak's minute where one started with `--threads 1` (not pinned) answered 131-138 (docs/results.md). So the child
-is given the cores the server had before the pin, and takes them after torch has loaded.
+The child runs on every core the server may use. Where the server's threads are all its cores, the CLI pins
+OpenMP's threads (anyformer/runtime.py), which binds the server's main thread to core 0, and a child inherits that,
+then pins itself to core 0 again when it imports torch: measured on a 2-core Intel Xeon, a server with `--threads 2`
+answered 29-31 large uploads in a soak's minute where one with `--threads 1` (not pinned) answered 131-138, and
+176-186 once the child took both cores (docs/results.md). So the child is given the cores the server had before the
+pin, and takes them after torch has loaded.
 
 A second gain: a file crafted to crash the decoder takes down only this process, which is started again
 for the next picture; the caller sees a ValueError (a picture that cannot be read), as for any bad file.

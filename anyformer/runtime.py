@@ -33,7 +33,7 @@ def configure(threads: int | None = None) -> None:
     if "torch" not in sys.modules:  # before torch, no OpenMP has pinned this thread yet
         _ALLOWED = mine
     single_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
-    cores = len(mine) if mine is not None else (os.cpu_count() or 1)
+    cores = core_count()
     if threads is not None and "torch" not in sys.modules:
         # Every thread's OpenMP default, not only the main thread's (torch.set_num_threads sets the
         # calling thread's): code that opens its own parallel regions in another thread, as an
@@ -52,6 +52,13 @@ def configure(threads: int | None = None) -> None:
             libc.mallopt(_M_TRIM_THRESHOLD, 1024 * 1024 * 1024)  # and do not hand freed memory straight back
         except (OSError, AttributeError):  # not glibc: nothing to tune
             pass
+
+
+def core_count() -> int:
+    """The cores the calling thread may run on, at least 1: the process's, before torch has pinned the main thread."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def allowed_cpus() -> frozenset[int] | None:

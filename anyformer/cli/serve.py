@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from ..runtime import core_count
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,8 +39,7 @@ def default_threads(args: argparse.Namespace) -> int:
     threads than there are cores. With every core in each call, on 2 cores (Intel Xeon, docs/results.md) a
     generator's server answered no heavy request in a soak's minute against 4 with one thread, and its light
     requests' p50 was 82 against 71 ms; a language model's answered 12 heavy requests against 19-20."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // (args.concurrency + 1))
+    return max(1, core_count() // (args.concurrency + 1))
 
 
 def serve(args: argparse.Namespace) -> int:

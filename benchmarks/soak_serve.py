@@ -127,7 +127,8 @@ def main() -> int:
     p.add_argument("--heavy", type=int, default=2, help="heavy clients")
     p.add_argument("--abuse", type=int, default=3, help="abusive clients (malformed, oversized, slow, leaving)")
     p.add_argument("--sigterm-requests", type=int, default=8, help="requests in flight when SIGTERM comes")
-    p.add_argument("--server-args", default="--threads 1", help="extra `anyformer serve` flags")
+    p.add_argument("--server-args", default="", help="extra `anyformer serve` flags (default: none, the server as a "
+                                                     "user starts it; before 2026-12-05 the default was --threads 1)")
     p.add_argument("--light-in-loop", action="store_true",
                    help="the light clients on the heavy and abusive ones' event loop (before 2026-12-04: their "
                         "timings then include waits for that loop), not in a process of their own")

@@ -227,8 +227,12 @@ def test_serve_shares_the_cores_among_the_calls_that_may_run_at_once(monkeypatch
     # the light lane's calls and the heavy lane's one, each with every core, asked for more threads than cores
     from anyformer import cli
     seen = {}
-    monkeypatch.setattr(cli.runtime, "configure", lambda threads=None: seen.setdefault("threads", threads))
-    monkeypatch.setattr(cli.serve, "serve", lambda args: seen.setdefault("args", args.threads) and 0)
+
+    def serve(args):  # the server itself is not started: what it was given is what is checked
+        seen["args"] = args.threads
+        return 0
+    monkeypatch.setattr(cli.runtime, "configure", lambda threads=None: seen.update(threads=threads))
+    monkeypatch.setattr(cli.serve, "serve", serve)
     cli.main(["serve", "some-run", *flags])
     assert seen["threads"] == seen["args"] == max(1, len(os.sched_getaffinity(0)) // calls)
     seen.clear()

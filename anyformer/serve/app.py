@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import AsyncIterator
 
+import torch
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -54,7 +55,8 @@ def create_app(run_dir: str, limits: Limits | None = None, token: str | None = N
     section.warm_up(ctx)
     health = {"ready": True, "family": model.family, "warm_up_seconds": round(time.perf_counter() - started, 3)}
     run_info = {"run": Path(run_dir).resolve().name, "family": model.family, **section.info(ctx),
-                "limits": dataclasses.asdict(limits), "measured_seconds": {k: round(v, 6) for k, v in ctx.costs.items()}}
+                "limits": dataclasses.asdict(limits), "measured_seconds": {k: round(v, 6) for k, v in ctx.costs.items()},
+                "threads": torch.get_num_threads()}  # each model call's (`serve --threads`), with which they were measured
     page = _page(run_info, section.FRAGMENT, section.__name__.rsplit(".", 1)[-1])
 
     async def index(request: Request) -> HTMLResponse:

@@ -34,13 +34,15 @@ def tiny_run(tmp_path_factory):
     return run
 
 
-def start(run, port: int, *extra: str) -> tuple[subprocess.Popen, queue.Queue]:
-    """The command, its stdout's lines arriving on a queue (a reader thread, so a test can wait with a timeout)."""
+def start(run, port: int, *extra: str, threads: str | None = "1") -> tuple[subprocess.Popen, queue.Queue]:
+    """The command, its stdout's lines arriving on a queue (a reader thread, so a test can wait with a timeout);
+    `threads`: its --threads (None: the command's own default)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("ANYFORMER_DEBUG", None)
     env.pop("ANYFORMER_SERVE_TOKEN", None)
+    env = {k: v for k, v in env.items() if k != "OMP_NUM_THREADS"}  # the command's own choice of threads, not ours
     server = subprocess.Popen([sys.executable, "-m", "anyformer", "serve", str(run), "--port", str(port),
-                               "--threads", "1", *extra], cwd=REPO, env=env, text=True,
+                               *(["--threads", threads] if threads else []), *extra], cwd=REPO, env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines: queue.Queue = queue.Queue()
 
@@ -190,3 +192,17 @@ def test_a_token_too_short_is_refused_before_the_model_loads(tiny_run):
         assert err == "anyformer: error: --token has 7 characters; expected at least 16 (leave it out and serve makes one)", err
     finally:
         kill(server)
+
+
+def test_by_default_each_model_call_gets_its_share_of_the_cores(tiny_run):
+    # the light lane's 2 calls and the heavy lane's 1 at once: a third of the cores each, at least one thread
+    cores = len(os.sched_getaffinity(0))
+    for extra, calls in (((), 3), (("--concurrency", "1"), 2)):
+        server, lines = start(tiny_run, free_port(), *extra, threads=None)
+        try:
+            info = httpx.get(serving_url(server, lines) + "api/info", timeout=30).json()
+            assert info["threads"] == max(1, cores // calls), info
+        except BaseException:
+            kill(server)
+            raise
+        stop(server)

@@ -198,7 +198,7 @@ def main() -> int:
     if not a.no_write:
         info = mix.info
         facts = {**machine(), "run": f"{a.run} ({info['family']}, {info.get('task')})",
-                 "server": f"anyformer serve {a.server_args} (ready after {start_seconds:.1f} s: load, warm-up; "
+                 "server": f"{' '.join(['anyformer serve', *a.server_args.split()])} (ready after {start_seconds:.1f} s: load, warm-up; "
                            f"{info.get('threads', '?')} torch threads a call)",
                  "limits": json.dumps(info["limits"]), "measured at warm-up (s)": json.dumps(info["measured_seconds"]),
                  "clients": f"{a.light} light, {a.heavy} heavy, {a.abuse} abusive; {a.seconds:g} s of load after "

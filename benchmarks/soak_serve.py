@@ -197,8 +197,9 @@ def main() -> int:
     print("PASS" if ok else "FAIL", flush=True)
     if not a.no_write:
         info = mix.info
+        command = " ".join(["anyformer serve", *a.server_args.split()])
         facts = {**machine(), "run": f"{a.run} ({info['family']}, {info.get('task')})",
-                 "server": f"{' '.join(['anyformer serve', *a.server_args.split()])} (ready after {start_seconds:.1f} s: load, warm-up; "
+                 "server": f"{command} (ready after {start_seconds:.1f} s: load, warm-up; "
                            f"{info.get('threads', '?')} torch threads a call)",
                  "limits": json.dumps(info["limits"]), "measured at warm-up (s)": json.dumps(info["measured_seconds"]),
                  "clients": f"{a.light} light, {a.heavy} heavy, {a.abuse} abusive; {a.seconds:g} s of load after "

@@ -56,7 +56,7 @@ def create_app(run_dir: str, limits: Limits | None = None, token: str | None = N
     health = {"ready": True, "family": model.family, "warm_up_seconds": round(time.perf_counter() - started, 3)}
     run_info = {"run": Path(run_dir).resolve().name, "family": model.family, **section.info(ctx),
                 "limits": dataclasses.asdict(limits), "measured_seconds": {k: round(v, 6) for k, v in ctx.costs.items()},
-                "threads": torch.get_num_threads()}  # each model call's (`serve --threads`), with which they were measured
+                "threads": torch.get_num_threads()}  # each model call's (`serve --threads`); the figures' too
     page = _page(run_info, section.FRAGMENT, section.__name__.rsplit(".", 1)[-1])
 
     async def index(request: Request) -> HTMLResponse:
